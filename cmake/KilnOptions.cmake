@@ -1,0 +1,20 @@
+# Compile options shared by every Kiln target (added per target with kiln_target_options).
+
+add_library(kiln_warnings INTERFACE)
+target_compile_options(kiln_warnings INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-missing-field-initializers>)
+
+if(KILN_SANITIZE)
+  string(REPLACE ";" "," _kiln_san "${KILN_SANITIZE}")
+  add_compile_options(-fsanitize=${_kiln_san} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${_kiln_san})
+endif()
+
+# Files named *_avx2.cpp hold AVX2/FMA code paths that are selected at run time.
+function(kiln_mark_avx2_sources)
+  foreach(src IN LISTS ARGN)
+    if(src MATCHES "_avx2\\.cpp$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+    endif()
+  endforeach()
+endfunction()

@@ -28,6 +28,9 @@ inline constexpr std::size_t kSegmentEntrySize = 48;
 inline constexpr std::size_t kSegmentAlignment = 4096;
 inline constexpr std::size_t kConstantAlignment = 64;
 inline constexpr std::size_t kProducerCapacity = 48;
+inline constexpr int kMaxRank = 8;                  // tensors of higher rank are rejected
+inline constexpr std::uint32_t kMaxExprTokens = 4096; // per expression
+inline constexpr std::uint32_t kMaxSegments = 1u << 20;
 
 enum class Compression : std::uint32_t {
   kNone = 0,

@@ -1,0 +1,107 @@
+// Internals shared by the symbolic sources: the interned node, raw interning, checked
+// integer helpers and the linear view of a sum.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/export/symbolic/expr.h"
+
+namespace kiln::sym::detail {
+
+struct ExprNode {
+  ExprOp op;
+  bool is_bool;
+  std::int64_t value;  // Const literal / Sym id; 0 otherwise
+  std::vector<Expr> args;
+  std::size_t hash;
+  std::uint32_t depth;
+};
+
+struct ExprAccess {
+  static const ExprNode* node(Expr e) { return e.node_; }
+  static Expr wrap(const ExprNode* n) { return Expr(n); }
+};
+
+/// Interns a node exactly as given (no canonicalization).
+Expr intern(ExprOp op, bool is_bool, std::int64_t value, std::span<const Expr> args);
+inline Expr intern2(ExprOp op, bool is_bool, Expr a, Expr b) {
+  const Expr args[] = {a, b};
+  return intern(op, is_bool, 0, args);
+}
+
+// ---- checked integer arithmetic (nullopt on overflow or division by zero) ----------------
+inline std::optional<std::int64_t> checked_add(std::int64_t a, std::int64_t b) {
+  std::int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+inline std::optional<std::int64_t> checked_sub(std::int64_t a, std::int64_t b) {
+  std::int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+inline std::optional<std::int64_t> checked_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+inline std::optional<std::int64_t> checked_neg(std::int64_t a) { return checked_sub(0, a); }
+/// Python floor division.
+std::optional<std::int64_t> py_floordiv(std::int64_t a, std::int64_t b);
+/// Python modulo (sign of b).
+std::optional<std::int64_t> py_mod(std::int64_t a, std::int64_t b);
+/// ceil(a / b).
+std::optional<std::int64_t> py_ceildiv(std::int64_t a, std::int64_t b);
+/// gcd of |a| and |b| (0 when both are 0); nullopt when the result is 2^63.
+std::optional<std::int64_t> gcd64(std::int64_t a, std::int64_t b);
+
+// ---- linear view -----------------------------------------------------------------------
+struct Term {
+  std::int64_t coef;
+  Expr base;  // not a Const, not an Add, no constant coefficient
+};
+/// e == constant + sum(coef * base).
+struct LinearForm {
+  std::int64_t constant = 0;
+  std::vector<Term> terms;
+};
+/// Splits a non-constant int expression into coefficient and base.
+Term split_term(Expr e);
+/// nullopt only when the constants of a (non-canonical, overflow-fallback) sum overflow.
+std::optional<LinearForm> to_linear(Expr e);
+Expr from_linear(const LinearForm& form);
+/// gcd of all coefficients and the constant (>= 1 unless everything is 0); nullopt on overflow.
+std::optional<std::int64_t> content(const LinearForm& form);
+/// Divides every coefficient and the constant by `g` (which must divide them all).
+LinearForm divide(const LinearForm& form, std::int64_t g);
+
+/// Error message for a type error, or empty when the operands suit `op`.
+std::string type_error(ExprOp op, std::span<const Expr> args);
+
+// ---- builders used across files ----------------------------------------------------------
+Expr build_add(std::span<const Expr> xs);
+Expr build_mul(std::span<const Expr> xs);
+Expr build_floordiv(Expr a, Expr b);
+Expr build_ceildiv(Expr a, Expr b);
+Expr build_mod(Expr a, Expr b);
+Expr build_minmax(ExprOp op, std::span<const Expr> xs);
+Expr build_compare(ExprOp op, Expr a, Expr b);
+Expr build_logic(ExprOp op, std::span<const Expr> xs);
+Expr build_not(Expr a);
+
+inline Expr add2(Expr a, Expr b) {
+  const Expr xs[] = {a, b};
+  return build_add(xs);
+}
+inline Expr mul2(Expr a, Expr b) {
+  const Expr xs[] = {a, b};
+  return build_mul(xs);
+}
+inline Expr negate(Expr a) { return mul2(Expr::constant(-1), a); }
+inline Expr sub2(Expr a, Expr b) { return add2(a, negate(b)); }
+
+}  // namespace kiln::sym::detail

@@ -1,0 +1,323 @@
+// The AVX2/FMA kernels (this file is compiled with -mavx2 -mfma; gemm.cpp calls it only
+// after checking the CPU). Everything here lives in an anonymous namespace and uses no
+// inline functions or templates from headers other than the intrinsics: a COMDAT copy
+// emitted from this file could be the one the linker keeps for the whole program.
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+
+#include "backends/cpu/gemm/gemm_kernels.h"
+
+namespace kiln::cpu::gemm_detail {
+namespace {
+
+#define KILN_INLINE inline __attribute__((always_inline))
+
+alignas(32) const int kTailMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+
+// Lanes [0, count) set; count in [0, 8].
+KILN_INLINE __m256i tail_mask(long count) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kTailMaskTable + 8 - count));
+}
+
+// ---- Vector math for the activations ----
+
+// exp(x), ~1 ulp on [-87, 88] (Cephes expf polynomial); inputs are clamped to that range.
+KILN_INLINE __m256 exp_ps(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i exponent = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
+}
+
+// erf(x): rational approximation on [-4, 4] (erf is +-1 in float beyond), ~4e-7 absolute.
+KILN_INLINE __m256 erf_ps(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-4.0f)), _mm256_set1_ps(4.0f));
+  const __m256 x2 = _mm256_mul_ps(x, x);
+  __m256 p = _mm256_set1_ps(-2.72614225801306e-10f);
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(2.77068142495902e-08f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-2.10102402082508e-06f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-5.69250639462346e-05f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-7.34990630326855e-04f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-2.95459980854025e-03f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-1.60960333262415e-02f));
+  p = _mm256_mul_ps(p, x);
+  __m256 q = _mm256_set1_ps(-1.45660718464996e-05f);
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-2.13374055278905e-04f));
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1.68282697438203e-03f));
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-7.37332916720468e-03f));
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1.42647390514189e-02f));
+  return _mm256_div_ps(p, q);
+}
+
+// x * sigmoid(z) = x / (1 + exp(-z)).
+KILN_INLINE __m256 times_sigmoid(__m256 x, __m256 z) {
+  const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), z));
+  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+__m256 activate(__m256 x, GemmActivation act) {
+  switch (act) {
+    case GemmActivation::kNone:
+      return x;
+    case GemmActivation::kRelu:
+      return _mm256_max_ps(x, _mm256_setzero_ps());
+    case GemmActivation::kGeluTanh: {
+      // 0.5 x (1 + tanh(u)) == x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
+      const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+      const __m256 inner = _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x);
+      return times_sigmoid(x, _mm256_mul_ps(_mm256_set1_ps(2.0f * 0.7978845608028654f), inner));
+    }
+    case GemmActivation::kGeluErf: {
+      const __m256 erf = erf_ps(_mm256_mul_ps(x, _mm256_set1_ps(0.7071067811865476f)));
+      const __m256 half_x = _mm256_mul_ps(x, _mm256_set1_ps(0.5f));
+      return _mm256_fmadd_ps(half_x, erf, half_x);
+    }
+    case GemmActivation::kSilu:
+      return times_sigmoid(x, x);
+  }
+  return x;
+}
+
+void activate_row(float* c, long n, GemmActivation act) {
+  long j = 0;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(c + j, activate(_mm256_loadu_ps(c + j), act));
+  if (j < n) {
+    const __m256i mask = tail_mask(n - j);
+    _mm256_maskstore_ps(c + j, mask, activate(_mm256_maskload_ps(c + j, mask), act));
+  }
+}
+
+// ---- Epilogue for GEMV results ----
+
+KILN_INLINE __m256 linear_part(__m256 acc, __m256 old_c, __m256 bias, const Epilogue& e) {
+  __m256 v = _mm256_fmadd_ps(_mm256_set1_ps(e.alpha), acc, bias);
+  if (e.beta != 0.0f) v = _mm256_fmadd_ps(_mm256_set1_ps(e.beta), old_c, v);
+  return v;
+}
+
+void epilogue_row(const float* acc, float* c, std::int64_t n, const Epilogue& e) {
+  const __m256 row_bias = _mm256_set1_ps(e.bias_row_value);
+  long j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 bias = row_bias;
+    if (e.bias_col != nullptr) bias = _mm256_add_ps(bias, _mm256_loadu_ps(e.bias_col + j));
+    const __m256 old_c = e.beta != 0.0f ? _mm256_loadu_ps(c + j) : _mm256_setzero_ps();
+    _mm256_storeu_ps(c + j, activate(linear_part(_mm256_loadu_ps(acc + j), old_c, bias, e), e.act));
+  }
+  if (j < n) {
+    const __m256i mask = tail_mask(n - j);
+    __m256 bias = row_bias;
+    if (e.bias_col != nullptr) bias = _mm256_add_ps(bias, _mm256_maskload_ps(e.bias_col + j, mask));
+    const __m256 old_c = e.beta != 0.0f ? _mm256_maskload_ps(c + j, mask) : _mm256_setzero_ps();
+    const __m256 v = linear_part(_mm256_maskload_ps(acc + j, mask), old_c, bias, e);
+    _mm256_maskstore_ps(c + j, mask, activate(v, e.act));
+  }
+}
+
+// ---- The 6x16 micro-kernel ----
+
+// Stores the tile's linear part (alpha, beta, bias) from registers; kFull: a whole 6x16
+// tile, else rows [0, m) and columns [0, n) with masked accesses.
+template <bool kFull>
+KILN_INLINE void store_tile(const __m256 (&acc)[kMr][2], const MicroTile& t, const Epilogue& e) {
+  const __m256 alpha = _mm256_set1_ps(e.alpha);
+  const __m256 beta = _mm256_set1_ps(e.beta);
+  const bool use_beta = e.beta != 0.0f;
+  const __m256i mask0 = tail_mask(t.n < 8 ? t.n : 8);
+  const __m256i mask1 = tail_mask(t.n > 8 ? t.n - 8 : 0);
+  __m256 bias0 = _mm256_setzero_ps(), bias1 = _mm256_setzero_ps();
+  if (e.bias_col != nullptr) {
+    bias0 = kFull ? _mm256_loadu_ps(e.bias_col) : _mm256_maskload_ps(e.bias_col, mask0);
+    bias1 = kFull ? _mm256_loadu_ps(e.bias_col + 8) : _mm256_maskload_ps(e.bias_col + 8, mask1);
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < kMr; ++i) {
+    if (!kFull && i >= t.m) break;
+    float* c = t.c + i * t.ldc;
+    __m256 b0 = bias0, b1 = bias1;
+    if (e.bias_row != nullptr) {
+      const __m256 r = _mm256_broadcast_ss(e.bias_row + i);
+      b0 = _mm256_add_ps(b0, r);
+      b1 = _mm256_add_ps(b1, r);
+    }
+    __m256 v0 = _mm256_fmadd_ps(alpha, acc[i][0], b0);
+    __m256 v1 = _mm256_fmadd_ps(alpha, acc[i][1], b1);
+    if (kFull) {
+      if (use_beta) {
+        v0 = _mm256_fmadd_ps(beta, _mm256_loadu_ps(c), v0);
+        v1 = _mm256_fmadd_ps(beta, _mm256_loadu_ps(c + 8), v1);
+      }
+      _mm256_storeu_ps(c, v0);
+      _mm256_storeu_ps(c + 8, v1);
+    } else {
+      if (use_beta) {
+        v0 = _mm256_fmadd_ps(beta, _mm256_maskload_ps(c, mask0), v0);
+        v1 = _mm256_fmadd_ps(beta, _mm256_maskload_ps(c + 8, mask1), v1);
+      }
+      _mm256_maskstore_ps(c, mask0, v0);
+      _mm256_maskstore_ps(c + 8, mask1, v1);
+    }
+  }
+}
+
+void micro_kernel(const MicroTile& t, const Epilogue& e) {
+  __m256 acc[kMr][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < kMr; ++i) {
+    acc[i][0] = _mm256_setzero_ps();
+    acc[i][1] = _mm256_setzero_ps();
+    _mm_prefetch(reinterpret_cast<const char*>(t.c + i * t.ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(t.c + i * t.ldc + 15), _MM_HINT_T0);
+  }
+  const float* a = t.a;
+  const float* b = t.b;
+#pragma GCC unroll 4
+  for (long k = 0; k < t.kc; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(b);
+    const __m256 b1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < kMr; ++i) {
+      const __m256 ai = _mm256_broadcast_ss(a + i);
+      acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+    }
+    a += kMr;
+    b += kNr;
+  }
+  if (t.m == kMr && t.n == kNr) {
+    store_tile<true>(acc, t, e);
+  } else {
+    store_tile<false>(acc, t, e);
+  }
+  if (e.act == GemmActivation::kNone) return;
+  for (int i = 0; i < t.m; ++i) activate_row(t.c + i * t.ldc, t.n, e.act);
+}
+
+// ---- GEMV kernels ----
+
+// Sum of each of four vectors, as four lanes.
+KILN_INLINE __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+// Dot products of x with `rows` (1..4) rows of w; two accumulators per row hide FMA latency.
+template <int kRows>
+KILN_INLINE void dot_rows(const float* x, const float* w, long ldw, long k, float* out) {
+  __m256 acc[4][2];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  long kk = 0;
+  for (; kk + 16 <= k; kk += 16) {
+    const __m256 x0 = _mm256_loadu_ps(x + kk), x1 = _mm256_loadu_ps(x + kk + 8);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(w + r * ldw + kk), x0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(w + r * ldw + kk + 8), x1, acc[r][1]);
+    }
+  }
+  for (; kk < k; kk += 8) {
+    const __m256i mask = tail_mask(k - kk < 8 ? k - kk : 8);
+    const __m256 x0 = _mm256_maskload_ps(x + kk, mask);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      acc[r][0] = _mm256_fmadd_ps(_mm256_maskload_ps(w + r * ldw + kk, mask), x0, acc[r][0]);
+    }
+  }
+  alignas(16) float sums[4];
+  _mm_store_ps(sums, hsum4(_mm256_add_ps(acc[0][0], acc[0][1]), _mm256_add_ps(acc[1][0], acc[1][1]),
+                           _mm256_add_ps(acc[2][0], acc[2][1]), _mm256_add_ps(acc[3][0], acc[3][1])));
+  for (int r = 0; r < kRows; ++r) out[r] = sums[r];
+}
+
+void gemv_rows(const float* x, const float* w, std::int64_t ldw, std::int64_t k, std::int64_t n,
+               float* out) {
+  long j = 0;
+  for (; j + 4 <= n; j += 4) dot_rows<4>(x, w + j * ldw, ldw, k, out + j);
+  for (; j < n; ++j) dot_rows<1>(x, w + j * ldw, ldw, k, out + j);
+}
+
+// out[0..n) = sum_k x[k] * b[k][0..n): four rows of B per pass over `out`, which stays in
+// L1 (the caller passes at most a few hundred columns), each row read contiguously.
+void gemv_cols(const float* x, const float* b, std::int64_t ldb, std::int64_t k, std::int64_t n,
+               float* out) {
+  for (long j = 0; j < n; ++j) out[j] = 0.0f;
+  long kk = 0;
+  for (; kk + 4 <= k; kk += 4) {
+    const float* r0 = b + kk * ldb;
+    const __m256 x0 = _mm256_broadcast_ss(x + kk), x1 = _mm256_broadcast_ss(x + kk + 1);
+    const __m256 x2 = _mm256_broadcast_ss(x + kk + 2), x3 = _mm256_broadcast_ss(x + kk + 3);
+    for (long j = 0; j < n; j += 8) {
+      const __m256i mask = tail_mask(n - j < 8 ? n - j : 8);
+      __m256 s = _mm256_mul_ps(x0, _mm256_maskload_ps(r0 + j, mask));
+      s = _mm256_fmadd_ps(x1, _mm256_maskload_ps(r0 + ldb + j, mask), s);
+      s = _mm256_fmadd_ps(x2, _mm256_maskload_ps(r0 + 2 * ldb + j, mask), s);
+      s = _mm256_fmadd_ps(x3, _mm256_maskload_ps(r0 + 3 * ldb + j, mask), s);
+      _mm256_maskstore_ps(out + j, mask, _mm256_add_ps(_mm256_maskload_ps(out + j, mask), s));
+    }
+  }
+  for (; kk < k; ++kk) {
+    const float* r0 = b + kk * ldb;
+    const __m256 x0 = _mm256_broadcast_ss(x + kk);
+    for (long j = 0; j < n; j += 8) {
+      const __m256i mask = tail_mask(n - j < 8 ? n - j : 8);
+      const __m256 s = _mm256_fmadd_ps(x0, _mm256_maskload_ps(r0 + j, mask),
+                                       _mm256_maskload_ps(out + j, mask));
+      _mm256_maskstore_ps(out + j, mask, s);
+    }
+  }
+}
+
+// One 16-column panel: four k steps in flight (8 accumulators) to cover FMA latency.
+void gemv_packed(const float* x, const float* panels, std::int64_t panel_stride, std::int64_t k,
+                 std::int64_t num_panels, float* out) {
+  for (long p = 0; p < num_panels; ++p) {
+    const float* w = panels + p * panel_stride;
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
+    long kk = 0;
+    for (; kk + 4 <= k; kk += 4) {
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) {
+        const __m256 xv = _mm256_broadcast_ss(x + kk + u);
+        acc[u][0] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + (kk + u) * kNr), acc[u][0]);
+        acc[u][1] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + (kk + u) * kNr + 8), acc[u][1]);
+      }
+    }
+    for (; kk < k; ++kk) {
+      const __m256 xv = _mm256_broadcast_ss(x + kk);
+      acc[0][0] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + kk * kNr), acc[0][0]);
+      acc[0][1] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + kk * kNr + 8), acc[0][1]);
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m256 s = _mm256_add_ps(_mm256_add_ps(acc[0][h], acc[1][h]),
+                                     _mm256_add_ps(acc[2][h], acc[3][h]));
+      _mm256_storeu_ps(out + p * kNr + h * 8, s);
+    }
+  }
+}
+
+}  // namespace
+
+const GemmKernels& avx2_kernels() {
+  static constexpr GemmKernels kKernels = {GemmIsa::kAvx2, micro_kernel, gemv_rows,
+                                           gemv_cols,      gemv_packed,  epilogue_row};
+  return kKernels;
+}
+
+}  // namespace kiln::cpu::gemm_detail
+
+#endif  // x86

@@ -1,0 +1,203 @@
+// Shared plumbing for the CPU kernels (internal to runtime/src/backends/cpu/kernels/):
+// argument checks that produce "[op] ..." Status messages, attribute readers, dtype
+// dispatch. Element conversions live in convert.h, broadcasting in broadcast.h.
+//
+// Error vocabulary used by every kernel:
+//   kInvalidBundle  shapes, ranks, dtypes or attributes inconsistent with the op (the
+//                   bundle, or the caller that built the views, is wrong);
+//   kInvalidInput   data-dependent failures (an index out of range, integer division by 0);
+//   kUnsupported    a valid request this build cannot run (a dtype, a feature).
+// Messages start with "[opname] " and name the offending values.
+#pragma once
+
+#include <array>
+#include <concepts>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "backends/cpu/kernel.h"
+
+namespace kiln::cpu::kernels {
+
+using Inputs = std::span<const TensorView>;
+using Outputs = std::span<TensorView>;
+using Attrs = std::span<const AttrValue>;
+
+// ---------------------------------------------------------------------------------------
+// Messages. Only built on the error path.
+
+/// Wraps dims so str_cat prints them as "[2, 3]".
+struct ShapeText {
+  std::span<const std::int64_t> dims;
+};
+inline ShapeText shape_text(const TensorView& v) { return {v.dims()}; }
+inline ShapeText shape_text(std::span<const std::int64_t> dims) { return {dims}; }
+
+void append_text(std::string& s, std::string_view v);
+void append_text(std::string& s, double v);
+void append_text(std::string& s, DType v);
+void append_text(std::string& s, ShapeText v);
+void append_text(std::string& s, std::int64_t v);
+inline void append_text(std::string& s, const char* v) { append_text(s, std::string_view(v)); }
+inline void append_text(std::string& s, const std::string& v) { append_text(s, std::string_view(v)); }
+template <std::integral T>
+  requires(!std::same_as<T, std::int64_t> && !std::same_as<T, char>)
+void append_text(std::string& s, T v) {
+  append_text(s, static_cast<std::int64_t>(v));
+}
+inline void append_text(std::string& s, float v) { append_text(s, static_cast<double>(v)); }
+
+template <typename... Parts>
+std::string str_cat(const Parts&... parts) {
+  std::string s;
+  (append_text(s, parts), ...);
+  return s;
+}
+
+/// Status(code, "[op] " + parts...).
+template <typename... Parts>
+[[gnu::cold, gnu::noinline]] Status op_error(StatusCode code, std::string_view op,
+                                             const Parts&... parts) {
+  return Status(code, str_cat("[", op, "] ", parts...));
+}
+template <typename... Parts>
+[[gnu::cold, gnu::noinline]] Status invalid(std::string_view op, const Parts&... parts) {
+  return op_error(StatusCode::kInvalidBundle, op, parts...);
+}
+template <typename... Parts>
+[[gnu::cold, gnu::noinline]] Status invalid_input(std::string_view op, const Parts&... parts) {
+  return op_error(StatusCode::kInvalidInput, op, parts...);
+}
+template <typename... Parts>
+[[gnu::cold, gnu::noinline]] Status unsupported(std::string_view op, const Parts&... parts) {
+  return op_error(StatusCode::kUnsupported, op, parts...);
+}
+/// kUnsupported "[op] dtype i8 not supported (x)".
+[[gnu::cold]] Status unsupported_dtype(std::string_view op, DType dtype, std::string_view what);
+
+// ---------------------------------------------------------------------------------------
+// Argument checks.
+
+/// An optional input the caller left out: rank 0 and no data (a real 0-d tensor has one
+/// element, so it always has data).
+inline bool is_absent(const TensorView& v) { return v.rank == 0 && v.data == nullptr; }
+
+/// What a kernel accepts; check_io validates the counts and every view against it.
+struct IoSpec {
+  int min_inputs = 0;
+  int max_inputs = 0;   // -1: no upper bound
+  int num_outputs = 1;  // -1: any number >= 1
+  std::uint32_t optional_inputs = 0;  // bit i: input i may be absent (see is_absent)
+  bool unallocated_outputs = false;   // outputs may arrive with data == nullptr
+};
+
+/// Validates one view: a known dtype, rank in [0, kMaxRank], dims >= 0, a byte size that
+/// fits in int64, and data present whenever numel > 0. After it passes, numel() and
+/// nbytes() cannot overflow.
+Status check_view(std::string_view op, std::string_view name, const TensorView& v,
+                  bool allow_unallocated = false);
+/// Checks input/output counts against `spec` and every view with check_view.
+Status check_io(std::string_view op, Inputs inputs, Outputs outputs, const IoSpec& spec);
+
+/// kInvalidBundle unless v.dtype == dtype.
+Status check_dtype(std::string_view op, std::string_view name, const TensorView& v, DType dtype);
+/// kInvalidBundle unless b has the shape of a.
+Status check_same_shape(std::string_view op, std::string_view name_a, const TensorView& a,
+                        std::string_view name_b, const TensorView& b);
+/// kInvalidBundle unless out.dims() == expected.
+Status check_out_shape(std::string_view op, const TensorView& out,
+                       std::span<const std::int64_t> expected, std::string_view name = "out");
+/// kInvalidBundle unless 0 <= dim < rank.
+Status check_dim(std::string_view op, std::string_view what, std::int64_t dim, int rank);
+
+/// Row-major element strides of `v`.
+std::array<std::int64_t, kMaxRank> contiguous_strides(const TensorView& v);
+/// Product of dims [begin, end).
+std::int64_t dims_product(const TensorView& v, int begin, int end);
+
+// ---------------------------------------------------------------------------------------
+// Attributes (positions as in codegen/ops.def).
+
+Result<std::int64_t> attr_int(std::string_view op, Attrs attrs, std::size_t index,
+                              std::string_view name);
+Result<bool> attr_bool(std::string_view op, Attrs attrs, std::size_t index, std::string_view name);
+Result<double> attr_float(std::string_view op, Attrs attrs, std::size_t index,
+                          std::string_view name);
+/// nullopt when the attribute is absent (AttrType::kNone or past the end).
+Result<std::optional<double>> attr_optional_float(std::string_view op, Attrs attrs,
+                                                  std::size_t index, std::string_view name);
+Result<std::span<const std::int64_t>> attr_ints(std::string_view op, Attrs attrs,
+                                                std::size_t index, std::string_view name);
+/// An absent optional string reads as "".
+Result<std::string_view> attr_string(std::string_view op, Attrs attrs, std::size_t index,
+                                     std::string_view name, bool optional = false);
+Result<DType> attr_dtype(std::string_view op, Attrs attrs, std::size_t index,
+                         std::string_view name);
+
+// ---------------------------------------------------------------------------------------
+// DType dispatch: CType<D> is the storage type of one element.
+
+struct Half {
+  std::uint16_t bits;
+};
+struct BFloat16 {
+  std::uint16_t bits;
+};
+
+template <DType D>
+struct DTypeTraits;
+template <> struct DTypeTraits<DType::kF32> { using type = float; };
+template <> struct DTypeTraits<DType::kF16> { using type = Half; };
+template <> struct DTypeTraits<DType::kBF16> { using type = BFloat16; };
+template <> struct DTypeTraits<DType::kF64> { using type = double; };
+template <> struct DTypeTraits<DType::kI8> { using type = std::int8_t; };
+template <> struct DTypeTraits<DType::kI16> { using type = std::int16_t; };
+template <> struct DTypeTraits<DType::kI32> { using type = std::int32_t; };
+template <> struct DTypeTraits<DType::kI64> { using type = std::int64_t; };
+template <> struct DTypeTraits<DType::kU8> { using type = std::uint8_t; };
+// Bools are stored as bytes and read as `byte != 0`: bundle bytes are hostile, and a
+// `bool` holding 2 would be undefined behaviour.
+template <> struct DTypeTraits<DType::kBool> { using type = std::uint8_t; };
+
+template <DType D>
+using CType = typename DTypeTraits<D>::type;
+
+/// Calls f.template operator()<D>() for the D in Ds equal to `dtype`; false if none is.
+///   dispatch<DType::kF32, DType::kI64>(x.dtype, [&]<DType D>() { run<CType<D>>(...); })
+template <DType... Ds, typename F>
+bool dispatch(DType dtype, F&& f) {
+  return ((dtype == Ds && (f.template operator()<Ds>(), true)) || ...);
+}
+
+#define KILN_FLOAT_DTYPES ::kiln::DType::kF32, ::kiln::DType::kF64
+#define KILN_INT_DTYPES ::kiln::DType::kI32, ::kiln::DType::kI64
+#define KILN_ARITH_DTYPES KILN_FLOAT_DTYPES, KILN_INT_DTYPES
+#define KILN_ALL_INT_DTYPES \
+  ::kiln::DType::kI8, ::kiln::DType::kI16, KILN_INT_DTYPES, ::kiln::DType::kU8
+#define KILN_NUMERIC_DTYPES KILN_FLOAT_DTYPES, KILN_ALL_INT_DTYPES
+#define KILN_ALL_DTYPES                                                              \
+  KILN_NUMERIC_DTYPES, ::kiln::DType::kF16, ::kiln::DType::kBF16, ::kiln::DType::kBool
+
+inline bool is_half_dtype(DType d) { return d == DType::kF16 || d == DType::kBF16; }
+
+/// Runs `kernel` on f32 copies of every f16/bf16 input and output, then rounds the f32
+/// outputs back. The fallback that gives float kernels f16/bf16 support (PyTorch's CPU
+/// kernels also compute half types in float). Allocates; views must have passed check_io.
+Status run_via_f32(KernelFn kernel, KernelContext& ctx, Inputs inputs, Outputs outputs,
+                   Attrs attrs);
+/// True if any view in inputs or outputs is f16/bf16 (absent optionals ignored).
+bool has_half_views(Inputs inputs, Outputs outputs);
+
+}  // namespace kiln::cpu::kernels
+
+// GCC 12 at -O2 only vectorizes loops whose trip count is a known multiple of the vector
+// width (the "very cheap" cost model); the element loops here have run-time lengths.
+// (Only the cost model changes: flags such as math-errno must match between caller and
+// callee or GCC stops inlining the <cmath> wrappers.) Clang vectorizes at -O2 anyway.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif

@@ -1,0 +1,104 @@
+// A small fork-join thread pool for CPU kernels, and FunctionRef, the non-owning callable
+// reference its parallel_for takes (no allocation per call).
+//
+//   ThreadPool pool(0);                        // one thread per hardware thread
+//   pool.parallel_for(rows, /*grain=*/64, [&](int64_t begin, int64_t end) {
+//     for (int64_t r = begin; r < end; ++r) process(r);
+//   });
+//
+// Threading contract:
+// - One caller at a time per pool: parallel_for must not be called concurrently from two
+//   threads on the same pool (give each executor its own pool). A call made from inside a
+//   parallel_for body on the same pool (nesting) is detected and runs inline on the calling
+//   thread, so it is correct but not parallel.
+// - The body must not throw (the runtime is built with -fno-exceptions) and must be safe to
+//   run concurrently on disjoint [begin, end) ranges.
+// - Workers wait on a condition variable when idle (after a short bounded spin that keeps
+//   back-to-back kernel calls cheap); an idle pool uses no CPU.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace kiln::cpu {
+
+template <typename Signature>
+class FunctionRef;
+
+/// A non-owning reference to a callable, like std::function_ref (C++26). It stores a
+/// pointer to the callable: the callable must outlive every call through the FunctionRef
+/// (pass lambdas directly as arguments; do not store a FunctionRef to a temporary).
+template <typename R, typename... Args>
+class FunctionRef<R(Args...)> {
+ public:
+  template <typename F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> &&
+             std::is_invocable_r_v<R, F&, Args...>)
+  FunctionRef(F&& f)  // NOLINT: implicit by design, like std::function_ref
+      : object_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* object, Args... args) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(object))(std::forward<Args>(args)...);
+        }) {}
+
+  R operator()(Args... args) const { return call_(object_, std::forward<Args>(args)...); }
+
+ private:
+  void* object_;
+  R (*call_)(void*, Args...);
+};
+
+class ThreadPool {
+ public:
+  /// `num_threads` counts the calling thread: 1 = no worker threads (every parallel_for
+  /// runs inline), N = N-1 workers plus the caller, 0 (or negative) = one per hardware
+  /// thread (std::thread::hardware_concurrency(), at least 1).
+  explicit ThreadPool(int num_threads);
+  /// Stops and joins the workers. Must not run concurrently with parallel_for.
+  ~ThreadPool();
+
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  /// Threads that run a parallel_for body, the caller included (>= 1).
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  /// Calls fn(begin, end) on disjoint chunks that cover [0, n) exactly once, on the workers
+  /// and the calling thread, and returns when all chunks are done. Chunks hold at least
+  /// `grain` indices (except the last); grain < 1 counts as 1. Chunks are claimed
+  /// dynamically, so uneven work balances itself. n <= 0 calls nothing; when n <= grain or
+  /// the pool has one thread, fn(0, n) runs inline.
+  void parallel_for(std::int64_t n, std::int64_t grain,
+                    FunctionRef<void(std::int64_t, std::int64_t)> fn);
+
+ private:
+  struct Job {
+    FunctionRef<void(std::int64_t, std::int64_t)>* fn = nullptr;
+    std::int64_t n = 0;
+    std::int64_t chunk = 1;
+  };
+
+  void worker_loop();
+  // Waits (spin, then sleep) until generation_ differs from `seen`; false on shutdown.
+  bool wait_for_job(std::uint64_t seen);
+  void run_chunks();
+  void wait_for_workers();
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_cv_;  // job published or shutdown
+  std::condition_variable done_cv_;  // last worker finished a job
+  bool stop_ = false;                // guarded by mutex_
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<int> pending_workers_{0};
+  std::atomic<std::int64_t> next_index_{0};
+  Job job_;  // written by the caller before generation_ is bumped
+};
+
+}  // namespace kiln::cpu

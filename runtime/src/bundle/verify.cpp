@@ -1,0 +1,592 @@
+#include "bundle/verify.h"
+
+#include <limits>
+#include <string>
+#include <unordered_set>
+
+#include "kiln/format/dtype.h"
+#include "kiln/format/kiln_generated.h"
+
+namespace kiln {
+namespace {
+
+constexpr std::uint32_t kNotBound = std::numeric_limits<std::uint32_t>::max();
+constexpr std::uint32_t kBoundAtStart = 0;  // bound_at is node index + 1; 0 = at start
+
+Status invalid(const std::string& message) { return Status(StatusCode::kInvalidBundle, message); }
+
+template <typename V>
+std::uint32_t count(const V* vec) {
+  return vec == nullptr ? 0 : vec->size();
+}
+
+bool is_nary(fb::ExprOp op) {
+  return op == fb::ExprOp::Add || op == fb::ExprOp::Mul || op == fb::ExprOp::Min ||
+         op == fb::ExprOp::Max || op == fb::ExprOp::And || op == fb::ExprOp::Or;
+}
+
+// Verification state shared by the per-part checks.
+class Verifier {
+ public:
+  Verifier(const fb::Program& p, const std::vector<format::SegmentEntry>& segments,
+           std::vector<ExprInfo>& info)
+      : p_(p), segments_(segments), info_(info) {}
+
+  Status run();
+
+ private:
+  Status check_symbols();
+  Status check_exprs();
+  Status check_expr_tokens(std::uint32_t id, const fb::ExprRef& ref);
+  Status check_expr(std::uint32_t id, bool want_bool, const std::string& where) const;
+  Status check_shape(const flatbuffers::Vector<std::uint32_t>* shape, const std::string& where) const;
+  Status check_data_ref(std::uint8_t dtype, const flatbuffers::Vector<std::int64_t>* shape,
+                        std::uint32_t segment, std::uint64_t offset, std::uint64_t nbytes,
+                        const std::string& where) const;
+  Status check_signature();
+  Status check_constants();
+  Status check_graph(std::uint32_t g);
+  Status check_graph_values(const fb::Graph& graph, const std::string& where);
+  Status check_node(const fb::Graph& graph, std::uint32_t n, const std::string& where);
+  Status check_bindings(const fb::Graph& graph, const std::string& where);
+  Status check_asserts(const fb::Graph& graph, const std::string& where);
+  Status check_symbols_bound(std::uint32_t expr, std::uint32_t at, const std::string& where) const;
+  Status check_value_bound(const fb::Value& v, std::uint32_t at, const std::string& where) const;
+  Status check_call_graph();
+  Status check_entry_signature(std::uint32_t g, const std::string& where) const;
+  Status check_specializations();
+  Status check_self_tests();
+  Status check_debug();
+  std::string graph_where(std::uint32_t g) const;
+
+  const fb::Program& p_;
+  const std::vector<format::SegmentEntry>& segments_;
+  std::vector<ExprInfo>& info_;
+  std::vector<std::vector<std::uint32_t>> expr_symbols_;  // free symbols per expression
+  std::uint32_t n_symbols_ = 0, n_exprs_ = 0, n_graphs_ = 0, n_debug_ = 0;
+  // Per graph being checked:
+  std::vector<std::uint32_t> bound_at_;  // per symbol: kNotBound, or node index + 1 (0 = start)
+  std::vector<std::uint32_t> producer_;  // per value: node index + 1, 0 = not produced by a node
+};
+
+Status Verifier::run() {
+  n_symbols_ = count(p_.symbols());
+  n_exprs_ = count(p_.exprs());
+  n_graphs_ = count(p_.graphs());
+  n_debug_ = p_.debug() ? count(p_.debug()->entries()) : 0;
+  for (std::uint32_t i = 0; i < count(p_.op_names()); ++i) {
+    const auto* name = p_.op_names()->Get(i);
+    if (name == nullptr || name->size() == 0) return invalid("op_names[" + std::to_string(i) + "] is empty");
+  }
+  KILN_RETURN_IF_ERROR(check_symbols());
+  KILN_RETURN_IF_ERROR(check_exprs());
+  KILN_RETURN_IF_ERROR(check_constants());
+  KILN_RETURN_IF_ERROR(check_signature());
+  if (n_graphs_ == 0) return invalid("program has no graphs");
+  if (p_.entry_graph() >= n_graphs_) {
+    return invalid("entry_graph " + std::to_string(p_.entry_graph()) + " >= graph count " + std::to_string(n_graphs_));
+  }
+  for (std::uint32_t g = 0; g < n_graphs_; ++g) KILN_RETURN_IF_ERROR(check_graph(g));
+  KILN_RETURN_IF_ERROR(check_call_graph());
+  KILN_RETURN_IF_ERROR(check_entry_signature(p_.entry_graph(), graph_where(p_.entry_graph())));
+  KILN_RETURN_IF_ERROR(check_specializations());
+  KILN_RETURN_IF_ERROR(check_self_tests());
+  return check_debug();
+}
+
+std::string Verifier::graph_where(std::uint32_t g) const {
+  const auto* graph = p_.graphs()->Get(g);
+  std::string w = "graph " + std::to_string(g);
+  if (graph->name() != nullptr && graph->name()->size() > 0) w += " (" + graph->name()->str() + ")";
+  return w;
+}
+
+Status Verifier::check_symbols() {
+  for (std::uint32_t i = 0; i < n_symbols_; ++i) {
+    const auto* s = p_.symbols()->Get(i);
+    const std::string where = "symbol " + std::to_string(i);
+    if (s->name() == nullptr || s->name()->size() == 0) return invalid(where + ": missing name");
+    if (static_cast<int>(s->kind()) > static_cast<int>(fb::SymbolKind::MAX)) return invalid(where + ": unknown kind");
+    if (s->min() > s->max()) {
+      return invalid(where + " (" + s->name()->str() + "): empty range [" + std::to_string(s->min()) + ", " +
+                     std::to_string(s->max()) + "]");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_exprs() {
+  info_.assign(n_exprs_, ExprInfo{});
+  expr_symbols_.assign(n_exprs_, {});
+  for (std::uint32_t i = 0; i < n_exprs_; ++i) {
+    KILN_RETURN_IF_ERROR(check_expr_tokens(i, *p_.exprs()->Get(i)));
+  }
+  return Status::Ok();
+}
+
+// Type-checks one postfix expression: true = bool, false = int on the stack.
+Status Verifier::check_expr_tokens(std::uint32_t id, const fb::ExprRef& ref) {
+  const std::string where = "expression " + std::to_string(id);
+  const std::uint64_t end = std::uint64_t{ref.start()} + ref.length();
+  if (ref.length() == 0 || ref.length() > format::kMaxExprTokens || end > count(p_.expr_tokens())) {
+    return invalid(where + ": token range [" + std::to_string(ref.start()) + ", +" +
+                   std::to_string(ref.length()) + ") is empty, too long or out of bounds");
+  }
+  std::vector<bool> stack;
+  std::size_t depth = 0;
+  std::unordered_set<std::uint32_t> symbols;
+  for (std::uint32_t t = ref.start(); t < end; ++t) {
+    const auto* tok = p_.expr_tokens()->Get(t);
+    const auto op = tok->op();
+    std::size_t arity = 0;
+    if (op == fb::ExprOp::Const) {
+      stack.push_back(false);
+    } else if (op == fb::ExprOp::Sym) {
+      if (tok->value() < 0 || static_cast<std::uint64_t>(tok->value()) >= n_symbols_) {
+        return invalid(where + ": refers to unknown symbol " + std::to_string(tok->value()));
+      }
+      symbols.insert(static_cast<std::uint32_t>(tok->value()));
+      stack.push_back(false);
+    } else if (static_cast<int>(op) > static_cast<int>(fb::ExprOp::MAX)) {
+      return invalid(where + ": unknown operator " + std::to_string(static_cast<int>(op)));
+    } else {
+      arity = is_nary(op) ? static_cast<std::size_t>(tok->value() < 2 ? 0 : tok->value())
+                          : (op == fb::ExprOp::Neg || op == fb::ExprOp::Not ? 1 : 2);
+      if (arity == 0 || (is_nary(op) && static_cast<std::uint64_t>(tok->value()) > format::kMaxExprTokens)) {
+        return invalid(where + ": operator " + std::string(fb::EnumNameExprOp(op)) + " has bad arity " + std::to_string(tok->value()));
+      }
+      if (arity > stack.size()) return invalid(where + ": stack underflow at " + fb::EnumNameExprOp(op));
+      const bool wants_bool = op == fb::ExprOp::And || op == fb::ExprOp::Or || op == fb::ExprOp::Not;
+      const bool any_type = op == fb::ExprOp::Eq || op == fb::ExprOp::Ne;
+      const bool first = stack[stack.size() - arity];
+      for (std::size_t k = stack.size() - arity; k < stack.size(); ++k) {
+        if ((any_type && stack[k] != first) || (!any_type && stack[k] != wants_bool)) {
+          return invalid(where + ": operands of " + std::string(fb::EnumNameExprOp(op)) + " have the wrong type");
+        }
+      }
+      stack.resize(stack.size() - arity);
+      const bool yields_bool = wants_bool || any_type || op == fb::ExprOp::Lt || op == fb::ExprOp::Le ||
+                               op == fb::ExprOp::Gt || op == fb::ExprOp::Ge;
+      stack.push_back(yields_bool);
+    }
+    depth = std::max(depth, stack.size());
+  }
+  if (stack.size() != 1) return invalid(where + ": leaves " + std::to_string(stack.size()) + " values, not 1");
+  info_[id].is_bool = stack[0];
+  info_[id].stack_depth = static_cast<std::uint16_t>(depth);
+  expr_symbols_[id].assign(symbols.begin(), symbols.end());
+  return Status::Ok();
+}
+
+Status Verifier::check_expr(std::uint32_t id, bool want_bool, const std::string& where) const {
+  if (id >= n_exprs_) return invalid(where + ": expression id " + std::to_string(id) + " out of range");
+  if (info_[id].is_bool != want_bool) {
+    return invalid(where + ": expression " + std::to_string(id) + " must be " + (want_bool ? "boolean" : "an integer"));
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_shape(const flatbuffers::Vector<std::uint32_t>* shape, const std::string& where) const {
+  if (count(shape) > static_cast<std::uint32_t>(format::kMaxRank)) {
+    return invalid(where + ": rank " + std::to_string(count(shape)) + " exceeds " + std::to_string(format::kMaxRank));
+  }
+  for (std::uint32_t d = 0; d < count(shape); ++d) {
+    KILN_RETURN_IF_ERROR(check_expr(shape->Get(d), false, where + ", dim " + std::to_string(d)));
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_data_ref(std::uint8_t dtype, const flatbuffers::Vector<std::int64_t>* shape,
+                                std::uint32_t segment, std::uint64_t offset, std::uint64_t nbytes,
+                                const std::string& where) const {
+  if (!dtype_is_valid(dtype)) return invalid(where + ": unknown dtype " + std::to_string(dtype));
+  if (count(shape) > static_cast<std::uint32_t>(format::kMaxRank)) return invalid(where + ": rank exceeds 8");
+  std::uint64_t expected = dtype_size(static_cast<DType>(dtype));
+  for (std::uint32_t d = 0; d < count(shape); ++d) {
+    const std::int64_t dim = shape->Get(d);
+    if (dim < 0) return invalid(where + ": negative dim " + std::to_string(dim));
+    if (__builtin_mul_overflow(expected, static_cast<std::uint64_t>(dim), &expected)) {
+      return invalid(where + ": size overflows");
+    }
+  }
+  if (expected != nbytes) {
+    return invalid(where + ": nbytes " + std::to_string(nbytes) + " != " + std::to_string(expected) +
+                   " implied by dtype and shape");
+  }
+  if (segment >= segments_.size()) return invalid(where + ": segment " + std::to_string(segment) + " does not exist");
+  if (offset % format::kConstantAlignment != 0) return invalid(where + ": offset " + std::to_string(offset) + " is not 64-aligned");
+  const std::uint64_t seg_size = segments_[segment].size;
+  if (offset > seg_size || nbytes > seg_size - offset) {
+    return invalid(where + ": [" + std::to_string(offset) + ", +" + std::to_string(nbytes) +
+                   ") lies outside segment " + std::to_string(segment) + " (" + std::to_string(seg_size) + " bytes)");
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_constants() {
+  for (std::uint32_t i = 0; i < count(p_.constants()); ++i) {
+    const auto* c = p_.constants()->Get(i);
+    KILN_RETURN_IF_ERROR(check_data_ref(static_cast<std::uint8_t>(c->dtype()), c->shape(), c->segment(),
+                                        c->offset(), c->nbytes(), "constant " + std::to_string(i)));
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_signature() {
+  const auto* sig = p_.signature();
+  if (sig == nullptr) return invalid("program has no signature");
+  std::unordered_set<std::string> names;
+  for (std::uint32_t i = 0; i < count(sig->inputs()); ++i) {
+    const auto* in = sig->inputs()->Get(i);
+    const std::string where = "signature input " + std::to_string(i);
+    if (in->name() == nullptr || in->name()->size() == 0) return invalid(where + ": missing name");
+    if (!names.insert(in->name()->str()).second) return invalid(where + ": duplicate name '" + in->name()->str() + "'");
+    if (in->kind() == fb::InputKind::Tensor) {
+      if (!dtype_is_valid(static_cast<std::uint8_t>(in->dtype()))) return invalid(where + ": unknown dtype");
+      KILN_RETURN_IF_ERROR(check_shape(in->shape(), where));
+    } else if (in->kind() == fb::InputKind::Int) {
+      if (static_cast<int>(in->dynamism()) > static_cast<int>(fb::Dynamism::MAX)) return invalid(where + ": unknown dynamism");
+      if (in->dynamism() != fb::Dynamism::Static) KILN_RETURN_IF_ERROR(check_expr(in->expr(), false, where));
+    } else {
+      return invalid(where + ": unknown input kind");
+    }
+  }
+  for (std::uint32_t i = 0; i < count(sig->outputs()); ++i) {
+    const auto* out = sig->outputs()->Get(i);
+    const std::string where = "signature output " + std::to_string(i);
+    if (out->kind() == fb::InputKind::Tensor) {
+      if (!dtype_is_valid(static_cast<std::uint8_t>(out->dtype()))) return invalid(where + ": unknown dtype");
+      KILN_RETURN_IF_ERROR(check_shape(out->shape(), where));
+    } else if (out->kind() == fb::InputKind::Int) {
+      KILN_RETURN_IF_ERROR(check_expr(out->expr(), false, where));
+    } else {
+      return invalid(where + ": unknown output kind");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_symbols_bound(std::uint32_t expr, std::uint32_t at, const std::string& where) const {
+  for (const std::uint32_t s : expr_symbols_[expr]) {
+    if (bound_at_[s] == kNotBound || bound_at_[s] > at) {
+      return invalid(where + ": uses symbol " + p_.symbols()->Get(s)->name()->str() + " before it is bound");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_value_bound(const fb::Value& v, std::uint32_t at, const std::string& where) const {
+  for (std::uint32_t d = 0; d < count(v.shape()); ++d) KILN_RETURN_IF_ERROR(check_symbols_bound(v.shape()->Get(d), at, where));
+  if (v.kind() == fb::ValueKind::SymInt || v.kind() == fb::ValueKind::SymBool) {
+    KILN_RETURN_IF_ERROR(check_symbols_bound(v.expr(), at, where));
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_graph_values(const fb::Graph& graph, const std::string& where) {
+  for (std::uint32_t i = 0; i < count(graph.values()); ++i) {
+    const auto* v = graph.values()->Get(i);
+    const std::string vw = where + ", value " + std::to_string(i);
+    switch (v->kind()) {
+      case fb::ValueKind::Tensor:
+        if (!dtype_is_valid(static_cast<std::uint8_t>(v->dtype()))) return invalid(vw + ": unknown dtype");
+        KILN_RETURN_IF_ERROR(check_shape(v->shape(), vw));
+        break;
+      case fb::ValueKind::SymInt:
+      case fb::ValueKind::SymBool:
+        KILN_RETURN_IF_ERROR(check_expr(v->expr(), v->kind() == fb::ValueKind::SymBool, vw));
+        break;
+      case fb::ValueKind::Constant: {
+        if (v->constant() >= count(p_.constants())) return invalid(vw + ": constant " + std::to_string(v->constant()) + " does not exist");
+        const auto* c = p_.constants()->Get(v->constant());
+        if (c->dtype() != v->dtype()) return invalid(vw + ": dtype differs from its constant's");
+        KILN_RETURN_IF_ERROR(check_shape(v->shape(), vw));
+        if (count(v->shape()) != count(c->shape())) return invalid(vw + ": rank differs from its constant's");
+        for (std::uint32_t d = 0; d < count(v->shape()); ++d) {
+          const auto* ref = p_.exprs()->Get(v->shape()->Get(d));
+          const auto* tok = p_.expr_tokens()->Get(ref->start());
+          if (ref->length() != 1 || tok->op() != fb::ExprOp::Const || tok->value() != c->shape()->Get(d)) {
+            return invalid(vw + ", dim " + std::to_string(d) + ": not the constant's size " + std::to_string(c->shape()->Get(d)));
+          }
+        }
+        break;
+      }
+      case fb::ValueKind::None: break;
+      default: return invalid(vw + ": unknown value kind");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_bindings(const fb::Graph& graph, const std::string& where) {
+  for (std::uint32_t i = 0; i < count(graph.bindings()); ++i) {
+    const auto* b = graph.bindings()->Get(i);
+    const std::string bw = where + ", unbacked binding " + std::to_string(i);
+    if (b->symbol() >= n_symbols_) return invalid(bw + ": unknown symbol " + std::to_string(b->symbol()));
+    if (p_.symbols()->Get(b->symbol())->kind() != fb::SymbolKind::Unbacked) return invalid(bw + ": binds a backed symbol");
+    if (bound_at_[b->symbol()] != kNotBound) return invalid(bw + ": symbol " + p_.symbols()->Get(b->symbol())->name()->str() + " is bound twice");
+    if (b->node() >= count(graph.nodes())) return invalid(bw + ": node " + std::to_string(b->node()) + " does not exist");
+    const auto* node = graph.nodes()->Get(b->node());
+    if (b->output() >= count(node->outputs())) return invalid(bw + ": node has no output " + std::to_string(b->output()));
+    const std::uint32_t vid = node->outputs()->Get(b->output());
+    if (vid >= count(graph.values())) return invalid(bw + ": bad output value");
+    const auto* v = graph.values()->Get(vid);
+    if (b->kind() == fb::BindingKind::Size) {
+      if (v->kind() != fb::ValueKind::Tensor || b->dim() >= count(v->shape())) return invalid(bw + ": size path does not name a tensor dim");
+      if (b->divisor() < 1) return invalid(bw + ": divisor " + std::to_string(b->divisor()) + " < 1");
+    } else if (b->kind() == fb::BindingKind::Scalar) {
+      if (!(v->kind() == fb::ValueKind::SymInt || (v->kind() == fb::ValueKind::Tensor && count(v->shape()) == 0))) {
+        return invalid(bw + ": scalar path needs a SymInt or 0-d tensor output");
+      }
+    } else {
+      return invalid(bw + ": unknown binding kind");
+    }
+    bound_at_[b->symbol()] = b->node() + 1;
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_node(const fb::Graph& graph, std::uint32_t n, const std::string& where) {
+  const auto* node = graph.nodes()->Get(n);
+  const std::string nw = where + ", node " + std::to_string(n);
+  const std::uint32_t n_values = count(graph.values());
+  if (node->op() >= count(p_.op_names())) return invalid(nw + ": op " + std::to_string(node->op()) + " not in op_names");
+  const std::string ow = nw + " (" + p_.op_names()->Get(node->op())->str() + ")";
+  for (std::uint32_t k = 0; k < count(node->inputs()); ++k) {
+    const std::uint32_t v = node->inputs()->Get(k);
+    const std::string iw = ow + ", input " + std::to_string(k);
+    if (v >= n_values) return invalid(iw + ": value " + std::to_string(v) + " does not exist");
+    if (producer_[v] > n) return invalid(iw + ": value " + std::to_string(v) + " is defined later (graph not topologically ordered)");
+    KILN_RETURN_IF_ERROR(check_value_bound(*graph.values()->Get(v), n, iw));
+  }
+  for (std::uint32_t k = 0; k < count(node->outputs()); ++k) {
+    KILN_RETURN_IF_ERROR(check_value_bound(*graph.values()->Get(node->outputs()->Get(k)), n + 1,
+                                           ow + ", output " + std::to_string(k)));
+  }
+  for (std::uint32_t k = 0; k < count(node->attrs()); ++k) {
+    const auto* a = node->attrs()->Get(k);
+    const std::string aw = ow + ", attribute " + std::to_string(k);
+    if (static_cast<int>(a->kind()) > static_cast<int>(fb::AttrKind::MAX)) return invalid(aw + ": unknown kind");
+    if (a->kind() == fb::AttrKind::Expr || a->kind() == fb::AttrKind::Exprs) {
+      if (a->kind() == fb::AttrKind::Expr && count(a->exprs()) != 1) return invalid(aw + ": needs exactly one expression");
+      for (std::uint32_t e = 0; e < count(a->exprs()); ++e) {
+        const std::uint32_t id = a->exprs()->Get(e);
+        if (id >= n_exprs_) return invalid(aw + ": expression id out of range");
+        KILN_RETURN_IF_ERROR(check_symbols_bound(id, n, aw));
+      }
+    } else if (a->kind() == fb::AttrKind::DType && !dtype_is_valid(static_cast<std::uint64_t>(a->i()) < 256 ? static_cast<std::uint8_t>(a->i()) : 255)) {
+      return invalid(aw + ": unknown dtype " + std::to_string(a->i()));
+    } else if (a->kind() == fb::AttrKind::Graph && (a->i() < 0 || static_cast<std::uint64_t>(a->i()) >= n_graphs_)) {
+      return invalid(aw + ": graph " + std::to_string(a->i()) + " does not exist");
+    }
+  }
+  for (std::uint32_t k = 0; k < count(node->subgraphs()); ++k) {
+    const std::uint32_t g = node->subgraphs()->Get(k);
+    if (g >= n_graphs_ || g == p_.entry_graph()) return invalid(ow + ": subgraph " + std::to_string(g) + " is not a callable graph");
+  }
+  if (n_debug_ > 0 && node->debug() > n_debug_) return invalid(ow + ": debug entry " + std::to_string(node->debug()) + " does not exist");
+  return Status::Ok();
+}
+
+Status Verifier::check_asserts(const fb::Graph& graph, const std::string& where) {
+  for (std::uint32_t i = 0; i < count(graph.asserts()); ++i) {
+    const auto* a = graph.asserts()->Get(i);
+    const std::string aw = where + ", runtime assert " + std::to_string(i);
+    KILN_RETURN_IF_ERROR(check_expr(a->expr(), true, aw));
+    if (a->after_node() < -1 || a->after_node() >= static_cast<std::int64_t>(count(graph.nodes()))) {
+      return invalid(aw + ": after_node " + std::to_string(a->after_node()) + " out of range");
+    }
+    KILN_RETURN_IF_ERROR(check_symbols_bound(a->expr(), static_cast<std::uint32_t>(a->after_node() + 1), aw));
+    if (n_debug_ > 0 && a->debug() > n_debug_) return invalid(aw + ": debug entry does not exist");
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_graph(std::uint32_t g) {
+  const auto* graph = p_.graphs()->Get(g);
+  const std::string where = graph_where(g);
+  const std::uint32_t n_values = count(graph->values());
+  const std::uint32_t n_nodes = count(graph->nodes());
+  KILN_RETURN_IF_ERROR(check_graph_values(*graph, where));
+  producer_.assign(n_values, 0);
+  bound_at_.assign(n_symbols_, kNotBound);
+  for (std::uint32_t s = 0; s < n_symbols_; ++s) {
+    if (p_.symbols()->Get(s)->kind() == fb::SymbolKind::Backed) bound_at_[s] = kBoundAtStart;
+  }
+  std::vector<bool> is_input(n_values, false);
+  for (std::uint32_t k = 0; k < count(graph->inputs()); ++k) {
+    const std::uint32_t v = graph->inputs()->Get(k);
+    if (v >= n_values) return invalid(where + ", input " + std::to_string(k) + ": value " + std::to_string(v) + " does not exist");
+    if (is_input[v]) return invalid(where + ", input " + std::to_string(k) + ": value listed twice");
+    const auto kind = graph->values()->Get(v)->kind();
+    if (kind == fb::ValueKind::Constant || kind == fb::ValueKind::None) return invalid(where + ", input " + std::to_string(k) + ": must be a tensor or symbolic value");
+    is_input[v] = true;
+    // A subgraph's inputs bind the (lifted) symbols their shapes mention.
+    const auto* val = graph->values()->Get(v);
+    for (std::uint32_t d = 0; d < count(val->shape()); ++d) {
+      for (const std::uint32_t s : expr_symbols_[val->shape()->Get(d)]) bound_at_[s] = kBoundAtStart;
+    }
+    if (kind == fb::ValueKind::SymInt) for (const std::uint32_t s : expr_symbols_[val->expr()]) bound_at_[s] = kBoundAtStart;
+  }
+  for (std::uint32_t n = 0; n < n_nodes; ++n) {
+    const auto* node = graph->nodes()->Get(n);
+    for (std::uint32_t k = 0; k < count(node->outputs()); ++k) {
+      const std::uint32_t v = node->outputs()->Get(k);
+      const std::string ow = where + ", node " + std::to_string(n) + ", output " + std::to_string(k);
+      if (v >= n_values) return invalid(ow + ": value " + std::to_string(v) + " does not exist");
+      if (producer_[v] != 0 || is_input[v]) return invalid(ow + ": value " + std::to_string(v) + " is defined twice");
+      const auto kind = graph->values()->Get(v)->kind();
+      if (kind == fb::ValueKind::Constant || kind == fb::ValueKind::None) return invalid(ow + ": a node cannot define a constant or None value");
+      producer_[v] = n + 1;
+    }
+  }
+  KILN_RETURN_IF_ERROR(check_bindings(*graph, where));
+  for (std::uint32_t n = 0; n < n_nodes; ++n) {
+    KILN_RETURN_IF_ERROR(check_node(*graph, n, where));
+  }
+  // A tensor value that is neither an input nor produced by a node has no definition.
+  for (std::uint32_t v = 0; v < n_values; ++v) {
+    if (graph->values()->Get(v)->kind() == fb::ValueKind::Tensor && producer_[v] == 0 && !is_input[v]) {
+      return invalid(where + ", value " + std::to_string(v) + ": tensor is never defined");
+    }
+  }
+  KILN_RETURN_IF_ERROR(check_asserts(*graph, where));
+  for (std::uint32_t k = 0; k < count(graph->outputs()); ++k) {
+    const std::uint32_t v = graph->outputs()->Get(k);
+    const std::string ow = where + ", output " + std::to_string(k);
+    if (v >= n_values) return invalid(ow + ": value " + std::to_string(v) + " does not exist");
+    if (graph->values()->Get(v)->kind() == fb::ValueKind::None) return invalid(ow + ": cannot return None");
+    KILN_RETURN_IF_ERROR(check_value_bound(*graph->values()->Get(v), n_nodes + 1, ow));
+  }
+  return Status::Ok();
+}
+
+// Subgraph calls must form a DAG (no recursion). Iterative DFS: depth is attacker-chosen.
+Status Verifier::check_call_graph() {
+  enum : std::uint8_t { kWhite, kGrey, kBlack };
+  std::vector<std::uint8_t> color(n_graphs_, kWhite);
+  struct Frame {
+    std::uint32_t graph, node, sub;
+  };
+  for (std::uint32_t root = 0; root < n_graphs_; ++root) {
+    if (color[root] != kWhite) continue;
+    std::vector<Frame> stack{{root, 0, 0}};
+    color[root] = kGrey;
+    while (!stack.empty()) {
+      Frame& f = stack.back();
+      const auto* nodes = p_.graphs()->Get(f.graph)->nodes();
+      if (f.node >= count(nodes)) {
+        color[f.graph] = kBlack;
+        stack.pop_back();
+        continue;
+      }
+      const auto* subs = nodes->Get(f.node)->subgraphs();
+      if (f.sub >= count(subs)) {
+        ++f.node;
+        f.sub = 0;
+        continue;
+      }
+      const std::uint32_t callee = subs->Get(f.sub++);
+      if (color[callee] == kGrey) return invalid(graph_where(callee) + ": calls itself recursively");
+      if (color[callee] == kWhite) {
+        color[callee] = kGrey;
+        stack.push_back({callee, 0, 0});
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_entry_signature(std::uint32_t g, const std::string& where) const {
+  const auto* graph = p_.graphs()->Get(g);
+  const auto* sig = p_.signature();
+  if (count(graph->inputs()) != count(sig->inputs()) || count(graph->outputs()) != count(sig->outputs())) {
+    return invalid(where + ": inputs/outputs do not match the signature (" + std::to_string(count(graph->inputs())) +
+                   "/" + std::to_string(count(graph->outputs())) + " vs " + std::to_string(count(sig->inputs())) + "/" +
+                   std::to_string(count(sig->outputs())) + ")");
+  }
+  for (std::uint32_t k = 0; k < count(sig->inputs()); ++k) {
+    const auto* spec = sig->inputs()->Get(k);
+    const auto* v = graph->values()->Get(graph->inputs()->Get(k));
+    const bool ok = spec->kind() == fb::InputKind::Tensor
+                        ? v->kind() == fb::ValueKind::Tensor && v->dtype() == spec->dtype() && count(v->shape()) == count(spec->shape())
+                        : v->kind() == fb::ValueKind::SymInt;
+    if (!ok) return invalid(where + ", input " + std::to_string(k) + ": kind, dtype or rank differs from signature input '" + spec->name()->str() + "'");
+  }
+  for (std::uint32_t k = 0; k < count(sig->outputs()); ++k) {
+    const auto* spec = sig->outputs()->Get(k);
+    const auto* v = graph->values()->Get(graph->outputs()->Get(k));
+    const bool tensor = v->kind() == fb::ValueKind::Tensor || v->kind() == fb::ValueKind::Constant;
+    const bool ok = spec->kind() == fb::InputKind::Tensor
+                        ? tensor && v->dtype() == spec->dtype() && count(v->shape()) == count(spec->shape())
+                        : v->kind() == fb::ValueKind::SymInt;
+    if (!ok) return invalid(where + ", output " + std::to_string(k) + ": kind, dtype or rank differs from the signature");
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_specializations() {
+  for (std::uint32_t i = 0; i < count(p_.specializations()); ++i) {
+    const auto* s = p_.specializations()->Get(i);
+    const std::string where = "specialization " + std::to_string(i);
+    KILN_RETURN_IF_ERROR(check_expr(s->predicate(), true, where));
+    for (const std::uint32_t sym : expr_symbols_[s->predicate()]) {
+      if (p_.symbols()->Get(sym)->kind() != fb::SymbolKind::Backed) return invalid(where + ": predicate uses an unbacked symbol");
+    }
+    if (s->graph() >= n_graphs_ || s->graph() == p_.entry_graph()) return invalid(where + ": graph " + std::to_string(s->graph()) + " is not a specialized graph");
+    KILN_RETURN_IF_ERROR(check_entry_signature(s->graph(), where + " " + graph_where(s->graph())));
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_self_tests() {
+  const auto* sig = p_.signature();
+  for (std::uint32_t i = 0; i < count(p_.self_tests()); ++i) {
+    const auto* t = p_.self_tests()->Get(i);
+    const std::string where = "self-test " + std::to_string(i);
+    if (count(t->inputs()) != count(sig->inputs()) || count(t->outputs()) != count(sig->outputs())) {
+      return invalid(where + ": input/output count differs from the signature");
+    }
+    for (int side = 0; side < 2; ++side) {
+      const auto* list = side == 0 ? t->inputs() : t->outputs();
+      for (std::uint32_t k = 0; k < count(list); ++k) {
+        const auto* tt = list->Get(k);
+        const std::string tw = where + (side == 0 ? ", input " : ", output ") + std::to_string(k);
+        if (tt->kind() == fb::InputKind::Tensor) {
+          KILN_RETURN_IF_ERROR(check_data_ref(static_cast<std::uint8_t>(tt->dtype()), tt->shape(), tt->segment(),
+                                              tt->offset(), tt->nbytes(), tw));
+        } else if (tt->kind() != fb::InputKind::Int) {
+          return invalid(tw + ": unknown kind");
+        }
+        if (!(tt->rtol() >= 0.0) || !(tt->atol() >= 0.0)) return invalid(tw + ": tolerance must be >= 0");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_debug() {
+  const auto* d = p_.debug();
+  if (d == nullptr) return Status::Ok();
+  const std::uint32_t n_strings = count(d->strings());
+  for (std::uint32_t i = 0; i < n_debug_; ++i) {
+    const auto* e = d->entries()->Get(i);
+    if (e->file() >= n_strings || e->module_path() >= n_strings || e->user_op() >= n_strings) {
+      return invalid("debug entry " + std::to_string(i) + ": string index out of range");
+    }
+  }
+  for (std::uint32_t i = 0; i < n_strings; ++i) {
+    if (d->strings()->Get(i) == nullptr) return invalid("debug string " + std::to_string(i) + " is missing");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status verify_program(const fb::Program& program, const std::vector<format::SegmentEntry>& segments,
+                      std::vector<ExprInfo>& expr_info) {
+  Verifier v(program, segments, expr_info);
+  return v.run();
+}
+
+}  // namespace kiln

@@ -1,0 +1,343 @@
+// kiln inspect BUNDLE [--graph] [--json]
+#include <cinttypes>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.h"
+#include "kiln/format/dtype.h"
+#include "kiln/format/kiln_generated.h"
+#include "kiln/format/ops.h"
+#include "kiln/runtime/bundle.h"
+#include "kiln/runtime/expr.h"
+
+namespace kiln::cli {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+template <typename V>
+std::uint32_t count(const V* v) { return v == nullptr ? 0 : v->size(); }
+
+std::string str(const flatbuffers::String* s) { return s == nullptr ? std::string() : s->str(); }
+
+std::string bound_text(std::int64_t v) {
+  if (v == INT64_MIN) return "-inf";
+  if (v == INT64_MAX) return "inf";
+  return std::to_string(v);
+}
+
+std::string hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016" PRIx64, v);
+  return buf;
+}
+
+std::string dtype_text(fb::DType d) { return std::string(dtype_name(static_cast<DType>(d))); }
+
+std::string shape_text(const fb::Program& p, fb::DType dtype, const flatbuffers::Vector<std::uint32_t>* shape) {
+  std::vector<std::uint32_t> dims;
+  for (std::uint32_t i = 0; i < count(shape); ++i) dims.push_back(shape->Get(i));
+  return shape_to_string(p, dtype_name(static_cast<DType>(dtype)), dims);
+}
+
+// "model.cpp:41 (fc)" for a 1-based debug id, "" when absent or stripped.
+std::string location(const fb::Program& p, std::uint32_t debug) {
+  const auto* d = p.debug();
+  if (d == nullptr || debug == 0 || debug > count(d->entries())) return "";
+  const auto* e = d->entries()->Get(debug - 1);
+  std::string out = d->strings()->Get(e->file())->str() + ":" + std::to_string(e->line());
+  const std::string module = d->strings()->Get(e->module_path())->str();
+  if (!module.empty()) out += " (" + module + ")";
+  return out;
+}
+
+std::string value_text(const fb::Program& p, const fb::Graph& g, std::uint32_t id) {
+  const auto* v = g.values()->Get(id);
+  switch (v->kind()) {
+    case fb::ValueKind::Tensor:
+    case fb::ValueKind::Constant: return shape_text(p, v->dtype(), v->shape());
+    case fb::ValueKind::SymInt:
+    case fb::ValueKind::SymBool: return "Sym(" + expr_to_string(p, v->expr()) + ")";
+    default: return "None";
+  }
+}
+
+std::string value_name(const fb::Graph& g, std::uint32_t id) {
+  const auto* v = g.values()->Get(id);
+  if (v->kind() == fb::ValueKind::None) return "None";
+  const std::string n = str(v->name());
+  return n.empty() ? "%" + std::to_string(id) : n;
+}
+
+json input_json(const fb::Program& p, const fb::InputSpec& in) {
+  json j{{"name", str(in.name())}};
+  if (in.kind() == fb::InputKind::Tensor) {
+    j["kind"] = "tensor";
+    j["dtype"] = dtype_text(in.dtype());
+    json dims = json::array();
+    for (std::uint32_t d = 0; d < count(in.shape()); ++d) dims.push_back(expr_to_string(p, in.shape()->Get(d)));
+    j["shape"] = dims;
+  } else {
+    j["kind"] = "int";
+    j["dynamism"] = fb::EnumNameDynamism(in.dynamism());
+    if (in.dynamism() == fb::Dynamism::Static) j["value"] = in.static_value();
+    else j["expr"] = expr_to_string(p, in.expr());
+  }
+  return j;
+}
+
+json output_json(const fb::Program& p, const fb::OutputSpec& out) {
+  json j{{"name", str(out.name())}};
+  if (out.kind() == fb::InputKind::Tensor) {
+    j["kind"] = "tensor";
+    j["dtype"] = dtype_text(out.dtype());
+    json dims = json::array();
+    for (std::uint32_t d = 0; d < count(out.shape()); ++d) dims.push_back(expr_to_string(p, out.shape()->Get(d)));
+    j["shape"] = dims;
+  } else {
+    j["kind"] = "int";
+    j["expr"] = expr_to_string(p, out.expr());
+  }
+  return j;
+}
+
+json node_json(const fb::Program& p, const fb::Graph& g, std::uint32_t n) {
+  const auto* node = g.nodes()->Get(n);
+  json j{{"op", str(p.op_names()->Get(node->op()))}};
+  json ins = json::array(), outs = json::array();
+  for (std::uint32_t k = 0; k < count(node->inputs()); ++k) ins.push_back(value_name(g, node->inputs()->Get(k)));
+  for (std::uint32_t k = 0; k < count(node->outputs()); ++k) {
+    const std::uint32_t v = node->outputs()->Get(k);
+    outs.push_back({{"name", value_name(g, v)}, {"type", value_text(p, g, v)}});
+  }
+  j["inputs"] = ins;
+  j["outputs"] = outs;
+  if (count(node->subgraphs())) j["subgraphs"] = std::vector<std::uint32_t>(node->subgraphs()->begin(), node->subgraphs()->end());
+  const std::string loc = location(p, node->debug());
+  if (!loc.empty()) j["source"] = loc;
+  return j;
+}
+
+json graph_json(const fb::Program& p, std::uint32_t gi, bool with_nodes) {
+  const auto* g = p.graphs()->Get(gi);
+  json j{{"index", gi}, {"name", str(g->name())}, {"nodes", count(g->nodes())}, {"values", count(g->values())}};
+  json asserts = json::array();
+  for (std::uint32_t a = 0; a < count(g->asserts()); ++a) {
+    const auto* ra = g->asserts()->Get(a);
+    json aj{{"expr", expr_to_string(p, ra->expr())}, {"message", str(ra->message())}, {"after_node", ra->after_node()}};
+    const std::string loc = location(p, ra->debug());
+    if (!loc.empty()) aj["source"] = loc;
+    asserts.push_back(aj);
+  }
+  j["runtime_asserts"] = asserts;
+  json bindings = json::array();
+  for (std::uint32_t b = 0; b < count(g->bindings()); ++b) {
+    const auto* ub = g->bindings()->Get(b);
+    json bj{{"symbol", str(p.symbols()->Get(ub->symbol())->name())}, {"node", ub->node()}, {"output", ub->output()},
+            {"kind", fb::EnumNameBindingKind(ub->kind())}};
+    if (ub->kind() == fb::BindingKind::Size) {
+      bj["dim"] = ub->dim();
+      bj["divisor"] = ub->divisor();
+    }
+    bindings.push_back(bj);
+  }
+  j["unbacked_bindings"] = bindings;
+  if (with_nodes) {
+    json nodes = json::array();
+    for (std::uint32_t n = 0; n < count(g->nodes()); ++n) nodes.push_back(node_json(p, *g, n));
+    j["graph"] = nodes;
+  }
+  return j;
+}
+
+json bundle_json(const Bundle& b, const std::string& path, bool with_graph) {
+  const fb::Program& p = b.program();
+  const auto& h = b.header();
+  json j{{"path", path}, {"file_size", b.file_size()},
+         {"format", std::to_string(h.format_major) + "." + std::to_string(h.format_minor)},
+         {"producer", h.producer}, {"program", str(p.name())}, {"program_producer", str(p.producer())}};
+  json symbols = json::array();
+  for (std::uint32_t s = 0; s < count(p.symbols()); ++s) {
+    const auto* sym = p.symbols()->Get(s);
+    json sj{{"name", str(sym->name())}, {"kind", sym->kind() == fb::SymbolKind::Backed ? "backed" : "unbacked"},
+            {"min", bound_text(sym->min())}, {"max", bound_text(sym->max())}};
+    if (sym->has_hint()) sj["hint"] = sym->hint();
+    if (!str(sym->user_name()).empty()) sj["user_name"] = str(sym->user_name());
+    symbols.push_back(sj);
+  }
+  j["symbols"] = symbols;
+  json inputs = json::array(), outputs = json::array();
+  for (std::uint32_t i = 0; i < count(p.signature()->inputs()); ++i) inputs.push_back(input_json(p, *p.signature()->inputs()->Get(i)));
+  for (std::uint32_t i = 0; i < count(p.signature()->outputs()); ++i) outputs.push_back(output_json(p, *p.signature()->outputs()->Get(i)));
+  j["inputs"] = inputs;
+  j["outputs"] = outputs;
+  j["entry_graph"] = p.entry_graph();
+  json specs = json::array();
+  for (std::uint32_t s = 0; s < count(p.specializations()); ++s) {
+    const auto* sp = p.specializations()->Get(s);
+    specs.push_back({{"label", str(sp->label())}, {"predicate", expr_to_string(p, sp->predicate())}, {"graph", sp->graph()}});
+  }
+  j["specializations"] = specs;
+  json graphs = json::array();
+  for (std::uint32_t g = 0; g < count(p.graphs()); ++g) graphs.push_back(graph_json(p, g, with_graph));
+  j["graphs"] = graphs;
+  json ops = json::array();
+  for (std::uint32_t o = 0; o < count(p.op_names()); ++o) {
+    const std::string name = str(p.op_names()->Get(o));
+    ops.push_back({{"name", name}, {"known", op_from_name(name).has_value()}});
+  }
+  j["ops"] = ops;
+  json constants = json::array();
+  std::uint64_t constant_bytes = 0;
+  for (std::uint32_t c = 0; c < count(p.constants()); ++c) {
+    const auto* k = p.constants()->Get(c);
+    constant_bytes += k->nbytes();
+    constants.push_back({{"name", str(k->name())}, {"dtype", dtype_text(k->dtype())},
+                         {"shape", std::vector<std::int64_t>(k->shape()->begin(), k->shape()->end())},
+                         {"segment", k->segment()}, {"offset", k->offset()}, {"nbytes", k->nbytes()}});
+  }
+  j["constants"] = constants;
+  j["constant_bytes"] = constant_bytes;
+  json segments = json::array();
+  for (std::size_t s = 0; s < b.segment_count(); ++s) {
+    const auto& e = b.segment_entry(s);
+    segments.push_back({{"index", s}, {"compression", e.compression == format::Compression::kZstd ? "zstd" : "none"},
+                        {"offset", e.offset}, {"stored_size", e.stored_size}, {"size", e.size}, {"checksum", hex(e.checksum)}});
+  }
+  j["segments"] = segments;
+  json tests = json::array();
+  for (std::uint32_t t = 0; t < count(p.self_tests()); ++t) tests.push_back(str(p.self_tests()->Get(t)->name()));
+  j["self_tests"] = tests;
+  j["debug_info"] = p.debug() != nullptr;
+  json meta = json::object();
+  for (std::uint32_t m = 0; m < count(p.metadata()); ++m) meta[str(p.metadata()->Get(m)->key())] = str(p.metadata()->Get(m)->value());
+  j["metadata"] = meta;
+  return j;
+}
+
+void print_graph(std::ostream& os, const fb::Program& p, std::uint32_t gi) {
+  const auto* g = p.graphs()->Get(gi);
+  os << "graph " << gi << " " << str(g->name()) << "(";
+  for (std::uint32_t k = 0; k < count(g->inputs()); ++k) {
+    const std::uint32_t v = g->inputs()->Get(k);
+    os << (k ? ", " : "") << value_name(*g, v) << ": \"" << value_text(p, *g, v) << "\"";
+  }
+  os << "):\n";
+  auto print_asserts = [&](std::int64_t after) {
+    for (std::uint32_t a = 0; a < count(g->asserts()); ++a) {
+      const auto* ra = g->asserts()->Get(a);
+      if (ra->after_node() != after) continue;
+      const std::string loc = location(p, ra->debug());
+      os << "    assert " << expr_to_string(p, ra->expr()) << (loc.empty() ? "" : "  # " + loc) << "\n";
+    }
+  };
+  print_asserts(-1);
+  for (std::uint32_t n = 0; n < count(g->nodes()); ++n) {
+    const auto* node = g->nodes()->Get(n);
+    std::ostringstream line;
+    line << "    ";
+    for (std::uint32_t k = 0; k < count(node->outputs()); ++k) {
+      const std::uint32_t v = node->outputs()->Get(k);
+      line << (k ? ", " : "") << value_name(*g, v) << ": \"" << value_text(p, *g, v) << "\"";
+    }
+    line << " = " << str(p.op_names()->Get(node->op())) << "(";
+    for (std::uint32_t k = 0; k < count(node->inputs()); ++k) line << (k ? ", " : "") << value_name(*g, node->inputs()->Get(k));
+    for (std::uint32_t k = 0; k < count(node->subgraphs()); ++k) line << ", graph " << node->subgraphs()->Get(k);
+    line << ")";
+    const std::string loc = location(p, node->debug());
+    if (!loc.empty()) line << "  # " << loc;
+    os << line.str() << "\n";
+    print_asserts(n);
+  }
+  os << "    return (";
+  for (std::uint32_t k = 0; k < count(g->outputs()); ++k) os << (k ? ", " : "") << value_name(*g, g->outputs()->Get(k));
+  os << ")\n";
+}
+
+void print_human(std::ostream& os, const Bundle& b, const json& j, bool with_graph) {
+  os << "bundle     " << j["path"].get<std::string>() << " (" << j["file_size"] << " bytes)\n"
+     << "format     " << j["format"].get<std::string>() << ", written by " << j["producer"].get<std::string>() << "\n"
+     << "program    " << j["program"].get<std::string>() << " (" << j["program_producer"].get<std::string>() << ")\n";
+  os << "symbols\n";
+  for (const auto& s : j["symbols"]) {
+    os << "  " << s["name"].get<std::string>() << "  " << s["kind"].get<std::string>() << "  [" << s["min"].get<std::string>()
+       << ", " << s["max"].get<std::string>() << "]";
+    if (s.contains("hint")) os << "  hint " << s["hint"];
+    if (s.contains("user_name")) os << "  (" << s["user_name"].get<std::string>() << ")";
+    os << "\n";
+  }
+  const fb::Program& p = b.program();
+  os << "inputs\n";
+  for (std::uint32_t i = 0; i < count(p.signature()->inputs()); ++i) {
+    const auto* in = p.signature()->inputs()->Get(i);
+    os << "  " << str(in->name()) << ": ";
+    if (in->kind() == fb::InputKind::Tensor) os << shape_text(p, in->dtype(), in->shape()) << "\n";
+    else if (in->dynamism() == fb::Dynamism::Static) os << "int (static) = " << in->static_value() << "\n";
+    else os << "int (" << (in->dynamism() == fb::Dynamism::Auto ? "auto" : "dynamic") << ") Sym(" << expr_to_string(p, in->expr()) << ")\n";
+  }
+  os << "outputs\n";
+  for (std::uint32_t i = 0; i < count(p.signature()->outputs()); ++i) {
+    const auto* out = p.signature()->outputs()->Get(i);
+    os << "  " << i << " " << str(out->name()) << ": "
+       << (out->kind() == fb::InputKind::Tensor ? shape_text(p, out->dtype(), out->shape()) : "Sym(" + expr_to_string(p, out->expr()) + ")") << "\n";
+  }
+  os << "runtime asserts\n";
+  for (const auto& g : j["graphs"]) {
+    for (const auto& a : g["runtime_asserts"]) {
+      os << "  [" << g["name"].get<std::string>() << "] " << a["expr"].get<std::string>();
+      os << (a["after_node"].get<int>() < 0 ? "  (on inputs)" : "  (after node " + std::to_string(a["after_node"].get<int>()) + ")");
+      if (a.contains("source")) os << "  " << a["source"].get<std::string>();
+      os << "\n";
+    }
+  }
+  os << "specializations\n";
+  if (j["specializations"].empty()) os << "  (none: the generic graph always runs)\n";
+  for (const auto& s : j["specializations"]) {
+    os << "  " << s["label"].get<std::string>() << "  [" << s["predicate"].get<std::string>() << "] -> graph " << s["graph"] << "\n";
+  }
+  os << "graphs     " << j["graphs"].size() << " (entry " << j["entry_graph"] << ")\n";
+  for (const auto& g : j["graphs"]) os << "  " << g["index"] << " " << g["name"].get<std::string>() << ": " << g["nodes"] << " nodes\n";
+  os << "ops       ";
+  for (const auto& o : j["ops"]) os << " " << o["name"].get<std::string>() << (o["known"].get<bool>() ? "" : "(unknown to this build)");
+  os << "\nconstants  " << j["constants"].size() << " (" << j["constant_bytes"] << " bytes)\n";
+  os << "segments\n";
+  for (const auto& s : j["segments"]) {
+    os << "  " << s["index"] << "  " << s["compression"].get<std::string>() << "  offset " << s["offset"] << "  stored "
+       << s["stored_size"] << "  size " << s["size"] << "  xxh3 " << s["checksum"].get<std::string>() << "\n";
+  }
+  os << "self-tests " << j["self_tests"].size() << "\n";
+  os << "debug info " << (j["debug_info"].get<bool>() ? "present" : "stripped") << "\n";
+  for (const auto& [k, v] : j["metadata"].items()) os << "metadata   " << k << " = " << v.get<std::string>() << "\n";
+  if (with_graph) {
+    os << "\n";
+    for (std::uint32_t g = 0; g < count(p.graphs()); ++g) print_graph(os, p, g);
+  }
+}
+
+struct InspectOptions {
+  std::string path;
+  bool graph = false;
+  bool json = false;
+};
+
+}  // namespace
+
+Command add_inspect(CLI::App& app) {
+  auto opts = std::make_shared<InspectOptions>();
+  app.add_option("bundle", opts->path, "The .kiln bundle")->required();
+  app.add_flag("--graph", opts->graph, "Also print every graph, node by node, with source locations");
+  app.add_flag("--json", opts->json, "Print one JSON object on stdout");
+  app.footer("Example:\n  kiln inspect model.kiln --graph");
+  return [opts]() {
+    auto bundle = Bundle::open(opts->path);
+    if (!bundle.ok()) return report_error(bundle.status().with_context(opts->path), opts->json);
+    const json j = bundle_json(**bundle, opts->path, opts->graph);
+    if (opts->json) std::cout << j.dump(2) << "\n";
+    else print_human(std::cout, **bundle, j, opts->graph);
+    return 0;
+  };
+}
+
+}  // namespace kiln::cli

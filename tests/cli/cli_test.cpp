@@ -1,0 +1,111 @@
+// The `kiln` binary as users call it: exit codes (docs/CLI.md) and output.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  int code;
+  std::string out;  // stdout + stderr
+};
+
+Run run(const std::string& args, bool merge_stderr = true) {
+  const std::string cmd = std::string(KILN_BIN) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("kiln_cli_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    ASSERT_EQ(std::system((std::string(KILN_MAKE_SAMPLE) + " " + (dir_ / "s.kiln").string()).c_str()), 0);
+    ASSERT_EQ(std::system((std::string(KILN_MAKE_SAMPLE) + " " + (dir_ / "z.kiln").string() + " --zstd --strip-debug").c_str()), 0);
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static std::string path(const char* name) { return (dir_ / name).string(); }
+  static fs::path dir_;
+};
+fs::path CliTest::dir_;
+
+TEST_F(CliTest, VersionNamesFormatVersions) {
+  const Run r = run("--version");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("kiln 0.1.0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bundle format: reads 1.0-1.0, writes 1.0"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, UnknownFlagIsUsageError) {
+  EXPECT_EQ(run("inspect --no-such-flag x").code, 1);
+  EXPECT_EQ(run("no-such-command").code, 1);
+  EXPECT_EQ(run("inspect").code, 1);
+}
+
+TEST_F(CliTest, InspectShowsEverything) {
+  const Run r = run("inspect " + path("s.kiln") + " --graph");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* needle : {"format     1.0", "s0  backed  [2, 1024]  hint 8  (batch)", "u0  unbacked  [0, inf]",
+                             "x: f32[s0, 32]", "n: int (dynamic) Sym(s1)", "flag: int (static) = 7", "h: f32[2*s0, 32]",
+                             "total: Sym(s0 + s1)", "[main] u0 <= 64*s0  (after node 2)  model.cpp:43",
+                             "batch % 16 == 0  [s0 % 16 == 0] -> graph 3", "zstd", "none",
+                             "lin: \"f32[s0, 64]\" = linear(x, fc.weight, fc.bias)  # model.cpp:41 (fc)",
+                             "idx: \"i64[u0, 2]\" = nonzero(y)", "assert s0 % 2 == 0  # model.cpp:45",
+                             "z: \"f32[s0, 64]\" = cond(pred, y, graph 1, graph 2)", "debug info present"}) {
+    if (std::string(needle) == "zstd" || std::string(needle) == "none") continue;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << "missing: " << needle << "\n" << r.out;
+  }
+}
+
+TEST_F(CliTest, InspectJsonIsOneObject) {
+  const Run r = run("inspect --json " + path("z.kiln"), /*merge_stderr=*/false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["format"], "1.0");
+  EXPECT_EQ(j["inputs"][0]["shape"], nlohmann::json::array({"s0", "32"}));
+  EXPECT_EQ(j["inputs"][1]["dynamism"], "Dynamic");
+  EXPECT_EQ(j["outputs"][2]["expr"], "s0 + s1");
+  EXPECT_EQ(j["specializations"][0]["predicate"], "s0 % 16 == 0");
+  EXPECT_EQ(j["segments"][0]["compression"], "zstd");
+  EXPECT_EQ(j["debug_info"], false);
+  EXPECT_EQ(j["self_tests"][0], "case0");
+}
+
+TEST_F(CliTest, InvalidBundleExitsTwoWithMessage) {
+  std::ofstream(path("bad.kiln")) << "definitely not a bundle, but long enough to have a header ......"
+                                     "..................................................................";
+  Run r = run("inspect " + path("bad.kiln"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("kiln: error: " + path("bad.kiln") + ": not a Kiln bundle (bad magic)"), std::string::npos) << r.out;
+  r = run("inspect " + path("missing.kiln"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("cannot open"), std::string::npos) << r.out;
+  r = run("inspect --json " + path("bad.kiln"), /*merge_stderr=*/false);
+  EXPECT_EQ(r.code, 2);
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["error"]["code"], "invalid_bundle");
+  EXPECT_EQ(j["error"]["exit_code"], 2);
+}
+
+TEST_F(CliTest, TruncatedBundleExitsTwo) {
+  std::ifstream in(path("s.kiln"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  std::ofstream(path("t.kiln"), std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  const Run r = run("inspect " + path("t.kiln"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("truncated"), std::string::npos) << r.out;
+}
+
+}  // namespace

@@ -217,6 +217,41 @@ json bundle_json(const Bundle& b, const std::string& path, bool with_graph) {
   return j;
 }
 
+template <typename V, typename F>
+std::string list_text(const V* v, F item) {
+  std::string out = "[";
+  for (std::uint32_t i = 0; i < count(v); ++i) out += (i ? ", " : "") + item(v->Get(i));
+  return out + "]";
+}
+
+// ", shape=[(s0//2), 64], value=1.5" — attribute names come from the op table (codegen/ops.def).
+std::string attrs_text(const fb::Program& p, const fb::Node& node) {
+  const auto kind = op_from_name(str(p.op_names()->Get(node.op())));
+  std::string out;
+  for (std::uint32_t k = 0; k < count(node.attrs()); ++k) {
+    const auto* a = node.attrs()->Get(k);
+    if (a->kind() == fb::AttrKind::None) continue;
+    std::string name = "attr" + std::to_string(k);
+    if (kind && k < op_info(*kind).attrs.size()) name = std::string(op_info(*kind).attrs[k].name);
+    std::string value;
+    switch (a->kind()) {
+      case fb::AttrKind::Int: value = std::to_string(a->i()); break;
+      case fb::AttrKind::Float: { std::ostringstream f; f << a->f(); value = f.str(); break; }
+      case fb::AttrKind::Bool: value = a->i() ? "True" : "False"; break;
+      case fb::AttrKind::String: value = "\"" + str(a->s()) + "\""; break;
+      case fb::AttrKind::Ints: value = list_text(a->ints(), [](std::int64_t x) { return std::to_string(x); }); break;
+      case fb::AttrKind::Floats: value = list_text(a->floats(), [](double x) { std::ostringstream f; f << x; return f.str(); }); break;
+      case fb::AttrKind::Expr: value = count(a->exprs()) ? expr_to_string(p, a->exprs()->Get(0)) : "?"; break;
+      case fb::AttrKind::Exprs: value = list_text(a->exprs(), [&](std::uint32_t e) { return expr_to_string(p, e); }); break;
+      case fb::AttrKind::DType: value = a->i() >= 0 && a->i() < kDTypeCount ? std::string(dtype_name(static_cast<DType>(a->i()))) : "?"; break;
+      case fb::AttrKind::Graph: value = "graph " + std::to_string(a->i()); break;
+      default: continue;
+    }
+    out += ", " + name + "=" + value;
+  }
+  return out;
+}
+
 void print_graph(std::ostream& os, const fb::Program& p, std::uint32_t gi) {
   const auto* g = p.graphs()->Get(gi);
   os << "graph " << gi << " " << str(g->name()) << "(";
@@ -242,10 +277,11 @@ void print_graph(std::ostream& os, const fb::Program& p, std::uint32_t gi) {
       const std::uint32_t v = node->outputs()->Get(k);
       line << (k ? ", " : "") << value_name(*g, v) << ": \"" << value_text(p, *g, v) << "\"";
     }
-    line << " = " << str(p.op_names()->Get(node->op())) << "(";
-    for (std::uint32_t k = 0; k < count(node->inputs()); ++k) line << (k ? ", " : "") << value_name(*g, node->inputs()->Get(k));
-    for (std::uint32_t k = 0; k < count(node->subgraphs()); ++k) line << ", graph " << node->subgraphs()->Get(k);
-    line << ")";
+    std::string args;
+    for (std::uint32_t k = 0; k < count(node->inputs()); ++k) args += ", " + value_name(*g, node->inputs()->Get(k));
+    for (std::uint32_t k = 0; k < count(node->subgraphs()); ++k) args += ", graph " + std::to_string(node->subgraphs()->Get(k));
+    args += attrs_text(p, *node);
+    line << " = " << str(p.op_names()->Get(node->op())) << "(" << (args.empty() ? args : args.substr(2)) << ")";
     const std::string loc = location(p, node->debug());
     if (!loc.empty()) line << "  # " << loc;
     os << line.str() << "\n";

@@ -12,12 +12,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
+struct CmdResult {
   int code;
   std::string out;  // stdout + stderr
 };
 
-Run run(const std::string& args, bool merge_stderr = true) {
+CmdResult run(const std::string& args, bool merge_stderr = true) {
   const std::string cmd = std::string(KILN_BIN) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
@@ -42,7 +42,7 @@ class CliTest : public ::testing::Test {
 fs::path CliTest::dir_;
 
 TEST_F(CliTest, VersionNamesFormatVersions) {
-  const Run r = run("--version");
+  const CmdResult r = run("--version");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("kiln 0.1.0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("bundle format: reads 1.0-1.0, writes 1.0"), std::string::npos) << r.out;
@@ -55,14 +55,15 @@ TEST_F(CliTest, UnknownFlagIsUsageError) {
 }
 
 TEST_F(CliTest, InspectShowsEverything) {
-  const Run r = run("inspect " + path("s.kiln") + " --graph");
+  const CmdResult r = run("inspect " + path("s.kiln") + " --graph");
   ASSERT_EQ(r.code, 0) << r.out;
   for (const char* needle : {"format     1.0", "s0  backed  [2, 1024]  hint 8  (batch)", "u0  unbacked  [0, inf]",
                              "x: f32[s0, 32]", "n: int (dynamic) Sym(s1)", "flag: int (static) = 7", "h: f32[2*s0, 32]",
                              "total: Sym(s0 + s1)", "[main] u0 <= 64*s0  (after node 2)  model.cpp:43",
                              "batch % 16 == 0  [s0 % 16 == 0] -> graph 3", "zstd", "none",
                              "lin: \"f32[s0, 64]\" = linear(x, fc.weight, fc.bias)  # model.cpp:41 (fc)",
-                             "idx: \"i64[u0, 2]\" = nonzero(y)", "assert s0 % 2 == 0  # model.cpp:45",
+                             "idx: \"i64[u0, 2]\" = nonzero(y)", "r: \"f32[(s0//2), 64]\" = reshape(y, shape=[(s0//2), 64])",
+                             "f: \"f32[s1, 2]\" = full(shape=[s1, 2], value=1.5, dtype=f32, attr3=3", "assert s0 % 2 == 0  # model.cpp:45",
                              "z: \"f32[s0, 64]\" = cond(pred, y, graph 1, graph 2)", "debug info present"}) {
     if (std::string(needle) == "zstd" || std::string(needle) == "none") continue;
     EXPECT_NE(r.out.find(needle), std::string::npos) << "missing: " << needle << "\n" << r.out;
@@ -70,7 +71,7 @@ TEST_F(CliTest, InspectShowsEverything) {
 }
 
 TEST_F(CliTest, InspectJsonIsOneObject) {
-  const Run r = run("inspect --json " + path("z.kiln"), /*merge_stderr=*/false);
+  const CmdResult r = run("inspect --json " + path("z.kiln"), /*merge_stderr=*/false);
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["format"], "1.0");
@@ -86,7 +87,7 @@ TEST_F(CliTest, InspectJsonIsOneObject) {
 TEST_F(CliTest, InvalidBundleExitsTwoWithMessage) {
   std::ofstream(path("bad.kiln")) << "definitely not a bundle, but long enough to have a header ......"
                                      "..................................................................";
-  Run r = run("inspect " + path("bad.kiln"));
+  CmdResult r = run("inspect " + path("bad.kiln"));
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("kiln: error: " + path("bad.kiln") + ": not a Kiln bundle (bad magic)"), std::string::npos) << r.out;
   r = run("inspect " + path("missing.kiln"));
@@ -103,7 +104,7 @@ TEST_F(CliTest, TruncatedBundleExitsTwo) {
   std::ifstream in(path("s.kiln"), std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), {});
   std::ofstream(path("t.kiln"), std::ios::binary) << bytes.substr(0, bytes.size() / 2);
-  const Run r = run("inspect " + path("t.kiln"));
+  const CmdResult r = run("inspect " + path("t.kiln"));
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("truncated"), std::string::npos) << r.out;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/export/symbolic/expr.h"
+#include "kiln/export/symbolic/range.h"
 
 namespace kiln::sym::detail {
 
@@ -78,6 +79,9 @@ Expr from_linear(const LinearForm& form);
 std::optional<std::int64_t> content(const LinearForm& form);
 /// Divides every coefficient and the constant by `g` (which must divide them all).
 LinearForm divide(const LinearForm& form, std::int64_t g);
+
+/// Shrinks a range to the multiples of d it holds (may become empty).
+ValueRange round_to_divisor(ValueRange r, std::int64_t d);
 
 /// Error message for a type error, or empty when the operands suit `op`.
 std::string type_error(ExprOp op, std::span<const Expr> args);

@@ -1,0 +1,270 @@
+// ShapeEnv queries: simplify, bound, statically_known, hints, guard analysis. All const.
+#include <algorithm>
+
+#include "kiln/export/symbolic/shape_env.h"
+#include "symbolic/detail.h"
+
+namespace kiln::sym {
+
+struct ShapeEnv::QueryCache {
+  std::unordered_map<Expr, Expr> simplified;
+  std::unordered_map<Expr, ValueRange> bounds;
+};
+
+namespace {
+
+std::optional<std::int64_t> positive_constant(Expr e) {
+  auto k = e.constant_value();
+  return k && *k > 0 ? k : std::nullopt;
+}
+
+std::span<const Expr> disjuncts(const Expr& e) {
+  return e.op() == ExprOp::Or ? e.args() : std::span<const Expr>(&e, 1);
+}
+
+// a implies b when a's disjuncts are a subset of b's.
+bool implies(Expr a, Expr b) {
+  if (a == b) return true;
+  auto da = disjuncts(a), db = disjuncts(b);
+  return std::all_of(da.begin(), da.end(), [&](Expr x) { return std::find(db.begin(), db.end(), x) != db.end(); });
+}
+
+}  // namespace
+
+Expr ShapeEnv::simplify(Expr e) const {
+  QueryCache cache;
+  return simplify_rec(e, cache);
+}
+
+Expr ShapeEnv::simplify_rec(Expr e, QueryCache& cache) const {
+  if (e.is_constant()) return e;
+  if (e.is_symbol()) {
+    auto it = replacements_.find(e.symbol_id());
+    return it == replacements_.end() ? e : simplify_rec(it->second, cache);
+  }
+  if (auto it = cache.simplified.find(e); it != cache.simplified.end()) return it->second;
+  std::vector<Expr> args;
+  bool changed = false;
+  for (Expr a : e.args()) {
+    args.push_back(simplify_rec(a, cache));
+    changed |= !(args.back() == a);
+  }
+  Expr rebuilt = e;
+  if (changed) {
+    auto r = try_build(e.op(), 0, args);
+    if (r.ok()) rebuilt = *r;  // cannot fail: replacements keep types
+  }
+  Expr out = simplify_node(rebuilt, cache);
+  cache.simplified.emplace(e, out);
+  return out;
+}
+
+// Top-level rules on a node whose operands are already simplified.
+Expr ShapeEnv::simplify_node(Expr e, QueryCache& cache) const {
+  auto divisible = [&](Expr x, std::int64_t k) {
+    const std::int64_t d = divisor_of(x);
+    return d == 0 || d % k == 0;
+  };
+  if (e.is_bool()) {
+    if (e.is_constant()) return e;
+    if (is_axiom(e)) return Expr::boolean(true);
+    if (is_axiom(detail::build_not(e))) return Expr::boolean(false);
+    if (auto v = bound_rec(e, cache).as_bool()) return Expr::boolean(*v);
+    return e;
+  }
+  if (auto r = bound_rec(e, cache); r.is_point()) return Expr::constant(r.lo);
+  auto args = e.args();
+  switch (e.op()) {
+    case ExprOp::Mod: {
+      auto k = positive_constant(args[1]);
+      if (!k) break;
+      if (divisible(args[0], *k)) return Expr::constant(0);
+      const ValueRange b = bound_rec(args[0], cache);
+      if (b.lo >= 0 && b.hi < *k) return args[0];
+      break;
+    }
+    case ExprOp::CeilDiv: {
+      auto k = positive_constant(args[1]);
+      if (k && divisible(args[0], *k)) return detail::build_floordiv(args[0], args[1]);
+      break;
+    }
+    case ExprOp::Mul: {  // c * (x // k) * rest == (c / k) * x * rest when k | x and k | c
+      auto c = args[0].constant_value();
+      for (std::size_t i = 1; c && i < args.size(); ++i) {
+        auto k = args[i].op() == ExprOp::FloorDiv ? positive_constant(args[i].args()[1]) : std::nullopt;
+        if (!k || *c % *k != 0 || !divisible(args[i].args()[0], *k)) continue;
+        std::vector<Expr> factors(args.begin(), args.end());
+        factors[0] = Expr::constant(*c / *k);
+        factors[i] = args[i].args()[0];
+        return simplify_node(detail::build_mul(factors), cache);
+      }
+      break;
+    }
+    case ExprOp::Min:
+    case ExprOp::Max: {
+      const bool is_max = e.op() == ExprOp::Max;
+      std::vector<Expr> kept;
+      for (Expr a : args) {
+        const ValueRange ra = bound_rec(a, cache);
+        const bool dominated = std::any_of(args.begin(), args.end(), [&](Expr b) {
+          if (a == b) return false;
+          const ValueRange rb = bound_rec(b, cache);
+          return is_max ? ra.hi <= rb.lo : ra.lo >= rb.hi;
+        });
+        if (!dominated) kept.push_back(a);
+      }
+      if (kept.empty()) kept.push_back(args[0]);  // all equal ranges: any operand will do
+      if (kept.size() != args.size()) return detail::build_minmax(e.op(), kept);
+      break;
+    }
+    default: break;
+  }
+  return e;
+}
+
+ValueRange ShapeEnv::bound(Expr e) const {
+  QueryCache cache;
+  return bound_rec(simplify_rec(e, cache), cache);
+}
+
+ValueRange ShapeEnv::bound_rec(Expr e, QueryCache& cache) const {
+  if (auto it = cache.bounds.find(e); it != cache.bounds.end()) return it->second;
+  ValueRange r = bound_node(e, cache);
+  if (auto it = expr_bounds_.find(e); it != expr_bounds_.end()) r = intersect(r, it->second);
+  if (e.is_bool() && !e.is_constant()) {
+    if (is_axiom(e)) r = ValueRange::boolean(true);
+    else if (is_axiom(detail::build_not(e))) r = ValueRange::boolean(false);
+  }
+  cache.bounds.emplace(e, r);
+  return r;
+}
+
+ValueRange ShapeEnv::bound_node(Expr e, QueryCache& cache) const {
+  auto args = e.args();
+  switch (e.op()) {
+    case ExprOp::Const: return e.is_bool() ? ValueRange::boolean(*e.bool_value()) : ValueRange::point(*e.constant_value());
+    case ExprOp::Sym: {
+      const ValueRange own = symbol(e.symbol_id()).range;
+      auto it = replacements_.find(e.symbol_id());
+      return it == replacements_.end() ? own : intersect(own, bound_rec(it->second, cache));
+    }
+    case ExprOp::Neg: return range_neg(bound_rec(args[0], cache));
+    case ExprOp::Not: return range_not(bound_rec(args[0], cache));
+    default: break;
+  }
+  using RangeOp = ValueRange (*)(const ValueRange&, const ValueRange&);
+  RangeOp f = nullptr;
+  switch (e.op()) {
+    case ExprOp::Add: f = range_add; break;
+    case ExprOp::Mul: f = range_mul; break;
+    case ExprOp::Min: f = range_min; break;
+    case ExprOp::Max: f = range_max; break;
+    case ExprOp::And: f = range_and; break;
+    case ExprOp::Or: f = range_or; break;
+    case ExprOp::FloorDiv: f = range_floordiv; break;
+    case ExprOp::CeilDiv: f = range_ceildiv; break;
+    case ExprOp::Mod: f = range_mod; break;
+    case ExprOp::Eq: f = range_eq; break;
+    case ExprOp::Ne: f = range_ne; break;
+    case ExprOp::Lt: f = range_lt; break;
+    case ExprOp::Le: f = range_le; break;
+    case ExprOp::Gt: f = range_gt; break;
+    default: f = range_ge; break;
+  }
+  ValueRange r = bound_rec(args[0], cache);
+  for (std::size_t i = 1; i < args.size(); ++i) r = f(r, bound_rec(args[i], cache));
+  return r;
+}
+
+std::int64_t ShapeEnv::divisor_of(Expr e) const {
+  std::int64_t d = 1;
+  if (auto c = e.constant_value()) {
+    auto g = detail::gcd64(*c, 0);
+    d = g ? *g : 1;
+  } else if (e.is_symbol()) {
+    d = symbol(e.symbol_id()).divisor;
+  } else if (e.op() == ExprOp::Mul) {
+    for (Expr f : e.args()) {
+      auto p = detail::checked_mul(d, divisor_of(f));
+      if (!p) break;  // the partial product still divides e
+      d = *p;
+    }
+  } else if (e.op() == ExprOp::Add) {
+    d = 0;
+    for (Expr t : e.args()) d = detail::gcd64(d, divisor_of(t)).value_or(1);
+  }
+  if (auto it = expr_divisors_.find(e); it != expr_divisors_.end() && d != 0) {
+    auto g = detail::gcd64(d, it->second);
+    auto l = g && *g != 0 ? detail::checked_mul(d / *g, it->second) : std::nullopt;
+    if (l) d = *l;
+  }
+  return d;
+}
+
+bool ShapeEnv::is_axiom(Expr b) const { return std::find(axioms_.begin(), axioms_.end(), b) != axioms_.end(); }
+
+std::optional<bool> ShapeEnv::statically_known(Expr e) const {
+  if (!e.is_bool()) return std::nullopt;
+  QueryCache cache;
+  const Expr s = simplify_rec(e, cache);
+  if (auto v = s.bool_value()) return *v;
+  const Expr not_s = detail::build_not(s);
+  for (Expr a : axioms_) {
+    if (implies(a, s)) return true;
+    if (implies(a, not_s)) return false;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::int64_t> ShapeEnv::evaluate_with_hints(Expr e) const {
+  auto r = evaluate(simplify(e), [this](int id) -> std::optional<std::int64_t> {
+    return is_valid_symbol(id) ? symbol(id).hint : std::nullopt;
+  });
+  return r.ok() ? std::optional<std::int64_t>(*r) : std::nullopt;
+}
+
+std::vector<int> ShapeEnv::free_symbols(Expr e) const { return sym::free_symbols(simplify(e)); }
+
+GuardAnalysis ShapeEnv::analyze_guard(Expr guard) const {
+  GuardAnalysis out;
+  if (!guard.is_bool()) return out;
+  if (auto v = statically_known(guard)) {
+    out.kind = *v ? GuardKind::AlwaysTrue : GuardKind::AlwaysFalse;
+    return out;
+  }
+  const Expr g = simplify(guard);
+  auto c = is_comparison(g.op()) ? g.args()[1].constant_value() : std::nullopt;
+  if (!c) return out;
+  const Expr e = g.args()[0];
+  if (e.is_symbol() && g.op() != ExprOp::Eq) {
+    const SymbolInfo& info = symbol(e.symbol_id());
+    ValueRange r = info.range;
+    if (g.op() == ExprOp::Ge) r.lo = std::max(r.lo, *c);
+    else if (g.op() == ExprOp::Le) r.hi = std::min(r.hi, *c);
+    else if (g.op() == ExprOp::Ne && *c == r.lo) r.lo = *c + 1;  // finite: statically_known failed
+    else if (g.op() == ExprOp::Ne && *c == r.hi) r.hi = *c - 1;
+    else return out;
+    out.kind = GuardKind::Range;
+    out.symbol = e.symbol_id();
+    out.range = detail::round_to_divisor(r, info.divisor);
+    return out;
+  }
+  if (g.op() != ExprOp::Eq) return out;
+  if (*c == 0 && e.op() == ExprOp::Mod && e.args()[0].is_symbol()) {
+    if (auto k = positive_constant(e.args()[1])) {
+      out.kind = GuardKind::Divisibility;
+      out.symbol = e.args()[0].symbol_id();
+      out.divisor = *k;
+      return out;
+    }
+  }
+  if (auto solved = solve_for_symbol(e, *c)) {
+    out.kind = GuardKind::Replacement;
+    out.symbol = solved->first;
+    out.replacement = solved->second;
+    if (auto v = solved->second.constant_value()) out.range = ValueRange::point(*v);
+  }
+  return out;
+}
+
+}  // namespace kiln::sym

@@ -45,7 +45,7 @@ Term split_term(Expr e) {
   if (e.op() != ExprOp::Mul) return {1, e};
   auto args = e.args();
   auto c = args[0].constant_value();
-  if (!c) return {1, e};
+  if (!c || args[1].is_constant()) return {1, e};  // (a product of constants that overflowed)
   auto rest = args.subspan(1);
   return {*c, rest.size() == 1 ? rest[0] : intern(ExprOp::Mul, false, 0, rest)};
 }
@@ -63,7 +63,10 @@ std::optional<LinearForm> to_linear(Expr e) {
   for (Expr a : e.args()) {
     if (auto c = a.constant_value()) {
       auto sum = checked_add(f.constant, *c);
-      if (!sum) return std::nullopt;
+      if (!sum) {
+        note_overflow();
+        return std::nullopt;
+      }
       f.constant = *sum;
     } else {
       f.terms.push_back(split_term(a));
@@ -85,13 +88,13 @@ Expr from_linear(const LinearForm& form) {
 std::optional<std::int64_t> content(const LinearForm& form) {
   std::optional<std::int64_t> g = form.constant < 0 ? gcd64(form.constant, 0) : form.constant;
   for (const Term& t : form.terms) {
-    if (!g) return std::nullopt;
-    g = gcd64(*g, t.coef);
+    if (g) g = gcd64(*g, t.coef);
   }
+  if (!g) note_overflow();
   return g;
 }
 
-LinearForm divide(const LinearForm& form, std::int64_t g) {
+LinearForm divide(const LinearForm& form, std::int64_t g) {  // g >= 1
   LinearForm out{form.constant / g, {}};
   for (const Term& t : form.terms) out.terms.push_back({t.coef / g, t.base});
   return out;
@@ -109,24 +112,23 @@ void collect_add_operand(Expr x, std::vector<std::int64_t>& consts, std::vector<
   }
 }
 
-// Sums the values; when the total overflows, returns them sorted (none zero) instead.
+__extension__ using Wide = __int128;
+
+// Sums the values (exactly, in 128 bits); when the total does not fit int64, returns them
+// sorted (none zero) instead.
 std::vector<std::int64_t> fold_sum(std::vector<std::int64_t> values) {
-  std::int64_t total = 0;
-  bool overflow = false;
-  for (std::int64_t v : values) {
-    auto s = checked_add(total, v);
-    if (!s) overflow = true;
-    else total = *s;
+  Wide total = 0;
+  for (std::int64_t v : values) total += v;  // |values| < 2^64: cannot overflow 128 bits
+  if (total >= std::numeric_limits<std::int64_t>::min() && total <= std::numeric_limits<std::int64_t>::max()) {
+    return total == 0 ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{static_cast<std::int64_t>(total)};
   }
-  if (!overflow) return total == 0 ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{total};
+  note_overflow();
   std::erase(values, 0);
   std::sort(values.begin(), values.end());
   return values;
 }
 
-}  // namespace
-
-Expr build_add(std::span<const Expr> xs) {
+Expr add_impl(std::span<const Expr> xs) {
   std::vector<std::int64_t> consts;
   std::vector<Term> terms;
   for (Expr x : xs) collect_add_operand(x, consts, terms);
@@ -150,19 +152,54 @@ Expr build_add(std::span<const Expr> xs) {
   return intern(ExprOp::Add, false, 0, args);
 }
 
-Expr build_mul(std::span<const Expr> xs) {
+
+// In a product of several factors, a sum factor gives its content and sign to the
+// coefficient (`(-2*a - 2*b)*c -> -2*(a + b)*c`), so the product's form does not depend on
+// the order it was built in. Returns the new coefficient.
+std::int64_t make_sum_factors_primitive(std::vector<Expr>& factors, std::int64_t coef) {
+  for (Expr& f : factors) {
+    if (f.op() != ExprOp::Add) continue;
+    auto form = to_linear(f);
+    auto g = form ? content(*form) : std::nullopt;
+    if (!g || *g == 0 || form->terms.empty()) continue;
+    const bool negative = form->terms[0].coef < 0;
+    auto c = checked_mul(coef, negative ? -*g : *g);
+    if (!c) note_overflow();
+    if ((*g == 1 && !negative) || !c) continue;
+    LinearForm primitive = divide(*form, *g);
+    auto flip = [](std::int64_t& v) {
+      auto n = checked_neg(v);
+      if (n) v = *n;
+      return n.has_value();
+    };
+    bool ok = !negative || flip(primitive.constant);
+    for (Term& t : primitive.terms) ok = (!negative || flip(t.coef)) && ok;
+    if (!ok) {
+      note_overflow();
+      continue;
+    }
+    f = from_linear(primitive);
+    coef = *c;
+  }
+  return coef;
+}
+
+
+void collect_mul_operand(Expr x, std::vector<std::int64_t>& consts, std::vector<Expr>& factors) {
+  if (x.op() == ExprOp::Mul) {
+    for (Expr f : x.args()) collect_mul_operand(f, consts, factors);
+  } else if (auto c = x.constant_value()) {
+    consts.push_back(*c);
+  } else {
+    factors.push_back(x);
+  }
+}
+
+Expr mul_impl(std::span<const Expr> xs) {
   std::vector<Expr> factors;
   std::vector<std::int64_t> consts;
-  for (Expr x : xs) {
-    for (Expr f : x.op() == ExprOp::Mul ? x.args() : std::span<const Expr>(&x, 1)) {
-      if (auto c = f.constant_value()) {
-        if (*c == 0) return Expr::constant(0);
-        consts.push_back(*c);
-      } else {
-        factors.push_back(f);
-      }
-    }
-  }
+  for (Expr x : xs) collect_mul_operand(x, consts, factors);
+  if (std::find(consts.begin(), consts.end(), 0) != consts.end()) return Expr::constant(0);
   std::int64_t coef = 1;
   bool overflow = false;
   for (std::int64_t c : consts) {
@@ -170,8 +207,13 @@ Expr build_mul(std::span<const Expr> xs) {
     if (!p) overflow = true;
     else coef = *p;
   }
-  if (overflow) std::sort(consts.begin(), consts.end());
-  else consts = coef == 1 ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{coef};
+  if (overflow) {
+    note_overflow();
+    std::sort(consts.begin(), consts.end());
+  } else {
+    if (factors.size() >= 2) coef = make_sum_factors_primitive(factors, coef);
+    consts = coef == 1 ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{coef};
+  }
   std::stable_sort(factors.begin(), factors.end(), ExprLess{});
   if (factors.empty()) {
     if (consts.size() <= 1) return Expr::constant(consts.empty() ? 1 : consts[0]);
@@ -188,7 +230,6 @@ Expr build_mul(std::span<const Expr> xs) {
   return intern(ExprOp::Mul, false, 0, args);
 }
 
-namespace {
 
 enum class DivKind { Floor, Ceil };
 
@@ -204,11 +245,15 @@ Expr build_div(DivKind kind, Expr a, Expr b) {
   std::int64_t k = *kb;
   if (auto ka = a.constant_value()) {
     auto q = fold_div(kind, *ka, k);
+    if (!q) note_overflow();
     return q ? Expr::constant(*q) : raw();
   }
   if (k == 1) return a;
   if (k < 0) {
-    if (k == std::numeric_limits<std::int64_t>::min()) return raw();
+    if (k == std::numeric_limits<std::int64_t>::min()) {
+      note_overflow();
+      return raw();
+    }
     return build_div(kind, negate(a), Expr::constant(-k));
   }
   auto form = to_linear(a);
@@ -233,17 +278,14 @@ Expr build_div(DivKind kind, Expr a, Expr b) {
     Expr r = from_linear(rest);
     auto k2 = r.op() == op ? r.args()[1].constant_value() : std::nullopt;
     auto kk = k2 && *k2 > 0 ? checked_mul(k, *k2) : std::nullopt;
+    if (k2 && *k2 > 0 && !kk) note_overflow();
     inner = kk ? build_div(kind, r.args()[0], Expr::constant(*kk)) : intern2(op, false, r, Expr::constant(k));
   }
   return add2(from_linear(moved), inner);
 }
 
-}  // namespace
 
-Expr build_floordiv(Expr a, Expr b) { return build_div(DivKind::Floor, a, b); }
-Expr build_ceildiv(Expr a, Expr b) { return build_div(DivKind::Ceil, a, b); }
-
-Expr build_mod(Expr a, Expr b) {
+Expr mod_impl(Expr a, Expr b) {
   auto raw = [&] { return intern2(ExprOp::Mod, false, a, b); };
   auto kb = b.constant_value();
   if (!kb || *kb == 0) return raw();
@@ -251,7 +293,10 @@ Expr build_mod(Expr a, Expr b) {
   if (auto ka = a.constant_value()) return Expr::constant(*py_mod(*ka, k));
   if (k == 1 || k == -1) return Expr::constant(0);
   if (k < 0) {
-    if (k == std::numeric_limits<std::int64_t>::min()) return raw();
+    if (k == std::numeric_limits<std::int64_t>::min()) {
+      note_overflow();
+      return raw();
+    }
     return negate(build_mod(negate(a), Expr::constant(-k)));
   }
   auto form = to_linear(a);
@@ -271,7 +316,7 @@ Expr build_mod(Expr a, Expr b) {
   return intern2(ExprOp::Mod, false, r, Expr::constant(k));
 }
 
-Expr build_minmax(ExprOp op, std::span<const Expr> xs) {
+Expr minmax_impl(ExprOp op, std::span<const Expr> xs) {
   const bool is_max = op == ExprOp::Max;
   std::vector<Expr> args;
   std::optional<std::int64_t> folded;
@@ -293,6 +338,7 @@ Expr build_minmax(ExprOp op, std::span<const Expr> xs) {
     for (std::size_t i = 0; i < args.size(); ++i) {
       for (std::size_t j = i + 1; j < args.size(); ++j) {
         if (drop[i] || drop[j]) continue;
+        SpeculativeScope probe;
         auto d = sub2(args[i], args[j]).constant_value();  // args[i] - args[j]
         if (!d) continue;
         ((*d > 0) == is_max ? drop[j] : drop[i]) = true;
@@ -306,6 +352,30 @@ Expr build_minmax(ExprOp op, std::span<const Expr> xs) {
   }
   if (args.size() == 1) return args[0];
   return intern(op, false, 0, args);
+}
+
+}  // namespace
+
+Expr build_add(std::span<const Expr> xs) {
+  return guarded(ExprOp::Add, false, xs, [&] { return add_impl(xs); });
+}
+Expr build_mul(std::span<const Expr> xs) {
+  return guarded(ExprOp::Mul, false, xs, [&] { return mul_impl(xs); });
+}
+Expr build_floordiv(Expr a, Expr b) {
+  const Expr args[] = {a, b};
+  return guarded(ExprOp::FloorDiv, false, args, [&] { return build_div(DivKind::Floor, a, b); });
+}
+Expr build_ceildiv(Expr a, Expr b) {
+  const Expr args[] = {a, b};
+  return guarded(ExprOp::CeilDiv, false, args, [&] { return build_div(DivKind::Ceil, a, b); });
+}
+Expr build_mod(Expr a, Expr b) {
+  const Expr args[] = {a, b};
+  return guarded(ExprOp::Mod, false, args, [&] { return mod_impl(a, b); });
+}
+Expr build_minmax(ExprOp op, std::span<const Expr> xs) {
+  return guarded(op, false, xs, [&] { return minmax_impl(op, xs); });
 }
 
 }  // namespace kiln::sym::detail

@@ -24,11 +24,17 @@ std::optional<Expr> normalize(ExprOp op, LinearForm e, std::int64_t c) {
   if (e.terms[0].coef < 0) {
     for (Term& t : e.terms) {
       auto n = checked_neg(t.coef);
-      if (!n) return std::nullopt;
+      if (!n) {
+        note_overflow();
+        return std::nullopt;
+      }
       t.coef = *n;
     }
     auto n = checked_neg(c);
-    if (!n) return std::nullopt;
+    if (!n) {
+      note_overflow();
+      return std::nullopt;
+    }
     c = *n;
     if (op == ExprOp::Le) op = ExprOp::Ge;
     else if (op == ExprOp::Ge) op = ExprOp::Le;
@@ -46,10 +52,11 @@ std::optional<Expr> normalize(ExprOp op, LinearForm e, std::int64_t c) {
   return intern2(op, true, from_linear(e), Expr::constant(c));
 }
 
-}  // namespace
-
-Expr build_compare(ExprOp op, Expr a, Expr b) {
+Expr compare_impl(ExprOp op, Expr a, Expr b) {
   auto raw = [&] { return intern2(op, true, a, b); };
+  if (auto ka = a.constant_value(), kb = b.constant_value(); ka && kb) {
+    return Expr::boolean(fold_compare(op, *ka < *kb ? -1 : *ka > *kb ? 1 : 0));
+  }
   auto form = to_linear(sub2(a, b));
   if (!form) return raw();
   if (form->terms.empty()) return Expr::boolean(fold_compare(op, form->constant));
@@ -57,14 +64,20 @@ Expr build_compare(ExprOp op, Expr a, Expr b) {
   auto c = checked_neg(form->constant);
   if (c && op == ExprOp::Lt) c = checked_sub(*c, 1);
   if (c && op == ExprOp::Gt) c = checked_add(*c, 1);
-  if (!c) return raw();
+  if (!c) {
+    note_overflow();
+    return raw();
+  }
   ExprOp nop = op == ExprOp::Lt ? ExprOp::Le : op == ExprOp::Gt ? ExprOp::Ge : op;
   auto out = normalize(nop, std::move(*form), *c);
   return out ? *out : raw();
 }
 
+}  // namespace
+
 Expr build_not(Expr a) {
   if (auto v = a.bool_value()) return Expr::boolean(!*v);
+  if (is_poisoned(a)) return intern(ExprOp::Not, true, 0, std::span<const Expr>(&a, 1));
   auto args = a.args();
   switch (a.op()) {
     case ExprOp::Eq: return build_compare(ExprOp::Ne, args[0], args[1]);
@@ -133,9 +146,7 @@ bool merge_bounds(std::vector<Expr>& xs) {
   return true;
 }
 
-}  // namespace
-
-Expr build_logic(ExprOp op, std::span<const Expr> xs) {
+Expr logic_impl(ExprOp op, std::span<const Expr> xs) {
   const bool absorbing = op == ExprOp::Or;  // Or: true absorbs; And: false absorbs
   std::vector<Expr> args;
   for (Expr x : xs) {
@@ -151,11 +162,23 @@ Expr build_logic(ExprOp op, std::span<const Expr> xs) {
   std::sort(args.begin(), args.end(), ExprLess{});
   args.erase(std::unique(args.begin(), args.end()), args.end());
   for (Expr a : args) {
+    SpeculativeScope probe;
     if (std::binary_search(args.begin(), args.end(), build_not(a), ExprLess{})) return Expr::boolean(absorbing);
   }
   if (args.empty()) return Expr::boolean(!absorbing);
   if (args.size() == 1) return args[0];
   return intern(op, true, 0, args);
+}
+
+}  // namespace
+
+Expr build_compare(ExprOp op, Expr a, Expr b) {
+  const Expr args[] = {a, b};
+  return guarded(op, true, args, [&] { return compare_impl(op, a, b); });
+}
+
+Expr build_logic(ExprOp op, std::span<const Expr> xs) {
+  return guarded(op, true, xs, [&] { return logic_impl(op, xs); });
 }
 
 }  // namespace kiln::sym::detail

@@ -20,6 +20,9 @@ struct ExprNode {
   std::vector<Expr> args;
   std::size_t hash;
   std::uint32_t depth;
+  // A sum or product of constants whose fold overflowed, or anything containing one. Derived
+  // from the structure, so it is not part of the node's identity.
+  bool poisoned;
 };
 
 struct ExprAccess {
@@ -32,6 +35,35 @@ Expr intern(ExprOp op, bool is_bool, std::int64_t value, std::span<const Expr> a
 inline Expr intern2(ExprOp op, bool is_bool, Expr a, Expr b) {
   const Expr args[] = {a, b};
   return intern(op, is_bool, 0, args);
+}
+
+// ---- overflow tracking -------------------------------------------------------------------
+// A builder whose computation skipped a fold because of overflow returns its operands
+// unchanged as a "raw" node instead (see `guarded`). Rebuilding such a node from its operands
+// overflows again and gives the same node, so every built node is a fixed point of its
+// builder: postfix round trips hold even for expressions near the int64 limits.
+inline thread_local std::uint64_t overflow_count = 0;
+inline void note_overflow() { ++overflow_count; }
+/// Probes (is the complement present? do two operands differ by a constant?) must not taint
+/// the enclosing builder: this restores the count on exit.
+struct SpeculativeScope {
+  std::uint64_t saved = overflow_count;
+  ~SpeculativeScope() { overflow_count = saved; }
+};
+Expr intern(ExprOp op, bool is_bool, std::int64_t value, std::span<const Expr> args);
+bool is_poisoned(Expr e);
+/// Runs `build` unless an operand is poisoned (then the node stays as given: canonicalizing
+/// around a constant that does not fit int64 could fold it into one that does, and break the
+/// fixed-point property), and returns the operands as given if `build` hit an overflow.
+template <typename F>
+Expr guarded(ExprOp op, bool is_bool, std::span<const Expr> args, F build) {
+  if (args.size() == 1 && is_nary(op)) return args[0];
+  for (Expr a : args) {
+    if (is_poisoned(a)) return intern(op, is_bool, 0, args);
+  }
+  const std::uint64_t before = overflow_count;
+  Expr r = build();
+  return overflow_count != before ? intern(op, is_bool, 0, args) : r;
 }
 
 // ---- checked integer arithmetic (nullopt on overflow or division by zero) ----------------

@@ -1,5 +1,6 @@
 // Walks over expressions: free symbols, substitution, exact evaluation.
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -45,26 +46,31 @@ Status eval_error(Expr e, const std::string& what) {
 
 Result<std::int64_t> eval_rec(Expr e, const ValueOf& value_of);
 
+__extension__ using Wide = __int128;
+
+// Sums and products accumulate in 128 bits, so only a result outside int64 is an overflow
+// (not an intermediate that the operand order happened to produce).
 Result<std::int64_t> eval_nary(Expr e, const ValueOf& value_of) {
   const ExprOp op = e.op();
-  std::int64_t acc = op == ExprOp::Mul || op == ExprOp::And ? 1 : 0;
-  bool first = true;
+  Wide acc = op == ExprOp::Mul || op == ExprOp::And ? 1 : 0;
+  bool first = true, overflow = false;
   for (Expr a : e.args()) {
     KILN_ASSIGN_OR_RETURN(std::int64_t v, eval_rec(a, value_of));
-    std::optional<std::int64_t> next;
     switch (op) {
-      case ExprOp::Add: next = detail::checked_add(acc, v); break;
-      case ExprOp::Mul: next = detail::checked_mul(acc, v); break;
-      case ExprOp::Min: next = first ? v : std::min(acc, v); break;
-      case ExprOp::Max: next = first ? v : std::max(acc, v); break;
-      case ExprOp::And: if (!v) return 0; next = 1; break;
-      default: if (v) return 1; next = 0; break;  // Or
+      case ExprOp::Add: overflow |= __builtin_add_overflow(acc, v, &acc); break;
+      case ExprOp::Mul: overflow |= __builtin_mul_overflow(acc, v, &acc); break;
+      case ExprOp::Min: acc = first ? v : std::min<Wide>(acc, v); break;
+      case ExprOp::Max: acc = first ? v : std::max<Wide>(acc, v); break;
+      case ExprOp::And: if (!v) return 0; break;
+      default: if (v) return 1; break;  // Or
     }
-    if (!next) return eval_error(e, "integer overflow");
-    acc = *next;
     first = false;
   }
-  return acc;
+  if (op == ExprOp::Mul && acc == 0) return 0;  // a zero factor decides, whatever overflowed
+  if (overflow || acc < std::numeric_limits<std::int64_t>::min() || acc > std::numeric_limits<std::int64_t>::max()) {
+    return eval_error(e, "integer overflow");
+  }
+  return static_cast<std::int64_t>(acc);
 }
 
 Result<std::int64_t> eval_binary(Expr e, std::int64_t a, std::int64_t b) {

@@ -1,6 +1,7 @@
 // Expr handles, the global interning pool, the canonical order and the public builders.
 #include "kiln/export/symbolic/expr.h"
 
+#include <algorithm>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
@@ -39,6 +40,44 @@ bool same_node(const ExprNode& n, ExprOp op, bool is_bool, std::int64_t value,
   return true;
 }
 
+// Coefficient of a term without interning (intern holds the pool lock).
+std::int64_t leading_coef(Expr t) {
+  auto c = t.op() == ExprOp::Mul ? t.args()[0].constant_value() : std::nullopt;
+  return c ? *c : 1;
+}
+bool same_base(Expr a, Expr b) {
+  auto strip = [](Expr t) {
+    auto args = t.args();
+    return t.op() == ExprOp::Mul && args[0].is_constant() ? args.subspan(1) : std::span<const Expr>(&t, 1);
+  };
+  auto x = strip(a), y = strip(b);
+  return std::equal(x.begin(), x.end(), y.begin(), y.end(), [](Expr p, Expr q) { return p == q; });
+}
+
+// A node no canonical builder returns: an overflow fallback, or one containing such a node.
+bool structurally_poisoned(ExprOp op, std::span<const Expr> args) {
+  for (Expr a : args) {
+    if (ExprAccess::node(a)->poisoned) return true;
+  }
+  if (op == ExprOp::Add || op == ExprOp::Mul) {
+    int constants = 0;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      if (args[i].is_constant()) ++constants;
+      if (args[i].op() == op) return true;
+      if (op == ExprOp::Add && i > 0 && !args[i].is_constant() && same_base(args[i - 1], args[i])) return true;
+    }
+    return constants >= 2;
+  }
+  if (op == ExprOp::Lt || op == ExprOp::Gt || op == ExprOp::Not) return true;
+  if (op == ExprOp::Eq || op == ExprOp::Ne || op == ExprOp::Le || op == ExprOp::Ge) {
+    const Expr lhs = args[0];
+    if (!args[1].constant_value() || lhs.is_constant()) return true;
+    const Expr lead = lhs.op() == ExprOp::Add ? lhs.args()[0] : lhs;
+    return lead.is_constant() || leading_coef(lead) <= 0;
+  }
+  return false;
+}
+
 }  // namespace
 
 Expr intern(ExprOp op, bool is_bool, std::int64_t value, std::span<const Expr> args) {
@@ -48,6 +87,7 @@ Expr intern(ExprOp op, bool is_bool, std::int64_t value, std::span<const Expr> a
     h = mix(h, a.hash());
     depth = std::max(depth, a.depth());
   }
+  const bool poisoned = structurally_poisoned(op, args);
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.mu);
   auto [first, last] = p.nodes.equal_range(h);
@@ -55,10 +95,12 @@ Expr intern(ExprOp op, bool is_bool, std::int64_t value, std::span<const Expr> a
     if (same_node(*it->second, op, is_bool, value, args)) return ExprAccess::wrap(it->second);
   }
   auto* node = new ExprNode{op, is_bool, value, std::vector<Expr>(args.begin(), args.end()), h,
-                            depth + 1};
+                            depth + 1, poisoned};
   p.nodes.emplace(h, node);
   return ExprAccess::wrap(node);
 }
+
+bool is_poisoned(Expr e) { return ExprAccess::node(e)->poisoned; }
 
 std::string type_error(ExprOp op, std::span<const Expr> args) {
   const std::string name = std::string("[") + expr_op_name(op) + "] ";

@@ -2,6 +2,7 @@
 #include "kiln/export/symbolic/print.h"
 
 #include <algorithm>
+#include <ostream>
 
 #include "kiln/export/symbolic/shape_env.h"
 #include "symbolic/detail.h"
@@ -147,6 +148,8 @@ Printed Printer::print(Expr e) const {
 }  // namespace
 
 std::string to_string(Expr e, const SymbolNamer& name) { return Printer(name).print(e).text; }
+
+std::ostream& operator<<(std::ostream& os, Expr e) { return os << to_string(e); }
 
 std::string to_string(Expr e, const ShapeEnv* env) {
   return to_string(e, [env](int id) {

@@ -41,6 +41,10 @@ ValueRange round_to_divisor(ValueRange r, std::int64_t d) {
 
 using detail::round_to_divisor;
 
+void ShapeEnv::forget_hints() {
+  for (SymbolInfo& info : symbols_) info.hint.reset();
+}
+
 Result<int> ShapeEnv::create_backed_symbol(std::string_view user_name, ValueRange range, std::int64_t hint) {
   const std::string label = "s" + std::to_string(backed_count_) +
                             (user_name.empty() ? "" : " ('" + std::string(user_name) + "')");

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <functional>
+#include <iosfwd>
 #include <string>
 
 #include "kiln/export/symbolic/expr.h"
@@ -32,5 +33,7 @@ using SymbolNamer = std::function<std::string(int id)>;
 std::string to_string(Expr e, const ShapeEnv* env = nullptr);
 /// Prints `e` with caller-chosen symbol names.
 std::string to_string(Expr e, const SymbolNamer& name);
+/// `to_string(e)` (symbols as `sym<id>`), for logs and test failure messages.
+std::ostream& operator<<(std::ostream& os, Expr e);
 
 }  // namespace kiln::sym

@@ -93,6 +93,10 @@ class ShapeEnv {
   /// Narrows the range of `sym` to its intersection with [lo, hi] (rounded to its divisor).
   /// A range narrowed to a single value also records the replacement `sym := value`.
   /// Errors: invalid symbol, or the intersection is empty.
+  /// Drops every symbol's example value (hint). Used to reason about a specialization
+  /// (`s == 32`) that the example inputs do not satisfy; queries needing hints then fail.
+  void forget_hints();
+
   Status constrain_range(int sym, std::int64_t lo, std::int64_t hi);
   /// Records `sym == e` (int-typed). `e` is simplified first; the symbol's range, divisor and
   /// hint must agree with `e`. If `sym` already has a replacement the two are equated.

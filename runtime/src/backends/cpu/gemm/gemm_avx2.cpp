@@ -172,6 +172,18 @@ KILN_INLINE void store_tile(const __m256 (&acc)[kMr][2], const MicroTile& t, con
   }
 }
 
+// acc += a[0..kMr) (outer) b[0..kNr): one k step of the 6x16 tile.
+KILN_INLINE void fma_step(__m256 (&acc)[kMr][2], const float* a, const float* b) {
+  const __m256 b0 = _mm256_loadu_ps(b);
+  const __m256 b1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 6
+  for (int i = 0; i < kMr; ++i) {
+    const __m256 ai = _mm256_broadcast_ss(a + i);
+    acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+    acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+  }
+}
+
 void micro_kernel(const MicroTile& t, const Epilogue& e) {
   __m256 acc[kMr][2];
 #pragma GCC unroll 6
@@ -183,19 +195,18 @@ void micro_kernel(const MicroTile& t, const Epilogue& e) {
   }
   const float* a = t.a;
   const float* b = t.b;
-#pragma GCC unroll 4
-  for (long k = 0; k < t.kc; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(b);
-    const __m256 b1 = _mm256_loadu_ps(b + 8);
-#pragma GCC unroll 6
-    for (int i = 0; i < kMr; ++i) {
-      const __m256 ai = _mm256_broadcast_ss(a + i);
-      acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
-    }
-    a += kMr;
-    b += kNr;
+  const long kc = t.kc;
+  long k = 0;
+  for (; k + 4 <= kc; k += 4) {
+    _mm_prefetch(reinterpret_cast<const char*>(a + 96), _MM_HINT_T0);
+    fma_step(acc, a, b);
+    fma_step(acc, a + kMr, b + kNr);
+    fma_step(acc, a + 2 * kMr, b + 2 * kNr);
+    fma_step(acc, a + 3 * kMr, b + 3 * kNr);
+    a += 4 * kMr;
+    b += 4 * kNr;
   }
+  for (; k < kc; ++k, a += kMr, b += kNr) fma_step(acc, a, b);
   if (t.m == kMr && t.n == kNr) {
     store_tile<true>(acc, t, e);
   } else {
@@ -249,35 +260,37 @@ void gemv_rows(const float* x, const float* w, std::int64_t ldw, std::int64_t k,
   for (; j < n; ++j) dot_rows<1>(x, w + j * ldw, ldw, k, out + j);
 }
 
-// out[0..n) = sum_k x[k] * b[k][0..n): four rows of B per pass over `out`, which stays in
+// out[j..j+8) += sum_r x[r] * rows[r][j..j+8) for kRows rows; masked when `mask` is set.
+template <int kRows, bool kMasked>
+KILN_INLINE void axpy_rows(const float* x, const float* b, long ldb, long j, __m256i mask, float* out) {
+  __m256 s = kMasked ? _mm256_maskload_ps(out + j, mask) : _mm256_loadu_ps(out + j);
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+    const __m256 row = kMasked ? _mm256_maskload_ps(b + r * ldb + j, mask) : _mm256_loadu_ps(b + r * ldb + j);
+    s = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r), row, s);
+  }
+  if (kMasked) {
+    _mm256_maskstore_ps(out + j, mask, s);
+  } else {
+    _mm256_storeu_ps(out + j, s);
+  }
+}
+
+template <int kRows>
+KILN_INLINE void axpy_row_block(const float* x, const float* b, long ldb, long n, float* out) {
+  long j = 0;
+  for (; j + 8 <= n; j += 8) axpy_rows<kRows, false>(x, b, ldb, j, __m256i{}, out);
+  if (j < n) axpy_rows<kRows, true>(x, b, ldb, j, tail_mask(n - j), out);
+}
+
+// out[0..n) = sum_k x[k] * b[k][0..n): eight rows of B per pass over `out`, which stays in
 // L1 (the caller passes at most a few hundred columns), each row read contiguously.
 void gemv_cols(const float* x, const float* b, std::int64_t ldb, std::int64_t k, std::int64_t n,
                float* out) {
   for (long j = 0; j < n; ++j) out[j] = 0.0f;
   long kk = 0;
-  for (; kk + 4 <= k; kk += 4) {
-    const float* r0 = b + kk * ldb;
-    const __m256 x0 = _mm256_broadcast_ss(x + kk), x1 = _mm256_broadcast_ss(x + kk + 1);
-    const __m256 x2 = _mm256_broadcast_ss(x + kk + 2), x3 = _mm256_broadcast_ss(x + kk + 3);
-    for (long j = 0; j < n; j += 8) {
-      const __m256i mask = tail_mask(n - j < 8 ? n - j : 8);
-      __m256 s = _mm256_mul_ps(x0, _mm256_maskload_ps(r0 + j, mask));
-      s = _mm256_fmadd_ps(x1, _mm256_maskload_ps(r0 + ldb + j, mask), s);
-      s = _mm256_fmadd_ps(x2, _mm256_maskload_ps(r0 + 2 * ldb + j, mask), s);
-      s = _mm256_fmadd_ps(x3, _mm256_maskload_ps(r0 + 3 * ldb + j, mask), s);
-      _mm256_maskstore_ps(out + j, mask, _mm256_add_ps(_mm256_maskload_ps(out + j, mask), s));
-    }
-  }
-  for (; kk < k; ++kk) {
-    const float* r0 = b + kk * ldb;
-    const __m256 x0 = _mm256_broadcast_ss(x + kk);
-    for (long j = 0; j < n; j += 8) {
-      const __m256i mask = tail_mask(n - j < 8 ? n - j : 8);
-      const __m256 s = _mm256_fmadd_ps(x0, _mm256_maskload_ps(r0 + j, mask),
-                                       _mm256_maskload_ps(out + j, mask));
-      _mm256_maskstore_ps(out + j, mask, s);
-    }
-  }
+  for (; kk + 8 <= k; kk += 8) axpy_row_block<8>(x + kk, b + kk * ldb, ldb, n, out);
+  for (; kk < k; ++kk) axpy_row_block<1>(x + kk, b + kk * ldb, ldb, n, out);
 }
 
 // One 16-column panel: four k steps in flight (8 accumulators) to cover FMA latency.

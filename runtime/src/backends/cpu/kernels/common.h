@@ -184,6 +184,12 @@ bool dispatch(DType dtype, F&& f) {
 
 inline bool is_half_dtype(DType d) { return d == DType::kF16 || d == DType::kBF16; }
 
+/// v != v for floating types, false for integers (without tautology warnings).
+template <typename T>
+inline bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return v != v; else return false;
+}
+
 /// Runs `kernel` on f32 copies of every f16/bf16 input and output, then rounds the f32
 /// outputs back. The fallback that gives float kernels f16/bf16 support (PyTorch's CPU
 /// kernels also compute half types in float). Allocates; views must have passed check_io.

@@ -1,0 +1,141 @@
+// Ops on traced and eager tensors. Each op validates its inputs, names itself in errors
+// ("[matmul] a.size(1)=63 != b.size(0)=64 (model.cpp:41)"), computes its output shape
+// symbolically (guards through the shape engine) and records a node (tracing) or runs
+// the CPU kernel (eager). The `loc` parameters default to the caller's source line:
+// never pass them explicitly.
+//
+// Scalars: an `Operand` is a tensor or a number; numbers become 0-d constants with
+// PyTorch's promotion (int tensor + 0.5 -> f32). Dims may be negative (from the end).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/export/tensor.h"
+
+namespace kiln {
+
+/// A tensor or a scalar operand of an elementwise op. The source location is captured
+/// where the operand is converted, i.e. on the user's line of an operator expression.
+struct Operand {
+  Operand(const Tensor& t, SourceLoc loc = SourceLoc::current()) : tensor(t), loc(loc) {}  // NOLINT
+  Operand(double v, SourceLoc loc = SourceLoc::current()) : value(v), loc(loc) {}          // NOLINT
+  Operand(float v, SourceLoc loc = SourceLoc::current()) : value(v), loc(loc) {}           // NOLINT
+  Operand(int v, SourceLoc loc = SourceLoc::current()) : value(v), is_int(true), loc(loc) {}  // NOLINT
+  Operand(std::int64_t v, SourceLoc loc = SourceLoc::current()) : value(static_cast<double>(v)), is_int(true), loc(loc) {}  // NOLINT
+  Tensor tensor;
+  double value = 0.0;
+  bool is_int = false;
+  SourceLoc loc;
+};
+
+// Elementwise binary (broadcasting)
+Tensor add(const Operand& a, const Operand& b, SourceLoc loc = SourceLoc::current());
+Tensor sub(const Operand& a, const Operand& b, SourceLoc loc = SourceLoc::current());
+Tensor mul(const Operand& a, const Operand& b, SourceLoc loc = SourceLoc::current());
+Tensor div(const Operand& a, const Operand& b, SourceLoc loc = SourceLoc::current());
+Tensor pow(const Operand& a, const Operand& b, SourceLoc loc = SourceLoc::current());
+Tensor maximum(const Operand& a, const Operand& b, SourceLoc loc = SourceLoc::current());
+Tensor minimum(const Operand& a, const Operand& b, SourceLoc loc = SourceLoc::current());
+Tensor eq(const Operand& a, const Operand& b, SourceLoc loc = SourceLoc::current());
+Tensor ne(const Operand& a, const Operand& b, SourceLoc loc = SourceLoc::current());
+Tensor lt(const Operand& a, const Operand& b, SourceLoc loc = SourceLoc::current());
+Tensor le(const Operand& a, const Operand& b, SourceLoc loc = SourceLoc::current());
+Tensor gt(const Operand& a, const Operand& b, SourceLoc loc = SourceLoc::current());
+Tensor ge(const Operand& a, const Operand& b, SourceLoc loc = SourceLoc::current());
+Tensor logical_and(const Tensor& a, const Tensor& b, SourceLoc loc = SourceLoc::current());
+Tensor logical_or(const Tensor& a, const Tensor& b, SourceLoc loc = SourceLoc::current());
+
+Tensor operator+(const Operand& a, const Operand& b);
+Tensor operator-(const Operand& a, const Operand& b);
+Tensor operator*(const Operand& a, const Operand& b);
+Tensor operator/(const Operand& a, const Operand& b);
+Tensor operator-(const Tensor& a);
+
+// Elementwise unary
+Tensor neg(const Tensor& x, SourceLoc loc = SourceLoc::current());
+Tensor abs(const Tensor& x, SourceLoc loc = SourceLoc::current());
+Tensor exp(const Tensor& x, SourceLoc loc = SourceLoc::current());
+Tensor log(const Tensor& x, SourceLoc loc = SourceLoc::current());
+Tensor sqrt(const Tensor& x, SourceLoc loc = SourceLoc::current());
+Tensor rsqrt(const Tensor& x, SourceLoc loc = SourceLoc::current());
+Tensor sin(const Tensor& x, SourceLoc loc = SourceLoc::current());
+Tensor cos(const Tensor& x, SourceLoc loc = SourceLoc::current());
+Tensor tanh(const Tensor& x, SourceLoc loc = SourceLoc::current());
+Tensor sigmoid(const Tensor& x, SourceLoc loc = SourceLoc::current());
+Tensor relu(const Tensor& x, SourceLoc loc = SourceLoc::current());
+/// approximate: "none" (erf) or "tanh".
+Tensor gelu(const Tensor& x, const std::string& approximate = "none", SourceLoc loc = SourceLoc::current());
+Tensor silu(const Tensor& x, SourceLoc loc = SourceLoc::current());
+Tensor hardswish(const Tensor& x, SourceLoc loc = SourceLoc::current());
+Tensor logical_not(const Tensor& x, SourceLoc loc = SourceLoc::current());
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max, SourceLoc loc = SourceLoc::current());
+Tensor cast(const Tensor& x, DType dtype, SourceLoc loc = SourceLoc::current());
+
+// Selection
+Tensor where(const Tensor& condition, const Operand& a, const Operand& b, SourceLoc loc = SourceLoc::current());
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value, SourceLoc loc = SourceLoc::current());
+
+// Reductions (dims empty = all)
+Tensor sum(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false, SourceLoc loc = SourceLoc::current());
+Tensor mean(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false, SourceLoc loc = SourceLoc::current());
+Tensor amax(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false, SourceLoc loc = SourceLoc::current());
+Tensor amin(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false, SourceLoc loc = SourceLoc::current());
+Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim = false, SourceLoc loc = SourceLoc::current());
+
+// Linear algebra, neural-network layers
+Tensor matmul(const Tensor& a, const Tensor& b, SourceLoc loc = SourceLoc::current());
+Tensor bmm(const Tensor& a, const Tensor& b, SourceLoc loc = SourceLoc::current());
+/// y = x W^T + b with W [out, in]; bias may be undefined.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), SourceLoc loc = SourceLoc::current());
+Tensor softmax(const Tensor& x, std::int64_t dim, SourceLoc loc = SourceLoc::current());
+Tensor log_softmax(const Tensor& x, std::int64_t dim, SourceLoc loc = SourceLoc::current());
+/// Normalizes over the trailing `normalized_rank` dims; weight/bias may be undefined.
+Tensor layer_norm(const Tensor& x, std::int64_t normalized_rank, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5, SourceLoc loc = SourceLoc::current());
+Tensor embedding(const Tensor& weight, const Tensor& indices, SourceLoc loc = SourceLoc::current());
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), std::vector<std::int64_t> stride = {1, 1},
+              std::vector<std::int64_t> padding = {0, 0}, std::vector<std::int64_t> dilation = {1, 1},
+              std::int64_t groups = 1, SourceLoc loc = SourceLoc::current());
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, double eps = 1e-5, SourceLoc loc = SourceLoc::current());
+Tensor max_pool2d(const Tensor& x, std::vector<std::int64_t> kernel, std::vector<std::int64_t> stride = {},
+                  std::vector<std::int64_t> padding = {0, 0}, SourceLoc loc = SourceLoc::current());
+Tensor avg_pool2d(const Tensor& x, std::vector<std::int64_t> kernel, std::vector<std::int64_t> stride = {},
+                  std::vector<std::int64_t> padding = {0, 0}, SourceLoc loc = SourceLoc::current());
+Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<std::int64_t> output_size, SourceLoc loc = SourceLoc::current());
+
+// Creation
+Tensor full(std::vector<SymInt> shape, double value, DType dtype = DType::kF32, SourceLoc loc = SourceLoc::current());
+Tensor zeros(std::vector<SymInt> shape, DType dtype = DType::kF32, SourceLoc loc = SourceLoc::current());
+Tensor ones(std::vector<SymInt> shape, DType dtype = DType::kF32, SourceLoc loc = SourceLoc::current());
+Tensor arange(SymInt end, DType dtype = DType::kI64, SourceLoc loc = SourceLoc::current());
+Tensor arange(SymInt start, SymInt end, SymInt step = 1, DType dtype = DType::kI64, SourceLoc loc = SourceLoc::current());
+Tensor tril(const Tensor& x, std::int64_t diagonal = 0, SourceLoc loc = SourceLoc::current());
+Tensor triu(const Tensor& x, std::int64_t diagonal = 0, SourceLoc loc = SourceLoc::current());
+
+// Data movement
+Tensor reshape(const Tensor& x, std::vector<SymInt> shape, SourceLoc loc = SourceLoc::current());
+Tensor permute(const Tensor& x, std::vector<std::int64_t> dims, SourceLoc loc = SourceLoc::current());
+Tensor transpose(const Tensor& x, std::int64_t a, std::int64_t b, SourceLoc loc = SourceLoc::current());
+Tensor unsqueeze(const Tensor& x, std::int64_t dim, SourceLoc loc = SourceLoc::current());
+Tensor squeeze(const Tensor& x, std::int64_t dim, SourceLoc loc = SourceLoc::current());
+Tensor flatten(const Tensor& x, std::int64_t start_dim = 0, std::int64_t end_dim = -1, SourceLoc loc = SourceLoc::current());
+/// Python slicing x[start:end:step] along `dim`; start/end clamp like Python.
+Tensor slice(const Tensor& x, std::int64_t dim, SymInt start, SymInt end, std::int64_t step = 1, SourceLoc loc = SourceLoc::current());
+Tensor cat(const std::vector<Tensor>& xs, std::int64_t dim = 0, SourceLoc loc = SourceLoc::current());
+std::vector<Tensor> split(const Tensor& x, std::vector<SymInt> sizes, std::int64_t dim = 0, SourceLoc loc = SourceLoc::current());
+Tensor expand(const Tensor& x, std::vector<SymInt> shape, SourceLoc loc = SourceLoc::current());
+Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index, SourceLoc loc = SourceLoc::current());
+Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index, SourceLoc loc = SourceLoc::current());
+
+// Data-dependent: sizes only known at run time (unbacked symbols)
+/// The value of a one-element tensor as a SymInt (an unbacked symbol while tracing).
+SymInt item(const Tensor& x, SourceLoc loc = SourceLoc::current());
+/// Indices of the non-zero elements: i64[u, rank] with u in [0, numel].
+Tensor nonzero(const Tensor& x, SourceLoc loc = SourceLoc::current());
+/// The elements of x where mask (broadcast) is true: 1-D of unbacked size.
+Tensor masked_select(const Tensor& x, const Tensor& mask, SourceLoc loc = SourceLoc::current());
+
+}  // namespace kiln

@@ -1,0 +1,273 @@
+#include "trace/context.h"
+
+#include <filesystem>
+
+#include "kiln/export/symbolic/print.h"
+
+namespace kiln::detail {
+namespace {
+thread_local TraceContext* g_trace = nullptr;
+
+std::string bound_text(std::int64_t v) {
+  if (v == sym::kPosInf) return "inf";
+  if (v == sym::kNegInf) return "-inf";
+  return std::to_string(v);
+}
+}  // namespace
+
+TraceContext* current_trace() { return g_trace; }
+void set_current_trace(TraceContext* ctx) { g_trace = ctx; }
+
+std::string loc_text(const SourceLoc& loc) {
+  return std::filesystem::path(loc.file_name()).filename().string() + ":" + std::to_string(loc.line());
+}
+
+ir::SourceLocation to_ir(const SourceLoc& loc) {
+  return {std::filesystem::path(loc.file_name()).filename().string(), loc.line(), loc.column()};
+}
+
+void op_error(std::string_view op, const std::string& message, const SourceLoc& loc, StatusCode code) {
+  throw ExportError(code, "[" + std::string(op) + "] " + message + " (" + loc_text(loc) + ")");
+}
+
+std::string TraceContext::symbol_text(sym::Expr e) const { return sym::to_string(e, &program.env); }
+
+std::string TraceContext::describe_symbol(int s) const {
+  auto it = policies.find(s);
+  const std::string name = program.env.symbol(s).name;
+  if (it == policies.end()) return name;
+  const SymbolPolicy& p = it->second;
+  if (!p.dim_name.empty()) return "Dim " + p.dim_name + " (" + p.source + " = " + name + ")";
+  return p.source + " (" + name + ")";
+}
+
+void TraceContext::violation(const std::string& message, const SourceLoc& loc) const {
+  throw ExportError(StatusCode::kExportError, "constraint violation: " + message + " [guard at " + loc_text(loc) + "]");
+}
+
+void TraceContext::add_input_assert(sym::Expr fact, const SourceLoc& loc) {
+  for (const ir::RuntimeAssert& a : graph().asserts) {
+    if (a.expr == fact) return;
+  }
+  graph().asserts.push_back({fact, symbol_text(fact), -1, ir::NodeMeta{to_ir(loc), "", "guard"}});
+}
+
+void TraceContext::refine(int s, sym::ValueRange range, sym::Expr fact, const SourceLoc& loc) {
+  const SymbolPolicy* p = policies.count(s) ? &policies.at(s) : nullptr;
+  const sym::ValueRange current = env().symbol(s).range;
+  if (range == current) return;
+  if (p != nullptr && p->kind == Dim::Kind::kNamed) {
+    std::string fix;
+    if (range.is_point()) {
+      fix = "your code specializes it to " + std::to_string(range.lo) + ": declare it Dim::STATIC, or avoid the guard";
+    } else {
+      fix = p->dim_name + " = Dim(\"" + p->dim_name + "\", min=" + bound_text(range.lo) +
+            (range.hi == sym::kPosInf ? "" : ", max=" + bound_text(range.hi)) + ")";
+    }
+    violation("the code requires " + symbol_text(fact) + ", which narrows " + describe_symbol(s) + " from [" +
+                  bound_text(current.lo) + ", " + bound_text(current.hi) + "] to [" + bound_text(range.lo) + ", " +
+                  bound_text(range.hi) + "]. Suggested fix: " + fix,
+              loc);
+  }
+  if (p != nullptr && p->kind == Dim::Kind::kDynamic && range.is_point()) {
+    violation("you marked " + p->source + " as dynamic but your code specialized it to be a constant (" +
+                  std::to_string(range.lo) + "). Use Dim::AUTO to allow that, or avoid the guard",
+              loc);
+  }
+  Status st = env().constrain_range(s, range.lo, range.hi);
+  if (st.ok() && range.is_point()) st = env().replace(s, sym::Expr::constant(range.lo));
+  if (!st.ok()) throw ExportError(StatusCode::kExportError, st.message() + " (" + loc_text(loc) + ")");
+  range_meta[s] = ir::NodeMeta{to_ir(loc), module_stack.empty() ? "" : module_stack.back(), "guard"};
+}
+
+bool TraceContext::guard(sym::Expr e, const SourceLoc& loc) {
+  e = env().simplify(e);
+  if (auto known = env().statically_known(e)) return *known;
+  for (int s : env().free_symbols(e)) {
+    if (env().symbol(s).kind == sym::SymbolKind::Unbacked) {
+      throw ExportError(StatusCode::kExportError,
+                        "could not guard on data-dependent expression " + symbol_text(e) + " (" + loc_text(loc) +
+                            "): its value is only known at run time. Use kiln::check(...) if it must hold, "
+                            "guard_or_false/guard_or_true to pick a default, or kiln::cond(...) to branch on it");
+    }
+  }
+  const auto hint = env().evaluate_with_hints(e);
+  if (!hint) throw ExportError(StatusCode::kInternal, "guard without a hint: " + symbol_text(e));
+  const bool value = *hint != 0;
+  const sym::Expr fact = value ? e : sym::sym_not(e);
+  const sym::GuardAnalysis a = env().analyze_guard(fact);
+  switch (a.kind) {
+    case sym::GuardKind::AlwaysTrue: break;
+    case sym::GuardKind::AlwaysFalse:
+      throw ExportError(StatusCode::kInternal, "guard contradicts known facts: " + symbol_text(fact));
+    case sym::GuardKind::Range: refine(a.symbol, a.range, fact, loc); break;
+    case sym::GuardKind::Replacement: {
+      if (auto c = a.replacement.constant_value()) {
+        refine(a.symbol, sym::ValueRange::point(*c), fact, loc);
+        break;
+      }
+      std::vector<int> involved = env().free_symbols(a.replacement);
+      involved.push_back(a.symbol);
+      for (int s : involved) {
+        auto it = policies.find(s);
+        if (it != policies.end() && it->second.kind == Dim::Kind::kNamed) {
+          std::string others;
+          for (int o : involved) others += (others.empty() ? "" : " and ") + describe_symbol(o);
+          violation("the values of " + others + " must always be equal (" + symbol_text(fact) +
+                        "), which the dynamic-shape spec does not declare. Suggested fix: use the same Dim for both "
+                        "(b = a)" ,
+                    loc);
+        }
+      }
+      const Status st = env().replace(a.symbol, a.replacement);
+      if (!st.ok()) throw ExportError(StatusCode::kExportError, st.message());
+      add_input_assert(fact, loc);
+      break;
+    }
+    case sym::GuardKind::Divisibility: {
+      auto it = policies.find(a.symbol);
+      if (it != policies.end() && it->second.kind == Dim::Kind::kNamed) {
+        const std::string& n = it->second.dim_name;
+        violation("the code requires " + symbol_text(fact) + " for " + describe_symbol(a.symbol) +
+                      ", which the declared Dim does not guarantee. Suggested fix: declare it as a multiple: _" + n +
+                      " = Dim(\"_" + n + "\"); " + n + " = " + std::to_string(a.divisor) + " * _" + n,
+                  loc);
+      }
+      const Status st = env().add_divisibility(sym::Expr::symbol(a.symbol), a.divisor);
+      if (!st.ok()) throw ExportError(StatusCode::kExportError, st.message());
+      add_input_assert(fact, loc);
+      break;
+    }
+    case sym::GuardKind::Other: {
+      const Status st = env().add_axiom(fact);
+      if (!st.ok()) throw ExportError(StatusCode::kExportError, st.message());
+      add_input_assert(fact, loc);
+      break;
+    }
+  }
+  return value;
+}
+
+void TraceContext::check(sym::Expr e, const SourceLoc& loc) {
+  e = env().simplify(e);
+  if (auto known = env().statically_known(e)) {
+    if (*known) return;
+    throw ExportError(StatusCode::kExportError, "check failed: " + symbol_text(e) + " is always false (" + loc_text(loc) + ")");
+  }
+  const sym::GuardAnalysis a = env().analyze_guard(e);
+  if (a.kind == sym::GuardKind::Range && env().symbol(a.symbol).kind == sym::SymbolKind::Unbacked) {
+    const Status st = env().constrain_range(a.symbol, a.range.lo, a.range.hi);
+    if (!st.ok()) throw ExportError(StatusCode::kExportError, st.message() + " (" + loc_text(loc) + ")");
+    range_meta[a.symbol] = ir::NodeMeta{to_ir(loc), module_stack.empty() ? "" : module_stack.back(), "check"};
+    return;  // range bounds of unbacked symbols become asserts when the export finishes
+  }
+  bool has_unbacked = false;
+  int after = -1;
+  for (int s : env().free_symbols(e)) {
+    if (env().symbol(s).kind != sym::SymbolKind::Unbacked) continue;
+    has_unbacked = true;
+    auto it = binder.find(s);
+    if (it != binder.end()) after = std::max(after, it->second);
+  }
+  if (!has_unbacked && a.kind == sym::GuardKind::Range) {
+    refine(a.symbol, a.range, e, loc);
+    return;
+  }
+  const Status st = env().add_axiom(e);
+  if (!st.ok()) throw ExportError(StatusCode::kExportError, st.message() + " (" + loc_text(loc) + ")");
+  graph().asserts.push_back({e, symbol_text(e), after, ir::NodeMeta{to_ir(loc), module_stack.empty() ? "" : module_stack.back(), "check"}});
+}
+
+int TraceContext::value_of(const Tensor& t) {
+  TensorImpl* impl = t.impl().get();
+  if (impl->ctx == this) {
+    if (impl->graph != graph_index) {
+      throw ExportError(StatusCode::kExportError, "a tensor traced in another graph was used here (capture it as an operand)");
+    }
+    return impl->value;
+  }
+  if (impl->ctx != nullptr) throw ExportError(StatusCode::kExportError, "a tensor from another export_program call was used");
+  int constant;
+  auto it = lifted.find(impl);
+  if (it != lifted.end()) {
+    constant = it->second;
+  } else {
+    constant = static_cast<int>(program.constants.size());
+    std::vector<std::int64_t> shape;
+    for (const sym::Expr& d : impl->shape) shape.push_back(*d.constant_value());
+    std::string name = impl->param_name.empty() ? "_constant" + std::to_string(constant) : impl->param_name;
+    program.constants.push_back({name, impl->dtype, shape, impl->data});
+    lifted.emplace(impl, constant);
+  }
+  // One Constant value per constant per graph.
+  for (std::size_t v = 0; v < graph().values.size(); ++v) {
+    const ir::Value& val = graph().values[v];
+    if (val.kind == ir::ValueKind::kConstant && val.constant == constant) return static_cast<int>(v);
+  }
+  return graph().add_value({ir::ValueKind::kConstant, impl->dtype, impl->shape, {}, constant,
+                            program.constants[static_cast<std::size_t>(constant)].name});
+}
+
+ir::NodeMeta TraceContext::meta(const SourceLoc& loc, std::string user_op, const std::vector<Tensor>& inputs) const {
+  ir::NodeMeta m{to_ir(loc), "", std::move(user_op)};
+  if (!module_stack.empty()) {
+    m.module_path = module_stack.back();
+  } else {
+    for (const Tensor& t : inputs) {
+      if (t.defined() && !t.impl()->module_path.empty()) {
+        m.module_path = t.impl()->module_path;
+        break;
+      }
+    }
+  }
+  return m;
+}
+
+Tensor TraceContext::make_tensor(int value) {
+  auto impl = std::make_shared<TensorImpl>();
+  const ir::Value& v = graph().values[static_cast<std::size_t>(value)];
+  impl->dtype = v.dtype;
+  impl->shape = v.shape;
+  impl->ctx = this;
+  impl->graph = graph_index;
+  impl->value = value;
+  return Tensor(impl);
+}
+
+std::vector<Tensor> TraceContext::add_node(OpKind op, const std::vector<Tensor>& inputs, std::vector<ir::Attr> attrs,
+                                           const std::vector<OutSpec>& outs, const ir::NodeMeta& meta) {
+  ir::Node node;
+  node.op = op;
+  node.attrs = std::move(attrs);
+  node.meta = meta;
+  for (const Tensor& t : inputs) {
+    node.inputs.push_back(t.defined() ? value_of(t) : graph().add_value({ir::ValueKind::kNone, DType::kF32, {}, {}, -1, ""}));
+  }
+  std::vector<Tensor> results;
+  for (const OutSpec& o : outs) {
+    std::vector<sym::Expr> shape;
+    for (const sym::Expr& d : o.shape) shape.push_back(env().simplify(d));
+    const int v = graph().add_value({ir::ValueKind::kTensor, o.dtype, shape, {}, -1, ""});
+    node.outputs.push_back(v);
+  }
+  graph().nodes.push_back(std::move(node));
+  for (int v : graph().nodes.back().outputs) results.push_back(make_tensor(v));
+  return results;
+}
+
+std::vector<Tensor> run_op(OpKind op, const std::vector<Tensor>& inputs, std::vector<ir::Attr> attrs,
+                           const std::vector<OutSpec>& outs, const SourceLoc& loc, std::string user_op) {
+  TraceContext* ctx = current_trace();
+  bool traced = false, any_input = false;
+  for (const Tensor& t : inputs) {
+    if (!t.defined()) continue;
+    any_input = true;
+    traced = traced || t.is_traced();
+  }
+  if (ctx != nullptr && (traced || !any_input)) {
+    return ctx->add_node(op, inputs, std::move(attrs), outs, ctx->meta(loc, std::move(user_op), inputs));
+  }
+  return run_eager(op, inputs, attrs, outs, loc);
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,107 @@
+// The tracing machinery behind Tensor/SymInt/SymBool: the active trace, guards, node
+// recording, and the eager path. Internal to kiln_export.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/export/dim.h"
+#include "kiln/export/ir.h"
+#include "kiln/export/tensor.h"
+
+namespace kiln::detail {
+
+struct TensorImpl {
+  DType dtype = DType::kF32;
+  std::vector<sym::Expr> shape;  // constants for eager tensors
+  // Traced: the value id in the context's current graph.
+  class TraceContext* ctx = nullptr;
+  int graph = -1;
+  int value = -1;
+  // Eager: the bytes (C-contiguous, little-endian).
+  std::shared_ptr<std::vector<std::uint8_t>> data;
+  // Parameters: full dotted name and owning module path.
+  std::string param_name;
+  std::string module_path;
+};
+
+/// How a backed symbol may be constrained (from the user's Dim).
+struct SymbolPolicy {
+  Dim::Kind kind = Dim::Kind::kAuto;  // kNamed = strict
+  std::string dim_name;               // the Dim's name ("batch"), if named
+  std::string source;                 // "x.size()[0]" or "n"
+  sym::ValueRange declared;
+  const void* dim_id = nullptr;
+};
+
+/// Output of an op before it exists: dtype and symbolic shape.
+struct OutSpec {
+  DType dtype = DType::kF32;
+  std::vector<sym::Expr> shape;
+  bool allocated_by_kernel = false;  // data-dependent size (eager mode: the kernel allocates)
+};
+
+class TraceContext {
+ public:
+  ir::Program program;
+  int graph_index = 0;
+  std::vector<std::string> module_stack;
+  std::unordered_map<int, SymbolPolicy> policies;
+  std::unordered_map<const TensorImpl*, int> lifted;      // eager tensor -> constant index
+  std::unordered_map<int, ir::NodeMeta> range_meta;       // symbol -> where its range was narrowed
+  std::unordered_map<int, int> binder;                    // unbacked symbol -> binding node
+  /// The shape environment right after the inputs were bound: declared ranges only.
+  std::optional<sym::ShapeEnv> declared_env;
+
+  ir::Graph& graph() { return program.graphs[static_cast<std::size_t>(graph_index)]; }
+  sym::ShapeEnv& env() { return program.env; }
+
+  /// Decides `e` (a guard from user code at `loc`): see SEMANTICS.md.
+  bool guard(sym::Expr e, const SourceLoc& loc);
+  /// check(): records a deferred runtime assert and narrows ranges.
+  void check(sym::Expr e, const SourceLoc& loc);
+  /// Value id of `t` in the current graph (lifting eager tensors to constants).
+  int value_of(const Tensor& t);
+  ir::NodeMeta meta(const SourceLoc& loc, std::string user_op, const std::vector<Tensor>& inputs) const;
+  /// Records a node and returns its outputs as traced tensors.
+  std::vector<Tensor> add_node(OpKind op, const std::vector<Tensor>& inputs, std::vector<ir::Attr> attrs,
+                               const std::vector<OutSpec>& outs, const ir::NodeMeta& meta);
+  Tensor make_tensor(int value);
+  std::string symbol_text(sym::Expr e) const;
+  /// "batch" / "x.size()[0]" for messages.
+  std::string describe_symbol(int sym) const;
+
+ private:
+  [[noreturn]] void violation(const std::string& message, const SourceLoc& loc) const;
+  void refine(int sym, sym::ValueRange range, sym::Expr fact, const SourceLoc& loc);
+  void add_input_assert(sym::Expr fact, const SourceLoc& loc);
+};
+
+/// The trace active on this thread, or nullptr (eager mode).
+TraceContext* current_trace();
+void set_current_trace(TraceContext* ctx);
+
+/// "model.cpp:12" (basename) for messages and debug info.
+std::string loc_text(const SourceLoc& loc);
+ir::SourceLocation to_ir(const SourceLoc& loc);
+
+/// Throws ExportError with "[op] message (file:line)".
+[[noreturn]] void op_error(std::string_view op, const std::string& message, const SourceLoc& loc,
+                           StatusCode code = StatusCode::kExportError);
+
+/// Runs `op`: records a node while tracing (if any input is traced, or it has no inputs),
+/// else computes eagerly with the CPU kernels (constant folding during a trace).
+std::vector<Tensor> run_op(OpKind op, const std::vector<Tensor>& inputs, std::vector<ir::Attr> attrs,
+                           const std::vector<OutSpec>& outs, const SourceLoc& loc, std::string user_op);
+
+/// Eager execution of one op on concrete tensors (eager.cpp).
+std::vector<Tensor> run_eager(OpKind op, const std::vector<Tensor>& inputs, const std::vector<ir::Attr>& attrs,
+                              const std::vector<OutSpec>& outs, const SourceLoc& loc);
+
+/// An eager tensor with freshly allocated, zeroed storage.
+Tensor make_eager(DType dtype, std::vector<std::int64_t> shape);
+
+}  // namespace kiln::detail

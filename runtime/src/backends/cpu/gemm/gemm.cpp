@@ -1,0 +1,366 @@
+// The SGEMM driver: validation, ISA selection, cache blocking and threading. The kernels
+// are in gemm_scalar.cpp / gemm_avx2.cpp, packing in gemm_pack.cpp.
+//
+// Loop structure (BLIS-style, B packed over the whole K so PackedB and per-call packing
+// share one path):
+//   [per-call only] for each column block jc of <= kPackBudgetFloats / K columns: pack B
+//   parallel over tasks = (row block of <= kMcMax rows) x (run of 16-column B panels):
+//     for each K block pc of <= kKcMax:   pack A(mc x kc) into a thread-local buffer (L2)
+//       for each B panel (kc x 16, stays in L1):
+//         for each 6-row A panel: micro-kernel on a 6x16 tile of C
+#include "backends/cpu/gemm/gemm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "backends/cpu/gemm/gemm_kernels.h"
+#include "backends/cpu/thread_pool.h"
+
+namespace kiln::cpu {
+namespace gemm_detail {
+
+bool cpu_has_avx2_fma() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return supported;
+#else
+  return false;
+#endif
+}
+
+}  // namespace gemm_detail
+
+namespace {
+
+using namespace gemm_detail;  // NOLINT: this file is the driver of that namespace
+
+// Block sizes, tuned on Zen 4 (32 KiB L1d, 1 MiB L2 per core): a kc x 16 B panel (16 KiB)
+// stays in L1 and an mc x kc A block (~150 KiB) in L2.
+static std::int64_t env_or(const char* name, std::int64_t v) { const char* e = std::getenv(name); return e ? std::atoll(e) : v; }  // TUNING-ONLY
+static const std::int64_t kKcMax = env_or("KILN_KC", 256);
+static const std::int64_t kMcMax = env_or("KILN_MC", 144);
+// Upper bound on the per-call packed B buffer (floats): 8 MiB, well inside a shared L3.
+constexpr std::int64_t kPackBudgetFloats = std::int64_t{2} << 20;
+// Below this many flops a GEMM runs on the calling thread (waking workers costs more).
+constexpr double kMinParallelFlops = 2.0e6;
+// GEMV: columns per epilogue pass (a stack buffer), and bytes of B per parallel chunk.
+constexpr std::int64_t kGemvBlockColumns = 512;
+constexpr std::int64_t kGemvMinChunkBytes = 64 << 10;
+
+std::atomic<GemmIsa> g_forced_isa{GemmIsa::kAuto};
+
+const GemmKernels& select_kernels() {
+#if defined(__x86_64__) || defined(__i386__)
+  if (g_forced_isa.load(std::memory_order_relaxed) != GemmIsa::kScalar && cpu_has_avx2_fma()) {
+    return avx2_kernels();
+  }
+#endif
+  return scalar_kernels();
+}
+
+// A grow-only, 64-byte aligned float buffer; one per thread and purpose (thread_local).
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { std::free(data_); }
+
+  // Null when the allocation fails.
+  float* get(std::int64_t floats) {
+    const auto needed = static_cast<std::size_t>(std::max<std::int64_t>(floats, 16));
+    if (needed > capacity_) {
+      std::free(data_);
+      const std::size_t bytes = (needed * sizeof(float) + 63) / 64 * 64;
+      data_ = static_cast<float*>(std::aligned_alloc(64, bytes));
+      capacity_ = data_ != nullptr ? bytes / sizeof(float) : 0;
+    }
+    return data_;
+  }
+
+ private:
+  float* data_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+thread_local Scratch t_pack_a;  // per pool thread: one mc x kc block of A
+thread_local Scratch t_pack_b;  // per calling thread: packed B columns, or GEMV's x
+
+Status invalid(const std::string& message) {
+  return Status(StatusCode::kInvalidInput, "[sgemm] " + message);
+}
+
+Status check_stride(const char* name, std::int64_t ld, const char* dim, std::int64_t row) {
+  if (ld >= std::max<std::int64_t>(row, 1)) return Status::Ok();
+  return invalid(std::string(name) + "=" + std::to_string(ld) + " < " + dim + "=" +
+                 std::to_string(row));
+}
+
+// need_b: false for sgemm_prepacked, where B comes from the PackedB.
+Status validate(const GemmParams& p, bool need_b) {
+  if (p.m < 0 || p.n < 0 || p.k < 0) {
+    return invalid("negative size m=" + std::to_string(p.m) + " n=" + std::to_string(p.n) +
+                   " k=" + std::to_string(p.k));
+  }
+  KILN_RETURN_IF_ERROR(p.trans_a ? check_stride("lda", p.lda, "m", p.m)
+                                 : check_stride("lda", p.lda, "k", p.k));
+  if (need_b) {
+    KILN_RETURN_IF_ERROR(p.trans_b ? check_stride("ldb", p.ldb, "k", p.k)
+                                   : check_stride("ldb", p.ldb, "n", p.n));
+  }
+  KILN_RETURN_IF_ERROR(check_stride("ldc", p.ldc, "n", p.n));
+  const bool has_output = p.m > 0 && p.n > 0;
+  const bool reads_ab = has_output && p.k > 0 && p.alpha != 0.0f;
+  if (has_output && p.c == nullptr) return invalid("c is null");
+  if (reads_ab && p.a == nullptr) return invalid("a is null");
+  if (reads_ab && need_b && p.b == nullptr) return invalid("b is null");
+  if (has_output && p.bias_kind != GemmBias::kNone && p.bias == nullptr) {
+    return invalid("bias is null");
+  }
+  return Status::Ok();
+}
+
+Epilogue make_epilogue(const GemmParams& p) {
+  return Epilogue{p.alpha, p.beta, nullptr, nullptr, 0.0f, p.activation};
+}
+
+// K == 0 or alpha == 0: C = act(beta * C + bias), without reading A or B.
+Status scale_only(const GemmParams& p, const GemmKernels& kernels) {
+  float* zeros = t_pack_b.get(p.n);
+  if (zeros == nullptr) return Status(StatusCode::kUnavailable, "[sgemm] out of memory");
+  std::fill(zeros, zeros + p.n, 0.0f);
+  Epilogue e = make_epilogue(p);
+  if (p.bias_kind == GemmBias::kPerColumn) e.bias_col = p.bias;
+  for (std::int64_t i = 0; i < p.m; ++i) {
+    e.bias_row_value = p.bias_kind == GemmBias::kPerRow ? p.bias[i] : 0.0f;
+    kernels.epilogue_row(zeros, p.c + i * p.ldc, p.n, e);
+  }
+  return Status::Ok();
+}
+
+// ---- GEMV (M == 1) ----
+
+// Computes columns [j0, j1) of the single output row.
+void gemv_columns(const GemmParams& p, const GemmKernels& kernels, const float* x,
+                  const PackedB* packed, std::int64_t j0, std::int64_t j1) {
+  alignas(64) float raw[kGemvBlockColumns];
+  Epilogue e = make_epilogue(p);
+  e.bias_row_value = p.bias_kind == GemmBias::kPerRow ? p.bias[0] : 0.0f;
+  for (std::int64_t j = j0; j < j1; j += kGemvBlockColumns) {
+    const std::int64_t count = std::min(kGemvBlockColumns, j1 - j);
+    if (packed != nullptr) {
+      kernels.gemv_packed(x, packed->panel(j / kNr), p.k * kNr, p.k, (count + kNr - 1) / kNr, raw);
+    } else if (p.trans_b) {
+      kernels.gemv_rows(x, p.b + j * p.ldb, p.ldb, p.k, count, raw);
+    } else {
+      kernels.gemv_cols(x, p.b + j, p.ldb, p.k, count, raw);
+    }
+    e.bias_col = p.bias_kind == GemmBias::kPerColumn ? p.bias + j : nullptr;
+    kernels.epilogue_row(raw, p.c + j, count, e);
+  }
+}
+
+Status run_gemv(const GemmParams& p, const GemmKernels& kernels, const PackedB* packed,
+                ThreadPool* pool) {
+  const float* x = p.a;
+  if (p.trans_a && p.lda != 1) {  // op(A) row 0 is strided: gather it
+    float* gathered = t_pack_b.get(p.k);
+    if (gathered == nullptr) return Status(StatusCode::kUnavailable, "[sgemm] out of memory");
+    for (std::int64_t k = 0; k < p.k; ++k) gathered[k] = p.a[k * p.lda];
+    x = gathered;
+  }
+  // Parallel over 16-column units, so chunks start on PackedB panel boundaries.
+  const std::int64_t units = (p.n + kNr - 1) / kNr;
+  const std::int64_t unit_bytes = p.k * kNr * static_cast<std::int64_t>(sizeof(float));
+  std::int64_t grain = std::max<std::int64_t>(1, kGemvMinChunkBytes / unit_bytes);
+  // Unpacked [K,N] B is read as one row segment per k: wide chunks keep the segments long.
+  if (packed == nullptr && !p.trans_b) grain = std::max<std::int64_t>(grain, kGemvBlockColumns / kNr);
+  auto body = [&](std::int64_t u0, std::int64_t u1) {
+    gemv_columns(p, kernels, x, packed, u0 * kNr, std::min(p.n, u1 * kNr));
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(units, grain, body);
+  } else {
+    body(0, units);
+  }
+  return Status::Ok();
+}
+
+// ---- Blocked GEMM ----
+
+// One parallel region: C columns [col0, col0 + cols) against B panels starting at `panels`
+// (panel stride k * kNr, covering the whole K).
+struct BlockedProblem {
+  const GemmParams* p;
+  const GemmKernels* kernels;
+  const float* panels;
+  std::int64_t col0;
+  std::int64_t cols;
+};
+
+struct BlockPlan {
+  std::int64_t kc, mc, m_blocks;
+  std::int64_t panels_per_task, n_splits;
+};
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+BlockPlan plan_blocks(const GemmParams& p, std::int64_t cols, int threads) {
+  BlockPlan plan{};
+  plan.kc = ceil_div(p.k, ceil_div(p.k, kKcMax));
+  plan.m_blocks = ceil_div(p.m, kMcMax);
+  plan.mc = ceil_div(ceil_div(p.m, plan.m_blocks), kMr) * kMr;
+  plan.m_blocks = ceil_div(p.m, plan.mc);
+  const std::int64_t n_panels = ceil_div(cols, kNr);
+  std::int64_t n_split = 1;
+  if (threads > 1) {
+    // About 4 tasks per thread for balance, but at least 8 panels (128 columns) per task
+    // so re-packing A for each task stays cheap.
+    const std::int64_t wanted = ceil_div(4 * threads, plan.m_blocks);
+    n_split = std::clamp<std::int64_t>(wanted, 1, std::max<std::int64_t>(1, n_panels / 8));
+  }
+  plan.panels_per_task = ceil_div(n_panels, n_split);
+  plan.n_splits = ceil_div(n_panels, plan.panels_per_task);
+  return plan;
+}
+
+// Micro-kernel calls for one K block of one task: B panels [p0, p1) x all rows of `a_packed`.
+void run_kblock(const BlockedProblem& bp, const BlockPlan& plan, const float* a_packed,
+                std::int64_t m0, std::int64_t rows, std::int64_t pc, std::int64_t p0,
+                std::int64_t p1) {
+  const GemmParams& p = *bp.p;
+  const std::int64_t kc = std::min(plan.kc, p.k - pc);
+  const bool last = pc + kc >= p.k;
+  Epilogue e = make_epilogue(p);
+  if (pc > 0) e.beta = 1.0f;
+  if (!last) e.act = GemmActivation::kNone;
+  for (std::int64_t panel = p0; panel < p1; ++panel) {
+    const std::int64_t j = bp.col0 + panel * kNr;
+    const float* b = bp.panels + panel * p.k * kNr + pc * kNr;
+    e.bias_col = last && p.bias_kind == GemmBias::kPerColumn ? p.bias + j : nullptr;
+    for (std::int64_t ir = 0; ir < rows; ir += kMr) {
+      e.bias_row = last && p.bias_kind == GemmBias::kPerRow ? p.bias + m0 + ir : nullptr;
+      const MicroTile tile{a_packed + ir * kc,
+                           b,
+                           p.c + (m0 + ir) * p.ldc + j,
+                           p.ldc,
+                           kc,
+                           static_cast<int>(std::min<std::int64_t>(kMr, rows - ir)),
+                           static_cast<int>(std::min<std::int64_t>(kNr, p.n - j))};
+      bp.kernels->micro_kernel(tile, e);
+    }
+  }
+}
+
+// One task: rows [m0, m0 + rows) x B panels [p0, p1), over the whole K. False when the
+// A buffer cannot be allocated.
+bool run_task(const BlockedProblem& bp, const BlockPlan& plan, std::int64_t task) {
+  const GemmParams& p = *bp.p;
+  const std::int64_t m0 = (task / plan.n_splits) * plan.mc;
+  const std::int64_t rows = std::min(plan.mc, p.m - m0);
+  const std::int64_t p0 = (task % plan.n_splits) * plan.panels_per_task;
+  const std::int64_t p1 = std::min(ceil_div(bp.cols, kNr), p0 + plan.panels_per_task);
+  float* a_packed = t_pack_a.get(ceil_div(rows, kMr) * kMr * plan.kc);
+  if (a_packed == nullptr) return false;
+  const std::int64_t row_stride = p.trans_a ? 1 : p.lda;
+  const std::int64_t col_stride = p.trans_a ? p.lda : 1;
+  for (std::int64_t pc = 0; pc < p.k; pc += plan.kc) {
+    const std::int64_t kc = std::min(plan.kc, p.k - pc);
+    pack_a(p.a + m0 * row_stride + pc * col_stride, row_stride, col_stride, rows, kc, a_packed);
+    run_kblock(bp, plan, a_packed, m0, rows, pc, p0, p1);
+  }
+  return true;
+}
+
+int usable_threads(const GemmParams& p, ThreadPool* pool) {
+  if (pool == nullptr) return 1;
+  const double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+  return flops < kMinParallelFlops ? 1 : pool->num_threads();
+}
+
+Status run_blocked(const BlockedProblem& bp, ThreadPool* pool) {
+  const int threads = usable_threads(*bp.p, pool);
+  const BlockPlan plan = plan_blocks(*bp.p, bp.cols, threads);
+  std::atomic<bool> failed{false};
+  auto body = [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      if (!run_task(bp, plan, t)) failed.store(true, std::memory_order_relaxed);
+    }
+  };
+  const std::int64_t tasks = plan.m_blocks * plan.n_splits;
+  if (threads > 1) {
+    pool->parallel_for(tasks, 1, body);
+  } else {
+    body(0, tasks);
+  }
+  if (failed.load()) return Status(StatusCode::kUnavailable, "[sgemm] out of memory packing A");
+  return Status::Ok();
+}
+
+// Packs op(B) columns [j0, j0 + cols) into `out` (PackedB layout).
+void pack_b_block(const GemmParams& p, std::int64_t j0, std::int64_t cols, float* out,
+                  ThreadPool* pool, int threads) {
+  const std::int64_t k_stride = p.trans_b ? 1 : p.ldb;
+  const std::int64_t n_stride = p.trans_b ? p.ldb : 1;
+  const float* b = p.b + j0 * n_stride;
+  auto body = [&](std::int64_t q0, std::int64_t q1) {
+    pack_b_panels(b, k_stride, n_stride, p.k, cols, q0, q1, out);
+  };
+  const std::int64_t panels = ceil_div(cols, kNr);
+  if (threads > 1) {
+    pool->parallel_for(panels, std::max<std::int64_t>(1, 4096 / p.k), body);
+  } else {
+    body(0, panels);
+  }
+}
+
+Status run_unpacked(const GemmParams& p, const GemmKernels& kernels, ThreadPool* pool) {
+  const std::int64_t block_cols = std::clamp<std::int64_t>(
+      kPackBudgetFloats / p.k / kNr * kNr, kNr, ceil_div(p.n, kNr) * kNr);
+  float* packed = t_pack_b.get(block_cols * p.k);
+  if (packed == nullptr) return Status(StatusCode::kUnavailable, "[sgemm] out of memory packing B");
+  const int threads = usable_threads(p, pool);
+  for (std::int64_t j0 = 0; j0 < p.n; j0 += block_cols) {
+    const std::int64_t cols = std::min(block_cols, p.n - j0);
+    pack_b_block(p, j0, cols, packed, pool, threads);
+    KILN_RETURN_IF_ERROR(run_blocked(BlockedProblem{&p, &kernels, packed, j0, cols}, pool));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status sgemm(const GemmParams& params, ThreadPool* pool) {
+  KILN_RETURN_IF_ERROR(validate(params, /*need_b=*/true));
+  if (params.m == 0 || params.n == 0) return Status::Ok();
+  const GemmKernels& kernels = select_kernels();
+  if (params.k == 0 || params.alpha == 0.0f) return scale_only(params, kernels);
+  if (params.m == 1) return run_gemv(params, kernels, nullptr, pool);
+  return run_unpacked(params, kernels, pool);
+}
+
+Status sgemm_prepacked(const GemmParams& params, const PackedB& packed, ThreadPool* pool) {
+  KILN_RETURN_IF_ERROR(validate(params, /*need_b=*/false));
+  if (packed.k() != params.k || packed.n() != params.n) {
+    return invalid("packed B is [" + std::to_string(packed.k()) + "," + std::to_string(packed.n()) +
+                   "] but k=" + std::to_string(params.k) + " n=" + std::to_string(params.n));
+  }
+  if (params.m == 0 || params.n == 0) return Status::Ok();
+  const GemmKernels& kernels = select_kernels();
+  if (params.k == 0 || params.alpha == 0.0f) return scale_only(params, kernels);
+  if (params.m == 1) return run_gemv(params, kernels, &packed, pool);
+  return run_blocked(BlockedProblem{&params, &kernels, packed.panel(0), 0, params.n}, pool);
+}
+
+GemmIsa active_gemm_isa() { return select_kernels().isa; }
+
+bool set_gemm_isa_for_testing(GemmIsa isa) {
+  if (isa == GemmIsa::kAvx2 && !cpu_has_avx2_fma()) return false;
+  g_forced_isa.store(isa, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,161 @@
+// conv2d (NCHW, or unbatched CHW) with stride, padding, dilation and groups, as im2col
+// + matmul_f32 per (image, group), tiled over output rows so the column buffer stays
+// small. 1x1 stride-1 unpadded convolutions skip im2col. f32 (f16/bf16 via f32).
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/window.h"
+
+namespace kiln::cpu::kernels {
+namespace {
+
+struct ConvGeometry {
+  Planes in;
+  std::int64_t out_channels = 0, groups = 1;
+  std::int64_t kh = 0, kw = 0;
+  std::array<std::int64_t, 2> stride{}, padding{}, dilation{};
+  std::int64_t oh = 0, ow = 0;
+  std::int64_t group_in() const { return in.channels / groups; }
+  std::int64_t group_out() const { return out_channels / groups; }
+  std::int64_t patch() const { return group_in() * kh * kw; }
+};
+
+// im2col rows for output rows [oh0, oh1) of one image and group:
+// col[(c * kh + i) * kw + j][(oh - oh0) * ow + x] = input[c][oh*sh - ph + i*dh][x*sw - pw + j*dw].
+void im2col(const float* src, const ConvGeometry& g, std::int64_t oh0, std::int64_t oh1, float* col) {
+  const std::int64_t cols = (oh1 - oh0) * g.ow;
+  const std::int64_t h = g.in.height, w = g.in.width;
+  for (std::int64_t c = 0; c < g.group_in(); ++c) {
+    const float* plane = src + c * h * w;
+    for (std::int64_t i = 0; i < g.kh; ++i) {
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        float* dst = col + ((c * g.kh + i) * g.kw + j) * cols;
+        const std::int64_t dx = j * g.dilation[1] - g.padding[1];
+        // Output columns whose input column x*sw + dx lies in [0, w).
+        std::int64_t x_lo = dx >= 0 ? 0 : (-dx + g.stride[1] - 1) / g.stride[1];
+        std::int64_t x_hi = w - dx <= 0 ? 0 : (w - dx - 1) / g.stride[1] + 1;
+        x_lo = std::min(x_lo, g.ow);
+        x_hi = std::clamp(x_hi, x_lo, g.ow);
+        for (std::int64_t oy = oh0; oy < oh1; ++oy, dst += g.ow) {
+          const std::int64_t y = oy * g.stride[0] - g.padding[0] + i * g.dilation[0];
+          if (y < 0 || y >= h) {
+            std::fill(dst, dst + g.ow, 0.0f);
+            continue;
+          }
+          const float* row = plane + y * w;
+          std::fill(dst, dst + x_lo, 0.0f);
+          if (g.stride[1] == 1) {
+            std::copy(row + x_lo + dx, row + x_hi + dx, dst + x_lo);
+          } else {
+            for (std::int64_t x = x_lo; x < x_hi; ++x) dst[x] = row[x * g.stride[1] + dx];
+          }
+          std::fill(dst + x_hi, dst + g.ow, 0.0f);
+        }
+      }
+    }
+  }
+}
+
+Status conv_f32(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g) {
+  const std::int64_t spatial = g.oh * g.ow;
+  const std::int64_t patch = g.patch();
+  const bool direct = g.kh == 1 && g.kw == 1 && g.stride[0] == 1 && g.stride[1] == 1 &&
+                      g.padding[0] == 0 && g.padding[1] == 0;
+  // Output rows per tile: keep the column buffer near 4 MiB.
+  const std::int64_t tile = std::clamp<std::int64_t>((std::int64_t{1} << 20) / std::max<std::int64_t>(patch * g.ow, 1),
+                                                     1, g.oh);
+  std::unique_ptr<float[]> col;
+  if (!direct) {
+    col.reset(new (std::nothrow) float[static_cast<std::size_t>(patch * tile * g.ow)]);
+    if (col == nullptr) {
+      return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate ", patch * tile * g.ow,
+                      " floats of im2col buffer");
+    }
+  }
+  const std::int64_t in_plane = g.in.height * g.in.width;
+  for (std::int64_t n = 0; n < g.in.batch; ++n) {
+    for (std::int64_t grp = 0; grp < g.groups; ++grp) {
+      const float* src = x + (n * g.in.channels + grp * g.group_in()) * in_plane;
+      const float* wg = w + grp * g.group_out() * patch;
+      float* dst = y + (n * g.out_channels + grp * g.group_out()) * spatial;
+      if (direct) {
+        matmul_f32(g.group_out(), spatial, patch, wg, patch, src, spatial, false, dst, spatial);
+        continue;
+      }
+      for (std::int64_t oh0 = 0; oh0 < g.oh; oh0 += tile) {
+        const std::int64_t oh1 = std::min(g.oh, oh0 + tile);
+        const std::int64_t cols = (oh1 - oh0) * g.ow;
+        im2col(src, g, oh0, oh1, col.get());
+        matmul_f32(g.group_out(), cols, patch, wg, patch, col.get(), cols, false, dst + oh0 * g.ow, spatial);
+      }
+    }
+    if (bias != nullptr) {
+      for (std::int64_t o = 0; o < g.out_channels; ++o) {
+        float* plane = y + (n * g.out_channels + o) * spatial;
+        for (std::int64_t i = 0; i < spatial; ++i) plane[i] += bias[o];
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status conv_geometry(const TensorView& x, const TensorView& w, Attrs attrs, ConvGeometry& g) {
+  KILN_RETURN_IF_ERROR(split_planes("conv2d", x, g.in));
+  if (w.rank != 4) return invalid("conv2d", "weight must be 4-D [O, C/groups, kH, kW], got weight.shape=", shape_text(w));
+  KILN_RETURN_IF_ERROR(read_pair("conv2d", attrs, 0, "stride", 1, g.stride));
+  KILN_RETURN_IF_ERROR(read_pair("conv2d", attrs, 1, "padding", 0, g.padding));
+  KILN_RETURN_IF_ERROR(read_pair("conv2d", attrs, 2, "dilation", 1, g.dilation));
+  KILN_ASSIGN_OR_RETURN(g.groups, attr_int("conv2d", attrs, 3, "groups"));
+  g.out_channels = w.shape[0];
+  g.kh = w.shape[2];
+  g.kw = w.shape[3];
+  if (g.groups < 1 || g.groups > std::max<std::int64_t>(g.in.channels, 1)) {
+    return invalid("conv2d", "groups=", g.groups, " outside [1, ", g.in.channels, "]");
+  }
+  if (g.in.channels % g.groups != 0 || g.out_channels % g.groups != 0) {
+    return invalid("conv2d", "groups=", g.groups, " does not divide in_channels=", g.in.channels,
+                   " and out_channels=", g.out_channels);
+  }
+  if (w.shape[1] != g.in.channels / g.groups) {
+    return invalid("conv2d", "weight.shape[1]=", w.shape[1], " != x channels ", g.in.channels, " / groups ", g.groups);
+  }
+  KILN_RETURN_IF_ERROR(window_output_size("conv2d", "height", g.in.height, g.kh, g.stride[0], g.padding[0],
+                                          g.dilation[0], false, g.oh));
+  return window_output_size("conv2d", "width", g.in.width, g.kw, g.stride[1], g.padding[1], g.dilation[1],
+                            false, g.ow);
+}
+
+}  // namespace
+
+Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
+  KILN_RETURN_IF_ERROR(check_io("conv2d", in, out,
+                                {.min_inputs = 2, .max_inputs = 3, .num_outputs = 1, .optional_inputs = 0b100}));
+  if (has_half_views(in, out)) return run_via_f32(Conv2d, ctx, in, out, attrs);
+  const TensorView& x = in[0];
+  const TensorView& w = in[1];
+  const TensorView* bias = in.size() == 3 && !is_absent(in[2]) ? &in[2] : nullptr;
+  if (x.dtype != DType::kF32) return unsupported_dtype("conv2d", x.dtype, "x");
+  KILN_RETURN_IF_ERROR(check_dtype("conv2d", "weight", w, x.dtype));
+  KILN_RETURN_IF_ERROR(check_dtype("conv2d", "out", out[0], x.dtype));
+  ConvGeometry g;
+  KILN_RETURN_IF_ERROR(conv_geometry(x, w, attrs, g));
+  if (bias != nullptr) {
+    KILN_RETURN_IF_ERROR(check_dtype("conv2d", "bias", *bias, x.dtype));
+    if (bias->rank != 1 || bias->shape[0] != g.out_channels) {
+      return invalid("conv2d", "bias.shape=", shape_text(*bias), " but weight.shape[0]=", g.out_channels);
+    }
+  }
+  const auto expected = planes_shape(x, g.out_channels, g.oh, g.ow);
+  KILN_RETURN_IF_ERROR(check_out_shape("conv2d", out[0], std::span<const std::int64_t>(expected.data(), x.rank)));
+  if (out[0].numel() == 0) return Status::Ok();
+  return conv_f32(x.as<float>(), w.as<float>(), bias != nullptr ? bias->as<float>() : nullptr,
+                  out[0].as<float>(), g);
+}
+
+}  // namespace kiln::cpu::kernels

@@ -1,0 +1,284 @@
+// Indexing by integer tensors (i64 or i32 indices; any data dtype, moved by size):
+// embedding, gather, index_select (indices must be in [0, size), as in PyTorch) and index
+// (advanced indexing x[..., i0, i1, ...] with broadcasting index tensors on adjacent dims;
+// negative indices count from the end). An index out of range is kInvalidInput naming it.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/kernels.h"
+
+namespace kiln::cpu::kernels {
+namespace {
+
+// Reads index i of an i64 or i32 tensor.
+struct IndexReader {
+  const void* data;
+  bool wide;
+  std::int64_t operator[](std::int64_t i) const {
+    return wide ? static_cast<const std::int64_t*>(data)[i] : static_cast<const std::int32_t*>(data)[i];
+  }
+};
+
+Status index_reader(std::string_view op, std::string_view name, const TensorView& v, IndexReader& r) {
+  if (v.dtype == DType::kBool || v.dtype == DType::kU8) {
+    return unsupported(op, name, " is a boolean mask (", v.dtype, "); only integer indices are supported");
+  }
+  if (v.dtype != DType::kI64 && v.dtype != DType::kI32) return unsupported_dtype(op, v.dtype, name);
+  r = {v.data, v.dtype == DType::kI64};
+  return Status::Ok();
+}
+
+[[gnu::cold]] Status out_of_range(std::string_view op, std::string_view name, std::int64_t pos,
+                                  std::int64_t value, std::int64_t size) {
+  return invalid_input(op, name, "[", pos, "]=", value, " out of range [0, ", size, ")");
+}
+
+// Copies `bytes` bytes; the element-size cases let the compiler inline small copies.
+inline void copy_bytes(void* dst, const void* src, std::size_t bytes) {
+  switch (bytes) {
+    case 1: std::memcpy(dst, src, 1); break;
+    case 2: std::memcpy(dst, src, 2); break;
+    case 4: std::memcpy(dst, src, 4); break;
+    case 8: std::memcpy(dst, src, 8); break;
+    default: std::memcpy(dst, src, bytes); break;
+  }
+}
+
+template <typename T>
+void gather_typed(const TensorView& x, const TensorView& idx, const IndexReader& ix, int dim, T* out) {
+  const auto xs = contiguous_strides(x);
+  const T* src = x.as<T>();
+  const int rank = idx.rank;
+  const std::int64_t inner = rank == 0 ? 1 : idx.shape[rank - 1];
+  const std::int64_t rows = inner == 0 ? 0 : idx.numel() / inner;
+  const std::int64_t last_stride = rank == 0 || dim == rank - 1 ? 0 : xs[rank - 1];
+  const std::int64_t dim_stride = rank == 0 ? 0 : xs[dim];
+  std::array<std::int64_t, kMaxRank> pos{};
+  std::int64_t base = 0;  // x offset of the row's first element, ignoring `dim`
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < inner; ++j) {
+      out[r * inner + j] = src[base + j * last_stride + ix[r * inner + j] * dim_stride];
+    }
+    for (int d = rank - 2; d >= 0; --d) {
+      const std::int64_t step = d == dim ? 0 : xs[d];
+      if (++pos[d] < idx.shape[d]) {
+        base += step;
+        break;
+      }
+      pos[d] = 0;
+      base -= step * (idx.shape[d] - 1);
+    }
+  }
+}
+
+// Checks every index against [0, size).
+Status check_indices(std::string_view op, std::string_view name, const IndexReader& ix, std::int64_t n,
+                     std::int64_t size) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t v = ix[i];
+    if (v < 0 || v >= size) return out_of_range(op, name, i, v, size);
+  }
+  return Status::Ok();
+}
+
+// out[pre, b, post] = x[pre, off[b], post] where off[b] already includes the dim strides.
+void take_rows(const TensorView& x, std::int64_t pre, std::int64_t pre_stride, std::span<const std::int64_t> offsets,
+               std::int64_t post, void* out) {
+  const std::size_t elem = dtype_size(x.dtype);
+  const auto* src = static_cast<const unsigned char*>(x.data);
+  auto* dst = static_cast<unsigned char*>(out);
+  const std::size_t row_bytes = static_cast<std::size_t>(post) * elem;
+  for (std::int64_t p = 0; p < pre; ++p) {
+    for (std::int64_t off : offsets) {
+      copy_bytes(dst, src + (p * pre_stride + off) * static_cast<std::int64_t>(elem), row_bytes);
+      dst += row_bytes;
+    }
+  }
+}
+
+// The broadcast shape of the index tensors in[1..]; kInvalidBundle if they do not broadcast.
+Status index_broadcast_shape(Inputs in, std::array<std::int64_t, kMaxRank>& shape, int& rank) {
+  rank = 0;
+  for (std::size_t i = 1; i < in.size(); ++i) rank = std::max(rank, in[i].rank);
+  for (int d = 0; d < rank; ++d) {
+    std::int64_t b = 1;
+    for (std::size_t i = 1; i < in.size(); ++i) {
+      const int id = d - (rank - in[i].rank);
+      const std::int64_t dim = id >= 0 ? in[i].shape[id] : 1;
+      if (dim == 1) continue;
+      if (b != 1 && b != dim) return invalid("index", "index tensor shapes do not broadcast (indices ", i - 1, ")");
+      b = dim;
+    }
+    shape[d] = b;
+  }
+  return Status::Ok();
+}
+
+// x offsets (in elements) selected by each broadcast position of the index tensors.
+Status index_offsets(Inputs in, int first_dim, std::span<const std::int64_t> bshape, std::vector<std::int64_t>& offsets) {
+  const TensorView& x = in[0];
+  const auto xs = contiguous_strides(x);
+  std::int64_t count = 1;
+  for (std::int64_t d : bshape) count *= d;
+  offsets.assign(static_cast<std::size_t>(count), 0);
+  const int rank = static_cast<int>(bshape.size());
+  for (std::size_t i = 1; i < in.size(); ++i) {
+    const TensorView& t = in[i];
+    IndexReader ix{};
+    KILN_RETURN_IF_ERROR(index_reader("index", str_cat("indices ", i - 1), t, ix));
+    const int xd = first_dim + static_cast<int>(i) - 1;
+    const std::int64_t size = x.shape[xd];
+    const auto ts = contiguous_strides(t);
+    std::array<std::int64_t, kMaxRank> pos{};
+    for (std::int64_t b = 0; b < count; ++b) {
+      std::int64_t toff = 0;
+      for (int d = 0; d < rank; ++d) {
+        const int td = d - (rank - t.rank);
+        if (td >= 0 && t.shape[td] != 1) toff += pos[d] * ts[td];
+      }
+      std::int64_t v = ix[toff];
+      if (v < -size || v >= size) {
+        return invalid_input("index", "indices ", i - 1, "[", toff, "]=", v, " out of range for dim ", xd,
+                             " of size ", size);
+      }
+      if (v < 0) v += size;
+      offsets[b] += v * xs[xd];
+      for (int d = rank - 1; d >= 0 && ++pos[d] == bshape[d]; --d) pos[d] = 0;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Embedding(KernelContext&, Inputs in, Outputs out, Attrs) {
+  KILN_RETURN_IF_ERROR(check_io("embedding", in, out, {.min_inputs = 2, .max_inputs = 2, .num_outputs = 1}));
+  const TensorView& weight = in[0];
+  const TensorView& idx = in[1];
+  IndexReader ix{};
+  KILN_RETURN_IF_ERROR(index_reader("embedding", "indices", idx, ix));
+  if (weight.rank < 1) return invalid("embedding", "weight must be at least 1-D, got weight.shape=", shape_text(weight));
+  if (idx.rank + weight.rank - 1 > kMaxRank) {
+    return invalid("embedding", "indices.shape=", shape_text(idx), " with weight.shape=", shape_text(weight),
+                   " gives a result of rank above ", kMaxRank);
+  }
+  std::array<std::int64_t, kMaxRank> expected{};
+  std::copy_n(idx.shape.begin(), idx.rank, expected.begin());
+  std::copy_n(weight.shape.begin() + 1, weight.rank - 1, expected.begin() + idx.rank);
+  KILN_RETURN_IF_ERROR(check_out_shape("embedding", out[0],
+                                       std::span<const std::int64_t>(expected.data(), idx.rank + weight.rank - 1)));
+  KILN_RETURN_IF_ERROR(check_dtype("embedding", "out", out[0], weight.dtype));
+  const std::int64_t n = idx.numel();
+  KILN_RETURN_IF_ERROR(check_indices("embedding", "indices", ix, n, weight.shape[0]));
+  const std::int64_t row = dims_product(weight, 1, weight.rank);
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) offsets[i] = ix[i] * row;
+  take_rows(weight, 1, 0, offsets, row, out[0].data);
+  return Status::Ok();
+}
+
+Status IndexSelect(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
+  KILN_RETURN_IF_ERROR(check_io("index_select", in, out, {.min_inputs = 2, .max_inputs = 2, .num_outputs = 1}));
+  KILN_ASSIGN_OR_RETURN(std::int64_t dim, attr_int("index_select", attrs, 0, "dim"));
+  const TensorView& x = in[0];
+  const TensorView& idx = in[1];
+  IndexReader ix{};
+  KILN_RETURN_IF_ERROR(index_reader("index_select", "indices", idx, ix));
+  if (idx.rank > 1) return invalid("index_select", "indices must be 0-D or 1-D, got indices.shape=", shape_text(idx));
+  TensorView xv = x;  // a 0-d x is indexed as [1]
+  if (xv.rank == 0) {
+    xv.rank = 1;
+    xv.shape[0] = 1;
+  }
+  KILN_RETURN_IF_ERROR(check_dim("index_select", "dim", dim, xv.rank));
+  const int d = static_cast<int>(dim);
+  const std::int64_t n = idx.numel();
+  if (x.rank == 0 && n != 1) {
+    return invalid("index_select", "a 0-d x takes exactly one index, got indices.shape=", shape_text(idx));
+  }
+  std::array<std::int64_t, kMaxRank> expected = xv.shape;
+  expected[d] = n;
+  KILN_RETURN_IF_ERROR(check_out_shape("index_select", out[0], std::span<const std::int64_t>(expected.data(), x.rank)));
+  KILN_RETURN_IF_ERROR(check_dtype("index_select", "out", out[0], x.dtype));
+  KILN_RETURN_IF_ERROR(check_indices("index_select", "indices", ix, n, xv.shape[d]));
+  const std::int64_t post = dims_product(xv, d + 1, xv.rank);
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) offsets[i] = ix[i] * post;
+  take_rows(xv, dims_product(xv, 0, d), xv.shape[d] * post, offsets, post, out[0].data);
+  return Status::Ok();
+}
+
+Status Gather(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
+  KILN_RETURN_IF_ERROR(check_io("gather", in, out, {.min_inputs = 2, .max_inputs = 2, .num_outputs = 1}));
+  KILN_ASSIGN_OR_RETURN(std::int64_t dim, attr_int("gather", attrs, 0, "dim"));
+  const TensorView& x = in[0];
+  const TensorView& idx = in[1];
+  IndexReader ix{};
+  KILN_RETURN_IF_ERROR(index_reader("gather", "indices", idx, ix));
+  if (idx.rank != x.rank) {
+    return invalid("gather", "indices.shape=", shape_text(idx), " must have the rank of x.shape=", shape_text(x));
+  }
+  if (x.rank > 0 || dim != 0) KILN_RETURN_IF_ERROR(check_dim("gather", "dim", dim, x.rank));
+  for (int d = 0; d < x.rank; ++d) {
+    if (d != dim && idx.shape[d] > x.shape[d]) {
+      return invalid("gather", "indices.shape[", d, "]=", idx.shape[d], " > x.shape[", d, "]=", x.shape[d]);
+    }
+  }
+  KILN_RETURN_IF_ERROR(check_out_shape("gather", out[0], idx.dims()));
+  KILN_RETURN_IF_ERROR(check_dtype("gather", "out", out[0], x.dtype));
+  const std::int64_t size = x.rank == 0 ? 1 : x.shape[dim];
+  KILN_RETURN_IF_ERROR(check_indices("gather", "indices", ix, idx.numel(), size));
+  switch (dtype_size(x.dtype)) {
+    case 1: gather_typed(x, idx, ix, static_cast<int>(dim), out[0].as<std::uint8_t>()); break;
+    case 2: gather_typed(x, idx, ix, static_cast<int>(dim), out[0].as<std::uint16_t>()); break;
+    case 4: gather_typed(x, idx, ix, static_cast<int>(dim), out[0].as<std::uint32_t>()); break;
+    default: gather_typed(x, idx, ix, static_cast<int>(dim), out[0].as<std::uint64_t>()); break;
+  }
+  return Status::Ok();
+}
+
+Status Index(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
+  KILN_RETURN_IF_ERROR(check_io("index", in, out, {.min_inputs = 2, .max_inputs = -1, .num_outputs = 1}));
+  KILN_ASSIGN_OR_RETURN(std::span<const std::int64_t> dims, attr_ints("index", attrs, 0, "dims"));
+  const TensorView& x = in[0];
+  const auto k = static_cast<int>(in.size()) - 1;
+  if (dims.size() != static_cast<std::size_t>(k)) {
+    return invalid("index", "dims has ", dims.size(), " entries for ", k, " index tensors");
+  }
+  KILN_RETURN_IF_ERROR(check_dim("index", "dims[0]", dims[0], x.rank));
+  for (int i = 1; i < k; ++i) {
+    if (dims[i] != dims[0] + i) {
+      return unsupported("index", "index tensors on non-adjacent dims (dims[", i, "]=", dims[i],
+                         ") are not supported");
+    }
+  }
+  const int first = static_cast<int>(dims[0]);
+  if (first + k > x.rank) return invalid("index", k, " index tensors from dim ", first, " exceed x.rank=", x.rank);
+  for (int i = 1; i <= k; ++i) {
+    IndexReader unused{};
+    KILN_RETURN_IF_ERROR(index_reader("index", str_cat("indices ", i - 1), in[i], unused));
+  }
+  std::array<std::int64_t, kMaxRank> bshape{};
+  int brank = 0;
+  KILN_RETURN_IF_ERROR(index_broadcast_shape(in, bshape, brank));
+  const int out_rank = x.rank - k + brank;
+  if (out_rank > kMaxRank) return invalid("index", "result rank ", out_rank, " exceeds ", kMaxRank);
+  std::array<std::int64_t, kMaxRank> expected{};
+  std::copy_n(x.shape.begin(), first, expected.begin());
+  std::copy_n(bshape.begin(), brank, expected.begin() + first);
+  std::copy_n(x.shape.begin() + first + k, x.rank - first - k, expected.begin() + first + brank);
+  KILN_RETURN_IF_ERROR(check_out_shape("index", out[0], std::span<const std::int64_t>(expected.data(), out_rank)));
+  KILN_RETURN_IF_ERROR(check_dtype("index", "out", out[0], x.dtype));
+  if (out[0].numel() == 0) return Status::Ok();
+  std::vector<std::int64_t> offsets;
+  KILN_RETURN_IF_ERROR(index_offsets(in, first, std::span<const std::int64_t>(bshape.data(), brank), offsets));
+  const std::int64_t post = dims_product(x, first + k, x.rank);
+  take_rows(x, dims_product(x, 0, first), dims_product(x, first, x.rank), offsets, post, out[0].data);
+  return Status::Ok();
+}
+
+}  // namespace kiln::cpu::kernels

@@ -1,0 +1,41 @@
+// Hot f32 loops compiled twice from simd_math.inc: once for the baseline target
+// (simd_baseline.cpp) and once with AVX2+FMA (simd_avx2.cpp). simd() returns the best
+// table the CPU supports (chosen once, with __builtin_cpu_supports).
+//
+// Every function takes n elements; y may equal x (in place) but may not partially overlap.
+// Accuracy: exp/sigmoid/silu/tanh within a few ulp of libm (exp flushes results below
+// 2^-149 to 0); erf (used by gelu) ~2e-7 absolute.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::cpu::kernels {
+
+struct SimdKernels {
+  const char* name;
+  void (*exp)(const float* x, float* y, std::int64_t n);
+  void (*tanh)(const float* x, float* y, std::int64_t n);
+  void (*sigmoid)(const float* x, float* y, std::int64_t n);
+  void (*silu)(const float* x, float* y, std::int64_t n);
+  void (*gelu_erf)(const float* x, float* y, std::int64_t n);
+  void (*gelu_tanh)(const float* x, float* y, std::int64_t n);
+  void (*sqrt)(const float* x, float* y, std::int64_t n);
+  void (*rsqrt)(const float* x, float* y, std::int64_t n);
+  /// y = softmax(x) over one contiguous row.
+  void (*softmax_row)(const float* x, float* y, std::int64_t n);
+  /// y = log_softmax(x) over one contiguous row.
+  void (*log_softmax_row)(const float* x, float* y, std::int64_t n);
+  /// y = (x - mean) / sqrt(var + eps) * w + b over one row (biased variance); w and b may
+  /// be null (1 and 0).
+  void (*layer_norm_row)(const float* x, const float* w, const float* b, float* y,
+                         std::int64_t n, float eps);
+};
+
+/// The table for this CPU (AVX2+FMA when available).
+const SimdKernels& simd();
+/// The portable table (for tests comparing both paths).
+const SimdKernels& simd_baseline();
+/// The AVX2+FMA table, or nullptr when this CPU (or build) lacks it.
+const SimdKernels* simd_avx2();
+
+}  // namespace kiln::cpu::kernels

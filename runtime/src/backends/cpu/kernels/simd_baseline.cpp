@@ -1,0 +1,45 @@
+// The portable build of simd_math.inc, and the run-time choice between it and AVX2.
+#include <cstdint>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#include "backends/cpu/kernels/simd.h"
+
+// See common.h: GCC 12 -O2 vectorizes run-time-length loops only with this cost model.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
+
+namespace kiln::cpu::kernels {
+namespace simd_baseline_impl {
+
+#define KILN_SIMD_FMA(a, b, c) ((a) * (b) + (c))
+#define KILN_SIMD_NAME "baseline"
+#include "backends/cpu/kernels/simd_math.inc"
+#undef KILN_SIMD_FMA
+#undef KILN_SIMD_NAME
+
+}  // namespace simd_baseline_impl
+
+// Defined in simd_avx2.cpp (x86 only): the AVX2+FMA table.
+const SimdKernels& simd_avx2_table();
+
+const SimdKernels& simd_baseline() { return simd_baseline_impl::kTable; }
+
+const SimdKernels* simd_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return supported ? &simd_avx2_table() : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
+const SimdKernels& simd() {
+  static const SimdKernels* const best = simd_avx2() != nullptr ? simd_avx2() : &simd_baseline();
+  return *best;
+}
+
+}  // namespace kiln::cpu::kernels

@@ -38,6 +38,8 @@ Shape broadcast(const Shape& a, const Shape& b, std::string_view op, const Sourc
     const sym::Expr da = i < rank - a.size() ? c(1) : a[i - (rank - a.size())];
     const sym::Expr db = i < rank - b.size() ? c(1) : b[i - (rank - b.size())];
     if (da == db) out[i] = da;
+    else if (db.constant_value() == 1) out[i] = da;  // a literal 1 (or a missing dim) never guards
+    else if (da.constant_value() == 1) out[i] = db;
     else if (holds(sym::eq(da, c(1)), loc)) out[i] = db;
     else if (holds(sym::eq(db, c(1)), loc)) out[i] = da;
     else {

@@ -195,7 +195,7 @@ json bundle_json(const Bundle& b, const std::string& path, bool with_graph) {
     const auto* k = p.constants()->Get(c);
     constant_bytes += k->nbytes();
     constants.push_back({{"name", str(k->name())}, {"dtype", dtype_text(k->dtype())},
-                         {"shape", std::vector<std::int64_t>(k->shape()->begin(), k->shape()->end())},
+                         {"shape", k->shape() ? std::vector<std::int64_t>(k->shape()->begin(), k->shape()->end()) : std::vector<std::int64_t>{}},
                          {"segment", k->segment()}, {"offset", k->offset()}, {"nbytes", k->nbytes()}});
   }
   j["constants"] = constants;

@@ -93,9 +93,19 @@ struct Text {
   int prec;
 };
 
+bool is_number(const std::string& s) {
+  if (s.empty()) return false;
+  for (std::size_t i = s[0] == '-' ? 1 : 0; i < s.size(); ++i) if (s[i] < '0' || s[i] > '9') return false;
+  return s != "-";
+}
+
 std::string wrap(const Text& t, int min_prec) { return t.prec < min_prec ? "(" + t.s + ")" : t.s; }
 
-std::string join_sum(std::span<const Text> parts) {
+// Terms in order, constants last ("s0 + 1", like the export-side printer).
+std::string join_sum(std::span<const Text> terms) {
+  std::vector<Text> parts;
+  for (const Text& t : terms) if (!is_number(t.s)) parts.push_back(t);
+  for (const Text& t : terms) if (is_number(t.s)) parts.push_back(t);
   std::string out = wrap(parts[0], kSum);
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const std::string p = wrap(parts[i], kSum + 1);

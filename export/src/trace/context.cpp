@@ -198,6 +198,7 @@ int TraceContext::value_of(const Tensor& t) {
     std::string name = impl->param_name.empty() ? "_constant" + std::to_string(constant) : impl->param_name;
     program.constants.push_back({name, impl->dtype, shape, impl->data});
     lifted.emplace(impl, constant);
+    lifted_alive.push_back(t.impl());
   }
   // One Constant value per constant per graph.
   for (std::size_t v = 0; v < graph().values.size(); ++v) {

@@ -51,6 +51,7 @@ class TraceContext {
   std::vector<std::string> module_stack;
   std::unordered_map<int, SymbolPolicy> policies;
   std::unordered_map<const TensorImpl*, int> lifted;      // eager tensor -> constant index
+  std::vector<std::shared_ptr<TensorImpl>> lifted_alive;  // keeps those addresses from being reused
   std::unordered_map<int, ir::NodeMeta> range_meta;       // symbol -> where its range was narrowed
   std::unordered_map<int, int> binder;                    // unbacked symbol -> binding node
   /// The shape environment right after the inputs were bound: declared ranges only.

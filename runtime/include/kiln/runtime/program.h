@@ -1,0 +1,94 @@
+// Running a bundle: Program (loaded, immutable, shareable across threads) and Session
+// (one per thread; owns scratch memory and the thread pool).
+//
+//   auto bundle = Bundle::open("model.kiln");             // verify
+//   auto program = Program::load(std::move(*bundle));     // resolve kernels (kUnsupported
+//                                                         //  lists every op this build lacks)
+//   Session session(*program, {.threads = 2});
+//   auto result = session.run({HostValue::tensor(x), HostValue::integer(3)});
+//   // result->outputs, result->variant ("generic" or a specialization's label)
+//
+// run() checks the inputs before anything runs: count, kinds, dtypes, ranks, static dims,
+// static int values, every declared range (lower bounds included), equalities and derived
+// dims, and the runtime asserts over the inputs. A failure is kInvalidInput naming the
+// input, the dim, the constraint and the source line recorded at export. Unbacked symbols
+// are bound right after the node producing them; their asserts are checked then.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/format/dtype.h"
+#include "kiln/runtime/bundle.h"
+#include "kiln/runtime/status.h"
+
+namespace kiln {
+
+/// A dense C-contiguous tensor owned by the caller or the runtime.
+struct HostTensor {
+  DType dtype = DType::kF32;
+  std::vector<std::int64_t> shape;
+  std::vector<std::uint8_t> data;
+
+  std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (std::int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+/// An input or output: a tensor or an int.
+struct HostValue {
+  bool is_int = false;
+  std::int64_t int_value = 0;
+  HostTensor tensor;
+
+  static HostValue integer(std::int64_t v) { return {true, v, {}}; }
+  static HostValue of(HostTensor t) { return {false, 0, std::move(t)}; }
+};
+
+struct RunResult {
+  std::vector<HostValue> outputs;  // signature order
+  std::string variant;             // "generic" or the specialization's label
+};
+
+class Program {
+ public:
+  /// Takes ownership of a verified bundle and resolves a kernel for every op.
+  static Result<std::shared_ptr<const Program>> load(std::unique_ptr<Bundle> bundle);
+  ~Program();
+
+  const Bundle& bundle() const { return *bundle_; }
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  Program() = default;
+  std::unique_ptr<Bundle> bundle_;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct SessionOptions {
+  int threads = 1;
+};
+
+class Session {
+ public:
+  /// `program` must outlive the session.
+  explicit Session(const Program& program, SessionOptions options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  /// Runs the program on `inputs` (signature order).
+  Result<RunResult> run(std::span<const HostValue> inputs);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln

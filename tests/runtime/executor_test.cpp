@@ -1,0 +1,210 @@
+// Export -> bundle -> Program/Session, against eager execution of the same model code.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../../samples/models/models.h"
+#include "kiln/export/guards.h"
+#include "kiln/export/testing/format_sample.h"
+#include "kiln/runtime/program.h"
+
+namespace kiln {
+namespace {
+
+HostTensor host(const Tensor& t) {
+  HostTensor h;
+  h.dtype = t.dtype();
+  h.shape = t.concrete_shape();
+  h.data = t.bytes();
+  return h;
+}
+
+std::shared_ptr<const Program> load(const ExportedProgram& ep) {
+  auto bytes = serialize_bundle(ep.program());
+  EXPECT_TRUE(bytes.ok()) << bytes.status().message();
+  auto bundle = Bundle::from_bytes(*bytes);
+  EXPECT_TRUE(bundle.ok()) << bundle.status().message();
+  auto program = Program::load(std::move(bundle).value());
+  EXPECT_TRUE(program.ok()) << program.status().message();
+  return program.ok() ? *program : nullptr;
+}
+
+void expect_close(const HostTensor& got, const Tensor& want, float rtol = 1e-4f, float atol = 1e-5f) {
+  ASSERT_EQ(got.shape, want.concrete_shape());
+  ASSERT_EQ(got.dtype, want.dtype());
+  if (got.dtype != DType::kF32) {
+    EXPECT_EQ(got.data, want.bytes());
+    return;
+  }
+  const auto w = want.to_vector<float>();
+  std::vector<float> g(w.size());
+  std::memcpy(g.data(), got.data.data(), g.size() * 4);
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    ASSERT_NEAR(g[i], w[i], atol + rtol * std::fabs(w[i])) << "element " << i;
+  }
+}
+
+Status run_status(const Program& program, std::vector<HostValue> inputs) {
+  Session s(program);
+  auto r = s.run(inputs);
+  return r.ok() ? Status::Ok() : r.status();
+}
+
+TEST(Executor, MlpMatchesEagerForEveryBatch) {
+  models::Mlp model;
+  auto ep = export_program([&](Tensor x) { return model(x); }, {input("x", Tensor::randn({4, 64}), {Dim("batch", 2, 1024)})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto program = load(*ep);
+  ASSERT_NE(program, nullptr);
+  Session session(*program, {.threads = 2});
+  for (std::int64_t batch : {2, 3, 17, 64}) {
+    const Tensor x = Tensor::randn({batch, 64}, static_cast<std::uint64_t>(batch));
+    const Tensor want = model(x);  // eager
+    auto r = session.run(std::vector<HostValue>{HostValue::of(host(x))});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->variant, "generic");
+    expect_close(r->outputs[0].tensor, want);
+  }
+}
+
+TEST(Executor, InputChecksNameTheInputDimAndConstraint) {
+  models::Mlp model;
+  auto ep = export_program([&](Tensor x) { return model(x); }, {input("x", Tensor::randn({4, 64}), {Dim("batch", 2, 1024)})});
+  ASSERT_TRUE(ep.ok());
+  auto program = load(*ep);
+  auto check = [&](std::vector<HostValue> in, const std::string& message) {
+    const Status s = run_status(*program, std::move(in));
+    EXPECT_EQ(s.code(), StatusCode::kInvalidInput) << s.to_string();
+    EXPECT_EQ(exit_code(s.code()), 3);
+    EXPECT_EQ(s.message(), message);
+  };
+  check({HostValue::of(host(Tensor::randn({2000, 64})))}, "input x.size(0) = 2000 (batch, s0) is outside the range [2, 1024]");
+  check({HostValue::of(host(Tensor::randn({1, 64})))}, "input x.size(0) = 1 (batch, s0) is outside the range [2, 1024]");
+  check({HostValue::of(host(Tensor::randn({4, 63})))}, "input x: dim 1 is 63, expected 64");
+  check({HostValue::of(host(Tensor::randn({4, 64, 1})))}, "input x: rank 3, expected 2 f32[s0, 64]");
+  check({HostValue::of(host(Tensor::from_ints({4, 64}, std::vector<std::int64_t>(256, 1))))}, "input x: dtype i64, expected f32");
+  check({}, "expected 1 inputs, got 0");
+  check({HostValue::integer(3)}, "input x: expected a tensor, got an int");
+}
+
+TEST(Executor, UnbackedAssertFailsWithSourceLine) {
+  auto ep = export_program(
+      [](Tensor x, Tensor n_t) {
+        SymInt n = n_t.item();
+        check(n >= 2);
+        check(n <= 10);
+        return slice(x, 0, 0, n) * 2.0;
+      },
+      {input("x", Tensor::randn({16, 3})), input("n_t", Tensor::from_ints({}, std::vector<std::int64_t>{4}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto program = load(*ep);
+  ASSERT_NE(program, nullptr);
+  const Tensor x = Tensor::randn({16, 3}, 9);
+  auto n = [](std::int64_t v) { return HostValue::of(host(Tensor::from_ints({}, std::vector<std::int64_t>{v}))); };
+  Session s(*program);
+  auto ok = s.run(std::vector<HostValue>{HostValue::of(host(x)), n(5)});
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->outputs[0].tensor.shape, (std::vector<std::int64_t>{5, 3}));
+  const Status low = run_status(*program, {HostValue::of(host(x)), n(1)});
+  EXPECT_EQ(low.code(), StatusCode::kInvalidInput);
+  EXPECT_EQ(low.message().rfind("runtime assertion failed: u0 >= 2 (executor_test.cpp:", 0), 0u) << low.message();
+  const Status high = run_status(*program, {HostValue::of(host(x)), n(11)});
+  EXPECT_EQ(high.message().rfind("runtime assertion failed: u0 <= 10 (executor_test.cpp:", 0), 0u) << high.message();
+}
+
+TEST(Executor, NonzeroBindsItsSize) {
+  auto ep = export_program([](Tensor x) { return nonzero(gt(x, 0.0)); }, {input("x", Tensor::randn({3, 4}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto program = load(*ep);
+  ASSERT_NE(program, nullptr);
+  std::vector<float> v{1, -1, 0, 2, 0, 0, 3, -4, 5, 0, 0, 0};
+  const Tensor x = Tensor::from_floats({3, 4}, v);
+  Session s(*program);
+  auto r = s.run(std::vector<HostValue>{HostValue::of(host(x))});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const std::vector<std::int64_t> want{0, 0, 0, 3, 1, 2, 2, 0};
+  ASSERT_EQ(r->outputs[0].tensor.shape, (std::vector<std::int64_t>{4, 2}));
+  std::vector<std::int64_t> got(8);
+  std::memcpy(got.data(), r->outputs[0].tensor.data.data(), 64);
+  EXPECT_EQ(got, want);
+}
+
+TEST(Executor, SpecializationDispatchOrder) {
+  Dim s("s", 1, 4096);
+  s.specialize_on({"s % 16 == 0", "s == 32"});
+  auto ep = export_program([](Tensor x) { return relu(x); }, {input("x", Tensor::randn({5, 8}), {s})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto program = load(*ep);
+  ASSERT_NE(program, nullptr);
+  Session session(*program);
+  std::vector<std::string> seen;
+  for (std::int64_t n : {5, 16, 7, 32, 48, 8}) {
+    auto r = session.run(std::vector<HostValue>{HostValue::of(host(Tensor::randn({n, 8})))});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    seen.push_back(r->variant);
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"generic", "s % 16 == 0", "generic", "s % 16 == 0", "s % 16 == 0", "generic"}));
+}
+
+TEST(Executor, DerivedDimAndDivisibilityAreChecked) {
+  Dim n("n", 2, 100);
+  auto ep = export_program([](Tensor x, Tensor y) { return slice(y, 0, 1, INT64_MAX) + x; },
+                           {input("x", Tensor::randn({5}), {n}), input("y", Tensor::randn({6}), {n + 1})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto program = load(*ep);
+  ASSERT_NE(program, nullptr);
+  EXPECT_TRUE(run_status(*program, {HostValue::of(host(Tensor::randn({7}))), HostValue::of(host(Tensor::randn({8})))}).ok());
+  const Status bad = run_status(*program, {HostValue::of(host(Tensor::randn({7}))), HostValue::of(host(Tensor::randn({9})))});
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidInput);
+  EXPECT_EQ(bad.message(), "input y: dim 0 is 9, expected s0 + 1 = 8");
+
+  auto div = export_program(
+      [](Tensor x) {
+        if (x.size(0) % 4 == 0) return x.reshape({-1, 4});
+        return x.reshape({1, -1});
+      },
+      {input("x", Tensor::randn({8}), {Dim::DYNAMIC})});
+  ASSERT_TRUE(div.ok()) << div.status().message();
+  auto dprog = load(*div);
+  ASSERT_NE(dprog, nullptr);
+  EXPECT_TRUE(run_status(*dprog, {HostValue::of(host(Tensor::randn({12})))}).ok());
+  const Status six = run_status(*dprog, {HostValue::of(host(Tensor::randn({6})))});
+  EXPECT_EQ(six.code(), StatusCode::kInvalidInput);
+  EXPECT_EQ(six.message().rfind("runtime assertion failed: s0 % 4 == 0", 0), 0u) << six.message();
+}
+
+TEST(Executor, DecoderMatchesEager) {
+  models::Decoder model;
+  auto ep = export_program([&](Tensor x) { return model(x); },
+                           {input("ids", Tensor::from_ints({2, 5}, std::vector<std::int64_t>(10, 1)), {Dim("batch", 1, 8), Dim("seq", 1, 128)})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto program = load(*ep);
+  ASSERT_NE(program, nullptr);
+  Session session(*program);
+  for (auto [b, t] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {2, 7}, {3, 16}}) {
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(b * t));
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>((i * 37) % 256);
+    const Tensor x = Tensor::from_ints({b, t}, ids);
+    const Tensor want = model(x);
+    auto r = session.run(std::vector<HostValue>{HostValue::of(host(x))});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    expect_close(r->outputs[0].tensor, want, 1e-4f, 1e-4f);
+  }
+}
+
+TEST(Executor, MissingOpsAreListedAtLoad) {
+  auto sample = testing::make_format_sample();
+  sample->program.op_names[0] = "frobnicate";
+  auto bytes = sample->bytes();
+  ASSERT_TRUE(bytes.ok());
+  auto bundle = Bundle::from_bytes(*bytes);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+  auto program = Program::load(std::move(bundle).value());
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::kUnsupported);
+  EXPECT_EQ(exit_code(program.status().code()), 6);
+  EXPECT_EQ(program.status().message(), "this build cannot run 2 ops used by the bundle: cond (2 nodes), frobnicate (2 nodes)");
+}
+
+}  // namespace
+}  // namespace kiln

@@ -34,6 +34,10 @@ int main(int argc, char** argv) {
   std::map<CLI::App*, kiln::cli::Command> commands;
   auto* inspect = app.add_subcommand("inspect", "Show everything in a bundle");
   commands[inspect] = kiln::cli::add_inspect(*inspect);
+  auto* run = app.add_subcommand("run", "Run a bundle once on inputs from .npy files or integers");
+  commands[run] = kiln::cli::add_run(*run);
+  auto* validate = app.add_subcommand("validate", "Verify a bundle fully and replay its embedded self-tests");
+  commands[validate] = kiln::cli::add_validate(*validate);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -184,6 +184,50 @@ void bind_outputs(TraceContext& ctx, const Values& outputs) {
   }
 }
 
+ir::TestValue test_value(const Value& v, const ExportOptions& options) {
+  ir::TestValue t;
+  t.rtol = options.self_test_rtol;
+  t.atol = options.self_test_atol;
+  if (const SymInt* s = std::get_if<SymInt>(&v)) {
+    t.is_int = true;
+    t.dtype = DType::kI64;
+    t.int_value = s->guard_int();
+    return t;
+  }
+  const Tensor& tensor = std::get<Tensor>(v);
+  t.dtype = tensor.dtype();
+  t.shape = tensor.concrete_shape();
+  t.data = std::make_shared<std::vector<std::uint8_t>>(tensor.bytes());
+  return t;
+}
+
+// Runs the model eagerly to record golden cases (outside any trace).
+void add_self_tests(ir::Program& program, const ModelFn& fn, const std::vector<ExampleInput>& inputs, const ExportOptions& options) {
+  for (int k = 0; k < options.self_tests; ++k) {
+    Values in;
+    ir::SelfTestCase c;
+    c.name = "case" + std::to_string(k);
+    for (const ExampleInput& e : inputs) {
+      if (e.is_int) {
+        in.emplace_back(SymInt(e.int_value));
+      } else if (k > 0 && e.tensor.dtype() == DType::kF32) {
+        in.emplace_back(Tensor::randn(e.tensor.concrete_shape(), static_cast<std::uint64_t>(1000 + k)));
+      } else {
+        in.emplace_back(e.tensor);
+      }
+      c.inputs.push_back(test_value(in.back(), options));
+    }
+    Values out;
+    try {
+      out = fn(in);
+    } catch (const ExportError& err) {
+      throw ExportError(err.code(), "computing self-test " + c.name + " eagerly: " + err.what());
+    }
+    for (const Value& v : out) c.outputs.push_back(test_value(v, options));
+    program.self_tests.push_back(std::move(c));
+  }
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -200,6 +244,13 @@ Result<ExportedProgram> export_program(const ModelFn& fn, const std::vector<Exam
     const Values outputs = fn(traced);
     detail::bind_outputs(*ctx, outputs);
     detail::finalize(*ctx, binder.named_dims);
+  } catch (const ExportError& e) {
+    return e.status();
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kInternal, std::string("export_program: ") + e.what());
+  }
+  try {
+    detail::add_self_tests(ctx->program, fn, inputs, options);
   } catch (const ExportError& e) {
     return e.status();
   } catch (const std::exception& e) {

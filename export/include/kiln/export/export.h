@@ -48,6 +48,12 @@ using ModelFn = std::function<Values(const Values&)>;
 
 struct ExportOptions {
   std::string name = "model";
+  /// Golden self-test cases to embed, computed by running the model code eagerly: case 0
+  /// on the example inputs, later cases with fresh random values for floating inputs (same
+  /// shapes). `kiln validate` replays them.
+  int self_tests = 1;
+  double self_test_rtol = 1e-4;
+  double self_test_atol = 1e-5;
 };
 
 class ExportedProgram {

@@ -1,0 +1,137 @@
+// kiln run BUNDLE --input NAME=FILE.npy|INT ... [--output-dir DIR] [--threads N] [--json]
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "kiln/format/kiln_generated.h"
+#include "kiln/runtime/npy.h"
+#include "kiln/runtime/program.h"
+
+namespace kiln::cli {
+namespace {
+
+struct RunOptions {
+  std::string path;
+  std::vector<std::string> inputs;
+  std::vector<std::string> positional;
+  std::string output_dir = ".";
+  std::string backend = "cpu";
+  int threads = 1;
+  bool json = false;
+};
+
+bool is_integer(const std::string& s) {
+  if (s.empty()) return false;
+  for (std::size_t i = (s[0] == '-' ? 1 : 0); i < s.size(); ++i) if (!std::isdigit(static_cast<unsigned char>(s[i]))) return false;
+  return s != "-";
+}
+
+}  // namespace
+
+Result<std::vector<HostValue>> parse_inputs(const fb::Program& p, const std::vector<std::string>& args) {
+  const auto* sig = p.signature()->inputs();
+  const std::uint32_t n = sig ? sig->size() : 0;
+  std::vector<std::optional<HostValue>> values(n);
+  std::size_t positional = 0;
+  for (const std::string& arg : args) {
+    std::size_t index;
+    std::string value = arg;
+    const std::size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      const std::string name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      index = n;
+      for (std::uint32_t i = 0; i < n; ++i) if (sig->Get(i)->name()->str() == name) index = i;
+      if (index == n) {
+        std::string names;
+        for (std::uint32_t i = 0; i < n; ++i) names += (i ? ", " : "") + sig->Get(i)->name()->str();
+        return Status(StatusCode::kInvalidInput, "unknown input '" + name + "' (the bundle's inputs: " + names + ")");
+      }
+    } else {
+      index = positional++;
+      if (index >= n) return Status(StatusCode::kInvalidInput, "too many inputs: the bundle takes " + std::to_string(n));
+    }
+    if (values[index]) return Status(StatusCode::kInvalidInput, "input '" + sig->Get(static_cast<std::uint32_t>(index))->name()->str() + "' given twice");
+    if (is_integer(value)) {
+      values[index] = HostValue::integer(std::stoll(value));
+    } else {
+      auto t = read_npy(value);
+      if (!t.ok()) return t.status();
+      values[index] = HostValue::of(std::move(t).value());
+    }
+  }
+  std::vector<HostValue> out;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (!values[i]) return Status(StatusCode::kInvalidInput, "missing input '" + sig->Get(i)->name()->str() + "'");
+    out.push_back(std::move(*values[i]));
+  }
+  return out;
+}
+
+Result<std::shared_ptr<const Program>> open_program(const std::string& path, bool verify_segments) {
+  auto bundle = Bundle::open(path, {.verify_segment_checksums = verify_segments});
+  if (!bundle.ok()) return bundle.status().with_context(path);
+  auto program = Program::load(std::move(bundle).value());
+  if (!program.ok()) return program.status().with_context(path);
+  return *program;
+}
+
+Status check_backend(const std::string& backend) {
+  if (backend == "cpu" || backend == "auto") {
+    if (backend == "auto") std::cerr << "kiln: note: using the CPU backend (no Vulkan backend in this build yet)\n";
+    return Status::Ok();
+  }
+  if (backend == "vulkan") return Status(StatusCode::kUnavailable, "the Vulkan backend is not available in this build yet");
+  return Status(StatusCode::kUsage, "unknown backend '" + backend + "' (cpu, vulkan, auto)");
+}
+
+Command add_run(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  app.add_option("bundle", o->path, "The .kiln bundle")->required();
+  app.add_option("values", o->positional, "Input values in signature order (FILE.npy or INT)");
+  app.add_option("-i,--input", o->inputs, "NAME=FILE.npy or NAME=INT (or positional values in signature order)");
+  app.add_option("-o,--output-dir", o->output_dir, "Where to write out<i>.npy (default: .)");
+  app.add_option("--backend", o->backend, "cpu, vulkan or auto");
+  app.add_option("--threads", o->threads, "Worker threads (default 1)")->check(CLI::Range(1, 256));
+  app.add_flag("--json", o->json, "Print one JSON object on stdout");
+  app.footer("Example:\n  kiln run model.kiln --input x=x.npy --input n=3 --output-dir out/");
+  return [o]() {
+    KILN_RETURN_IF_ERROR_CLI(check_backend(o->backend), o->json);
+    auto program = open_program(o->path, /*verify_segments=*/true);
+    if (!program.ok()) return report_error(program.status(), o->json);
+    std::vector<std::string> args = o->positional;
+    args.insert(args.end(), o->inputs.begin(), o->inputs.end());
+    auto inputs = parse_inputs((*program)->bundle().program(), args);
+    if (!inputs.ok()) return report_error(inputs.status(), o->json);
+    Session session(**program, {.threads = o->threads});
+    auto result = session.run(*inputs);
+    if (!result.ok()) return report_error(result.status(), o->json);
+    std::error_code ec;
+    std::filesystem::create_directories(o->output_dir, ec);
+    nlohmann::ordered_json outs = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < result->outputs.size(); ++i) {
+      const HostValue& v = result->outputs[i];
+      if (v.is_int) {
+        outs.push_back({{"index", i}, {"int", v.int_value}});
+        if (!o->json) std::cerr << "output " << i << ": " << v.int_value << "\n";
+        continue;
+      }
+      const std::string file = (std::filesystem::path(o->output_dir) / ("out" + std::to_string(i) + ".npy")).string();
+      const Status s = write_npy(file, v.tensor);
+      if (!s.ok()) return report_error(s, o->json);
+      outs.push_back({{"index", i}, {"file", file}, {"dtype", std::string(dtype_name(v.tensor.dtype))}, {"shape", v.tensor.shape}});
+      if (!o->json) {
+        std::cerr << "output " << i << ": " << dtype_name(v.tensor.dtype) << "[";
+        for (std::size_t d = 0; d < v.tensor.shape.size(); ++d) std::cerr << (d ? ", " : "") << v.tensor.shape[d];
+        std::cerr << "] -> " << file << "\n";
+      }
+    }
+    if (o->json) std::cout << nlohmann::ordered_json{{"variant", result->variant}, {"outputs", outs}}.dump(2) << "\n";
+    else std::cerr << "variant: " << result->variant << "\n";
+    return 0;
+  };
+}
+
+}  // namespace kiln::cli

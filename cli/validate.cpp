@@ -1,0 +1,147 @@
+// kiln validate BUNDLE [--backend ...] [--json]: full verification, then replay of the
+// bundle's embedded self-tests (golden inputs and outputs with per-output tolerances).
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.h"
+#include "kiln/format/kiln_generated.h"
+
+namespace kiln::cli {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+struct ValidateOptions {
+  std::string path;
+  std::string backend = "cpu";
+  bool json = false;
+};
+
+HostValue test_value(const Bundle& b, const fb::TestTensor& t) {
+  if (t.kind() == fb::InputKind::Int) return HostValue::integer(t.int_value());
+  HostTensor h;
+  h.dtype = static_cast<DType>(t.dtype());
+  if (t.shape()) h.shape.assign(t.shape()->begin(), t.shape()->end());
+  const auto bytes = b.data_ref(t.segment(), t.offset(), t.nbytes());
+  h.data.assign(bytes.begin(), bytes.end());
+  return HostValue::of(std::move(h));
+}
+
+double element(const HostTensor& t, std::size_t i) {
+  switch (t.dtype) {
+    case DType::kF32: { float f; std::memcpy(&f, t.data.data() + 4 * i, 4); return f; }
+    case DType::kF64: { double d; std::memcpy(&d, t.data.data() + 8 * i, 8); return d; }
+    case DType::kI64: { std::int64_t v; std::memcpy(&v, t.data.data() + 8 * i, 8); return static_cast<double>(v); }
+    case DType::kI32: { std::int32_t v; std::memcpy(&v, t.data.data() + 4 * i, 4); return v; }
+    default: return t.data[i * dtype_size(t.dtype)];
+  }
+}
+
+// Compares one output; fills `report` and returns whether it passed.
+bool compare(const HostValue& got, const HostValue& want, const fb::TestTensor& spec, json& report) {
+  if (want.is_int) {
+    report["expected"] = want.int_value;
+    report["got"] = got.is_int ? json(got.int_value) : json("a tensor");
+    return got.is_int && got.int_value == want.int_value;
+  }
+  const HostTensor &g = got.tensor, &w = want.tensor;
+  report["shape"] = w.shape;
+  if (got.is_int || g.dtype != w.dtype || g.shape != w.shape) {
+    report["error"] = "got " + std::string(dtype_name(g.dtype)) + " of shape " + json(g.shape).dump() + ", expected " +
+                      std::string(dtype_name(w.dtype)) + " of shape " + json(w.shape).dump();
+    return false;
+  }
+  const bool exact = !dtype_is_floating(w.dtype);
+  double max_abs = 0.0;
+  std::size_t worst = 0, failures = 0;
+  const std::size_t n = static_cast<std::size_t>(w.numel());
+  for (std::size_t i = 0; i < n; ++i) {
+    const double a = element(g, i), b = element(w, i);
+    const double diff = (std::isnan(a) || std::isnan(b)) ? (std::isnan(a) && std::isnan(b) ? 0.0 : INFINITY)
+                        : (a == b ? 0.0 : std::fabs(a - b));
+    const bool ok = exact ? diff == 0.0 : diff <= spec.atol() + spec.rtol() * std::fabs(b);
+    if (!ok) ++failures;
+    if (diff > max_abs) max_abs = diff, worst = i;
+  }
+  report["max_abs_diff"] = max_abs;
+  report["worst_index"] = worst;
+  report["mismatched"] = failures;
+  if (!exact) report["tolerance"] = {{"rtol", spec.rtol()}, {"atol", spec.atol()}};
+  return failures == 0;
+}
+
+}  // namespace
+
+Command add_validate(CLI::App& app) {
+  auto o = std::make_shared<ValidateOptions>();
+  app.add_option("bundle", o->path, "The .kiln bundle")->required();
+  app.add_option("--backend", o->backend, "cpu, vulkan or auto");
+  app.add_flag("--json", o->json, "Print one JSON object on stdout");
+  app.footer("Example:\n  kiln validate model.kiln --json");
+  return [o]() {
+    KILN_RETURN_IF_ERROR_CLI(check_backend(o->backend), o->json);
+    auto program = open_program(o->path, /*verify_segments=*/true);
+    if (!program.ok()) return report_error(program.status(), o->json);
+    const Bundle& b = (*program)->bundle();
+    const fb::Program& p = b.program();
+    Session session(**program);
+    json tests = json::array();
+    bool all_passed = true;
+    const std::uint32_t n_tests = p.self_tests() ? p.self_tests()->size() : 0;
+    for (std::uint32_t t = 0; t < n_tests; ++t) {
+      const auto* st = p.self_tests()->Get(t);
+      std::vector<HostValue> inputs;
+      for (std::uint32_t k = 0; k < st->inputs()->size(); ++k) inputs.push_back(test_value(b, *st->inputs()->Get(k)));
+      json tj{{"name", st->name() ? st->name()->str() : ""}};
+      auto result = session.run(inputs);
+      bool passed = result.ok();
+      if (!result.ok()) {
+        tj["error"] = result.status().message();
+      } else {
+        tj["variant"] = result->variant;
+        json outs = json::array();
+        for (std::uint32_t k = 0; k < st->outputs()->size(); ++k) {
+          json oj{{"index", k}};
+          const bool ok = compare(result->outputs[k], test_value(b, *st->outputs()->Get(k)), *st->outputs()->Get(k), oj);
+          oj["passed"] = ok;
+          passed = passed && ok;
+          outs.push_back(oj);
+        }
+        tj["outputs"] = outs;
+      }
+      tj["passed"] = passed;
+      all_passed = all_passed && passed;
+      tests.push_back(tj);
+    }
+    if (o->json) {
+      std::cout << json{{"bundle", o->path}, {"verified", true}, {"passed", all_passed}, {"self_tests", tests}}.dump(2) << "\n";
+    } else {
+      std::cerr << o->path << ": structure, checksums and kernels verified\n";
+      if (tests.empty()) std::cerr << "no self-tests embedded\n";
+      for (const auto& tj : tests) {
+        std::cerr << "self-test " << tj["name"].get<std::string>() << ": " << (tj["passed"].get<bool>() ? "passed" : "FAILED");
+        if (tj.contains("variant")) std::cerr << " (variant " << tj["variant"].get<std::string>() << ")";
+        if (tj.contains("error")) std::cerr << ": " << tj["error"].get<std::string>();
+        std::cerr << "\n";
+        if (!tj.contains("outputs")) continue;
+        for (const auto& oj : tj["outputs"]) {
+          std::cerr << "  output " << oj["index"] << ": " << (oj["passed"].get<bool>() ? "ok" : "MISMATCH");
+          if (oj.contains("max_abs_diff")) std::cerr << "  max |diff| " << oj["max_abs_diff"].get<double>() << " (" << oj["mismatched"] << " elements out of tolerance)";
+          if (oj.contains("error")) std::cerr << "  " << oj["error"].get<std::string>();
+          if (oj.contains("expected")) std::cerr << "  expected " << oj["expected"] << ", got " << oj["got"];
+          std::cerr << "\n";
+        }
+      }
+    }
+    if (!all_passed) {
+      std::cerr << "kiln: error: validation failed: a self-test output is outside its tolerance\n";
+      return exit_code(StatusCode::kValidationFailed);
+    }
+    return 0;
+  };
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,127 @@
+// `kiln run` and `kiln validate` on bundles exported with the C++ API.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstring>
+#include <filesystem>
+
+#include "../../samples/models/models.h"
+#include "kiln/export/testing/format_sample.h"
+#include "kiln/runtime/npy.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Cmd {
+  int code;
+  std::string out;
+};
+
+Cmd kiln_cmd(const std::string& args) {
+  FILE* pipe = popen((std::string(KILN_BIN) + " " + args + " 2>&1").c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+HostTensor host(const Tensor& t) { return {t.dtype(), t.concrete_shape(), t.bytes()}; }
+
+class RunValidate : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("kiln_run_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    model_ = new models::Mlp(64, 32, 10);
+    auto ep = export_program([](Tensor x) { return (*model_)(x); }, {input("x", Tensor::randn({4, 64}), {Dim("batch", 2, 1024)})},
+                             {.name = "mlp", .self_tests = 2});
+    ASSERT_TRUE(ep.ok()) << ep.status().message();
+    ASSERT_TRUE(ep->save(path("mlp.kiln")).ok());
+    // The same program with a wrong golden output.
+    ir::Program bad = ep->program();
+    auto golden = std::make_shared<std::vector<std::uint8_t>>(*bad.self_tests[0].outputs[0].data);
+    float v;
+    std::memcpy(&v, golden->data(), 4);
+    v += 1.0f;
+    std::memcpy(golden->data(), &v, 4);
+    bad.self_tests[0].outputs[0].data = golden;
+    ASSERT_TRUE(save_bundle(bad, path("bad_golden.kiln")).ok());
+    ASSERT_TRUE(testing::make_format_sample()->write(path("cond.kiln")).ok());
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(dir_);
+    delete model_;
+  }
+  static std::string path(const std::string& name) { return (dir_ / name).string(); }
+  static fs::path dir_;
+  static models::Mlp* model_;
+};
+fs::path RunValidate::dir_;
+models::Mlp* RunValidate::model_ = nullptr;
+
+TEST_F(RunValidate, RunWritesOutputsThatMatchEager) {
+  const Tensor x = Tensor::randn({3, 64}, 5);
+  ASSERT_TRUE(write_npy(path("x.npy"), host(x)).ok());
+  const Cmd r = kiln_cmd("run " + path("mlp.kiln") + " --input x=" + path("x.npy") + " --output-dir " + path("out"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("variant: generic"), std::string::npos) << r.out;
+  auto out = read_npy(path("out/out0.npy"));
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->shape, (std::vector<std::int64_t>{3, 10}));
+  EXPECT_EQ(out->data, (*model_)(x).bytes());
+  // Positional input, JSON output.
+  const Cmd j = kiln_cmd("run " + path("mlp.kiln") + " " + path("x.npy") + " -o " + path("out2") + " --json");
+  EXPECT_EQ(j.code, 0) << j.out;
+  EXPECT_NE(j.out.find("\"variant\": \"generic\""), std::string::npos) << j.out;
+}
+
+TEST_F(RunValidate, BadInputsExitThree) {
+  ASSERT_TRUE(write_npy(path("big.npy"), host(Tensor::randn({2000, 64}))).ok());
+  Cmd r = kiln_cmd("run " + path("mlp.kiln") + " --input x=" + path("big.npy") + " -o " + path("o"));
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("kiln: error: input x.size(0) = 2000 (batch, s0) is outside the range [2, 1024]"), std::string::npos) << r.out;
+  r = kiln_cmd("run " + path("mlp.kiln") + " --input y=3");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("unknown input 'y' (the bundle's inputs: x)"), std::string::npos) << r.out;
+  r = kiln_cmd("run " + path("mlp.kiln"));
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("missing input 'x'"), std::string::npos) << r.out;
+  std::FILE* f = std::fopen(path("junk.npy").c_str(), "wb");
+  std::fputs("not numpy", f);
+  std::fclose(f);
+  r = kiln_cmd("run " + path("mlp.kiln") + " --input x=" + path("junk.npy"));
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("not a .npy file (bad magic)"), std::string::npos) << r.out;
+}
+
+TEST_F(RunValidate, VulkanIsUnavailableExitFour) {
+  const Cmd r = kiln_cmd("run " + path("mlp.kiln") + " --backend vulkan");
+  EXPECT_EQ(r.code, 4) << r.out;
+}
+
+TEST_F(RunValidate, UnsupportedOpsExitSix) {
+  const Cmd r = kiln_cmd("run " + path("cond.kiln"));
+  EXPECT_EQ(r.code, 6) << r.out;
+  EXPECT_NE(r.out.find("this build cannot run 1 op used by the bundle: cond (2 nodes)"), std::string::npos) << r.out;
+}
+
+TEST_F(RunValidate, ValidateReplaysSelfTests) {
+  Cmd r = kiln_cmd("validate " + path("mlp.kiln"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("self-test case0: passed (variant generic)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("self-test case1: passed"), std::string::npos) << r.out;
+  r = kiln_cmd("validate " + path("bad_golden.kiln"));
+  EXPECT_EQ(r.code, 5) << r.out;
+  EXPECT_NE(r.out.find("self-test case0: FAILED"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("output 0: MISMATCH  max |diff| 1 (1 elements out of tolerance)"), std::string::npos) << r.out;
+  r = kiln_cmd("validate --json " + path("bad_golden.kiln"));
+  EXPECT_EQ(r.code, 5);
+  EXPECT_NE(r.out.find("\"passed\": false"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace kiln

@@ -16,6 +16,7 @@ using Command = std::function<int()>;
 Command add_inspect(CLI::App& app);
 Command add_run(CLI::App& app);
 Command add_validate(CLI::App& app);
+Command add_bench(CLI::App& app);
 
 }  // namespace kiln::cli
 

@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
   commands[run] = kiln::cli::add_run(*run);
   auto* validate = app.add_subcommand("validate", "Verify a bundle fully and replay its embedded self-tests");
   commands[validate] = kiln::cli::add_validate(*validate);
+  auto* bench = app.add_subcommand("bench", "Measure latency, load time and memory of a bundle on given inputs");
+  commands[bench] = kiln::cli::add_bench(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -98,6 +98,16 @@ TEST_F(RunValidate, BadInputsExitThree) {
   EXPECT_NE(r.out.find("not a .npy file (bad magic)"), std::string::npos) << r.out;
 }
 
+TEST_F(RunValidate, BenchReportsLatencyAndProfile) {
+  ASSERT_TRUE(write_npy(path("xb.npy"), host(Tensor::randn({8, 64}))).ok());
+  const Cmd r = kiln_cmd("bench " + path("mlp.kiln") + " --input x=" + path("xb.npy") + " --iters 5 --warmup 1 --profile --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* key : {"\"median_ms\"", "\"p10_ms\"", "\"p90_ms\"", "\"load_ms\"", "\"peak_bytes\"", "\"variant\": \"generic\"",
+                          "\"op\": \"linear\"", "\"source\": \"models.h:"}) {
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << "\n" << r.out;
+  }
+}
+
 TEST_F(RunValidate, VulkanIsUnavailableExitFour) {
   const Cmd r = kiln_cmd("run " + path("mlp.kiln") + " --backend vulkan");
   EXPECT_EQ(r.code, 4) << r.out;

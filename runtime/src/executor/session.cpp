@@ -1,4 +1,5 @@
 // Session::run: input checks, symbol binding, specialization dispatch, execution.
+#include <chrono>
 #include <cstring>
 #include <memory>
 
@@ -31,13 +32,14 @@ struct Slot {
     v.data = data;
     return v;
   }
-  void allocate(DType d, std::vector<std::int64_t> s) {
+  void allocate(DType d, std::vector<std::int64_t> s, std::uint64_t* counter) {
     dtype = d;
     shape = std::move(s);
     std::size_t n = dtype_size(d);
     for (std::int64_t x : shape) n *= static_cast<std::size_t>(x);
     owned = std::make_shared<std::vector<std::uint8_t>>(n);
     data = owned->data();
+    if (counter) *counter += n;
     ready = true;
   }
 };
@@ -63,10 +65,11 @@ std::string location(const fb::Program& p, std::uint32_t debug) {
 
 class KernelCtx final : public cpu::KernelContext {
  public:
-  KernelCtx(std::vector<Slot*> outs, cpu::ThreadPool& pool) : outs_(std::move(outs)), pool_(pool) {}
+  KernelCtx(std::vector<Slot*> outs, cpu::ThreadPool& pool, std::uint64_t* counter)
+      : outs_(std::move(outs)), pool_(pool), counter_(counter) {}
   Result<cpu::TensorView> allocate_output(int index, DType dtype, std::span<const std::int64_t> shape) override {
     if (index < 0 || static_cast<std::size_t>(index) >= outs_.size()) return Status(StatusCode::kInternal, "bad output index");
-    outs_[static_cast<std::size_t>(index)]->allocate(dtype, {shape.begin(), shape.end()});
+    outs_[static_cast<std::size_t>(index)]->allocate(dtype, {shape.begin(), shape.end()}, counter_);
     return outs_[static_cast<std::size_t>(index)]->view();
   }
   cpu::ThreadPool& pool() override { return pool_; }
@@ -74,6 +77,7 @@ class KernelCtx final : public cpu::KernelContext {
  private:
   std::vector<Slot*> outs_;
   cpu::ThreadPool& pool_;
+  std::uint64_t* counter_;
 };
 
 }  // namespace
@@ -84,8 +88,10 @@ struct Session::Impl {
   std::vector<std::int64_t> symbols;
   std::vector<bool> bound;
   std::vector<std::string> bound_from;  // "x.size(0)" per symbol, for messages
+  bool profile = false;
+  RunStats stats;
 
-  Impl(const Program& p, int threads) : program(p), pool(threads) {}
+  Impl(const Program& p, int threads, bool prof) : program(p), pool(threads), profile(prof) {}
   const fb::Program& fbp() const { return program.bundle().program(); }
 
   Status bind_inputs(std::span<const HostValue> inputs);
@@ -100,8 +106,9 @@ struct Session::Impl {
 };
 
 Session::Session(const Program& program, SessionOptions options)
-    : impl_(std::make_unique<Impl>(program, options.threads < 1 ? 1 : options.threads)) {}
+    : impl_(std::make_unique<Impl>(program, options.threads < 1 ? 1 : options.threads, options.profile)) {}
 Session::~Session() = default;
+const RunStats& Session::last_stats() const { return impl_->stats; }
 Result<RunResult> Session::run(std::span<const HostValue> inputs) { return impl_->run(inputs); }
 
 Status Session::Impl::bind_inputs(std::span<const HostValue> inputs) {
@@ -331,7 +338,7 @@ Status Session::Impl::run_node(const fb::Graph& g, std::uint32_t n, std::vector<
     Slot& slot = slots[v];
     out_slots.push_back(&slot);
     if (val->kind() == fb::ValueKind::SymInt) {  // item(): a 0-d tensor of the input's dtype
-      slot.allocate(in.empty() ? DType::kI64 : in[0].dtype, {});
+      slot.allocate(in.empty() ? DType::kI64 : in[0].dtype, {}, &stats.peak_bytes);
       out.push_back(slot.view());
       continue;
     }
@@ -352,7 +359,7 @@ Status Session::Impl::run_node(const fb::Graph& g, std::uint32_t n, std::vector<
     cpu::TensorView view;
     view.dtype = static_cast<DType>(val->dtype());
     if (!data_dependent) {
-      slot.allocate(view.dtype, shape);
+      slot.allocate(view.dtype, shape, &stats.peak_bytes);
       view = slot.view();
     }
     out.push_back(view);
@@ -382,8 +389,15 @@ Status Session::Impl::run_node(const fb::Graph& g, std::uint32_t n, std::vector<
     }
     attrs.values.push_back(v);
   }
-  KernelCtx ctx(out_slots, pool);
+  KernelCtx ctx(out_slots, pool, &stats.peak_bytes);
+  const auto t0 = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const Status st = kernel(ctx, in, out, attrs.values);
+  if (profile) {
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::string where = location(p, node->debug());
+    if (where.size() > 3) where = where.substr(2, where.size() - 3);
+    stats.ops.push_back({p.op_names()->Get(node->op())->str(), where, ms});
+  }
   if (!st.ok()) {
     return Status(st.code(), st.message() + " [graph " + (g.name() ? g.name()->str() : std::string()) + ", node " +
                                  std::to_string(n) + "]" + location(p, node->debug()));
@@ -396,6 +410,7 @@ Status Session::Impl::run_node(const fb::Graph& g, std::uint32_t n, std::vector<
 
 Result<RunResult> Session::Impl::run(std::span<const HostValue> inputs) {
   const fb::Program& p = fbp();
+  stats = RunStats{};
   KILN_RETURN_IF_ERROR(bind_inputs(inputs));
   KILN_RETURN_IF_ERROR(check_inputs(inputs));
   RunResult result;

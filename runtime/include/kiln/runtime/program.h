@@ -73,6 +73,21 @@ class Program {
 
 struct SessionOptions {
   int threads = 1;
+  /// Record per-node timings (RunStats::ops); costs two clock reads per node.
+  bool profile = false;
+};
+
+/// What the last run() did.
+struct RunStats {
+  /// Bytes of intermediate and output tensors allocated by the run (no memory planning
+  /// yet: every intermediate stays alive until the run ends, so this is also the peak).
+  std::uint64_t peak_bytes = 0;
+  struct Op {
+    std::string op;
+    std::string where;  // "model.cpp:41 (fc)" when the bundle has debug info
+    double ms = 0.0;
+  };
+  std::vector<Op> ops;  // per executed node, when profiling
 };
 
 class Session {
@@ -85,6 +100,8 @@ class Session {
 
   /// Runs the program on `inputs` (signature order).
   Result<RunResult> run(std::span<const HostValue> inputs);
+  /// Statistics of the most recent run().
+  const RunStats& last_stats() const;
 
  private:
   struct Impl;

@@ -52,6 +52,12 @@ struct SpeculativeScope {
 };
 Expr intern(ExprOp op, bool is_bool, std::int64_t value, std::span<const Expr> args);
 bool is_poisoned(Expr e);
+/// Whether a node with these operands is one no canonical builder returns: an overflow
+/// fallback (unsorted, unfolded or undistributed operands) or one over such a node.
+/// Never interns (it runs inside `intern`).
+bool structurally_poisoned(ExprOp op, std::span<const Expr> args);
+/// The kind order used by canonical_compare (Const < Sym < Mul < Add < ...).
+int op_rank(ExprOp op);
 /// Runs `build` unless an operand is poisoned (then the node stays as given: canonicalizing
 /// around a constant that does not fit int64 could fold it into one that does, and break the
 /// fixed-point property), and returns the operands as given if `build` hit an overflow.

@@ -40,44 +40,6 @@ bool same_node(const ExprNode& n, ExprOp op, bool is_bool, std::int64_t value,
   return true;
 }
 
-// Coefficient of a term without interning (intern holds the pool lock).
-std::int64_t leading_coef(Expr t) {
-  auto c = t.op() == ExprOp::Mul ? t.args()[0].constant_value() : std::nullopt;
-  return c ? *c : 1;
-}
-bool same_base(Expr a, Expr b) {
-  auto strip = [](Expr t) {
-    auto args = t.args();
-    return t.op() == ExprOp::Mul && args[0].is_constant() ? args.subspan(1) : std::span<const Expr>(&t, 1);
-  };
-  auto x = strip(a), y = strip(b);
-  return std::equal(x.begin(), x.end(), y.begin(), y.end(), [](Expr p, Expr q) { return p == q; });
-}
-
-// A node no canonical builder returns: an overflow fallback, or one containing such a node.
-bool structurally_poisoned(ExprOp op, std::span<const Expr> args) {
-  for (Expr a : args) {
-    if (ExprAccess::node(a)->poisoned) return true;
-  }
-  if (op == ExprOp::Add || op == ExprOp::Mul) {
-    int constants = 0;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-      if (args[i].is_constant()) ++constants;
-      if (args[i].op() == op) return true;
-      if (op == ExprOp::Add && i > 0 && !args[i].is_constant() && same_base(args[i - 1], args[i])) return true;
-    }
-    return constants >= 2;
-  }
-  if (op == ExprOp::Lt || op == ExprOp::Gt || op == ExprOp::Not) return true;
-  if (op == ExprOp::Eq || op == ExprOp::Ne || op == ExprOp::Le || op == ExprOp::Ge) {
-    const Expr lhs = args[0];
-    if (!args[1].constant_value() || lhs.is_constant()) return true;
-    const Expr lead = lhs.op() == ExprOp::Add ? lhs.args()[0] : lhs;
-    return lead.is_constant() || leading_coef(lead) <= 0;
-  }
-  return false;
-}
-
 }  // namespace
 
 Expr intern(ExprOp op, bool is_bool, std::int64_t value, std::span<const Expr> args) {
@@ -146,7 +108,9 @@ Expr checked_binary(ExprOp op, Expr a, Expr b, Expr (*build)(Expr, Expr)) {
   return build(a, b);
 }
 
-int rank(ExprOp op) {
+}  // namespace
+
+int detail::op_rank(ExprOp op) {
   switch (op) {
     case ExprOp::Const: return 0;
     case ExprOp::Sym: return 1;
@@ -161,8 +125,6 @@ int rank(ExprOp op) {
     default: return 10 + static_cast<int>(op);  // comparisons, And, Or, Not
   }
 }
-
-}  // namespace
 
 const char* expr_op_name(ExprOp op) {
   static const char* const kNames[kExprOpCount] = {
@@ -211,7 +173,7 @@ int canonical_compare(Expr a, Expr b) {
   const detail::ExprNode* x = node(a);
   const detail::ExprNode* y = node(b);
   if (x->is_bool != y->is_bool) return x->is_bool ? 1 : -1;
-  const int rx = rank(x->op), ry = rank(y->op);
+  const int rx = detail::op_rank(x->op), ry = detail::op_rank(y->op);
   if (rx != ry) return rx < ry ? -1 : 1;
   if (x->value != y->value) return x->value < y->value ? -1 : 1;
   const std::size_t n = std::min(x->args.size(), y->args.size());

@@ -51,10 +51,10 @@ std::string Printer::term(std::int64_t coef, Expr base) const {
 
 Printed Printer::sum(Expr e) const {
   std::string out;
-  std::optional<std::int64_t> constant;
+  std::vector<std::int64_t> constants;  // one, except in a sum whose fold overflowed
   for (Expr a : e.args()) {
     if (auto c = a.constant_value()) {
-      constant = c;
+      constants.push_back(*c);
       continue;
     }
     const detail::Term t = detail::split_term(a);
@@ -64,7 +64,9 @@ Printed Printer::sum(Expr e) const {
     out += leading_minus && t.base.op() == ExprOp::Mod && (t.coef == -1) ? "(" + term(t.coef, t.base) + ")"
                                                                           : term(t.coef, t.base);
   }
-  if (constant) out += (*constant < 0 ? " - " : " + ") + magnitude(*constant);
+  for (std::int64_t c : constants) {
+    out += out.empty() ? std::to_string(c) : (c < 0 ? " - " : " + ") + magnitude(c);
+  }
   return {out, kSum};
 }
 

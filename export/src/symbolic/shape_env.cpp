@@ -41,6 +41,32 @@ ValueRange round_to_divisor(ValueRange r, std::int64_t d) {
 
 using detail::round_to_divisor;
 
+// Runs a mutation; if it fails, the environment is restored to its state before the call.
+// Facts applied by nested calls belong to the outermost transaction.
+template <typename F>
+Status ShapeEnv::transaction(F&& body) {
+  if (in_transaction_) return body();
+  ShapeEnv saved = *this;
+  in_transaction_ = true;
+  Status st = body();
+  in_transaction_ = false;
+  if (!st.ok()) *this = std::move(saved);
+  return st;
+}
+
+Status ShapeEnv::constrain_range(int sym, std::int64_t lo, std::int64_t hi) {
+  return transaction([&] { return constrain_range_impl(sym, lo, hi); });
+}
+Status ShapeEnv::replace(int sym, Expr e) {
+  return transaction([&] { return replace_impl(sym, e); });
+}
+Status ShapeEnv::add_divisibility(Expr e, std::int64_t k) {
+  return transaction([&] { return add_divisibility_impl(e, k); });
+}
+Status ShapeEnv::add_axiom(Expr fact) {
+  return transaction([&] { return add_axiom_impl(fact); });
+}
+
 void ShapeEnv::forget_hints() {
   for (SymbolInfo& info : symbols_) info.hint.reset();
 }
@@ -100,7 +126,7 @@ Status ShapeEnv::set_range(int sym, ValueRange r) {
   return Status::Ok();
 }
 
-Status ShapeEnv::constrain_range(int sym, std::int64_t lo, std::int64_t hi) {
+Status ShapeEnv::constrain_range_impl(int sym, std::int64_t lo, std::int64_t hi) {
   if (!is_valid_symbol(sym)) return env_error("constrain_range: no symbol " + std::to_string(sym));
   ValueRange r{lo, hi};
   if (r.is_empty()) return env_error("constrain_range: empty range " + to_string(r));
@@ -113,7 +139,7 @@ Status ShapeEnv::narrow_expression(Expr e, ValueRange r) {
   return Status::Ok();
 }
 
-Status ShapeEnv::replace(int sym, Expr e) {
+Status ShapeEnv::replace_impl(int sym, Expr e) {
   if (!is_valid_symbol(sym)) return env_error("replace: no symbol " + std::to_string(sym));
   if (e.is_bool()) return env_error("replace: boolean replacement for " + symbol(sym).name);
   e = simplify(e);
@@ -136,13 +162,22 @@ Status ShapeEnv::replace(int sym, Expr e) {
   return Status::Ok();
 }
 
-Status ShapeEnv::add_divisibility(Expr e, std::int64_t k) {
+Status ShapeEnv::add_divisibility_impl(Expr e, std::int64_t k) {
   if (k < 1) return env_error("add_divisibility: divisor " + std::to_string(k) + " < 1");
   if (e.is_bool()) return env_error("add_divisibility: boolean expression");
   e = simplify(e);
   if (auto c = e.constant_value()) {
     if (*detail::py_mod(*c, k) == 0) return Status::Ok();
     return env_error("add_divisibility: " + std::to_string(*c) + " is not a multiple of " + std::to_string(k));
+  }
+  if (auto form = detail::to_linear(e); form && !form->terms.empty()) {  // (4*s0) % 8 -> s0 % 2
+    auto g = detail::content(*form);
+    const std::int64_t h = g ? *detail::gcd64(*g, k) : 1;
+    const bool negative = form->terms[0].coef < 0;
+    if (h > 1 || negative) {
+      const Expr unit = detail::from_linear(detail::divide(*form, h));
+      return add_divisibility(negative ? -unit : unit, k / h);
+    }
   }
   const std::int64_t known = divisor_of(e);
   if (k == 1 || known == 0 || known % k == 0) return Status::Ok();
@@ -219,7 +254,7 @@ Status ShapeEnv::apply_comparison(Expr f) {
   return Status::Ok();
 }
 
-Status ShapeEnv::add_axiom(Expr fact) {
+Status ShapeEnv::add_axiom_impl(Expr fact) {
   if (!fact.is_bool()) return env_error("add_axiom: integer expression " + to_string(fact, this));
   const Expr f = simplify(fact);
   if (auto v = f.bool_value()) {

@@ -18,6 +18,8 @@ std::optional<std::int64_t> positive_constant(Expr e) {
   return k && *k > 0 ? k : std::nullopt;
 }
 
+bool args_constant_rhs(Expr e) { return e.args()[1].constant_value().has_value(); }
+
 std::span<const Expr> disjuncts(const Expr& e) {
   return e.op() == ExprOp::Or ? e.args() : std::span<const Expr>(&e, 1);
 }
@@ -59,19 +61,14 @@ Expr ShapeEnv::simplify_rec(Expr e, QueryCache& cache) const {
   return out;
 }
 
+bool ShapeEnv::divisible(Expr x, std::int64_t k) const {
+  const std::int64_t d = divisor_of(x);
+  return d == 0 || d % k == 0;
+}
+
 // Top-level rules on a node whose operands are already simplified.
 Expr ShapeEnv::simplify_node(Expr e, QueryCache& cache) const {
-  auto divisible = [&](Expr x, std::int64_t k) {
-    const std::int64_t d = divisor_of(x);
-    return d == 0 || d % k == 0;
-  };
-  if (e.is_bool()) {
-    if (e.is_constant()) return e;
-    if (is_axiom(e)) return Expr::boolean(true);
-    if (is_axiom(detail::build_not(e))) return Expr::boolean(false);
-    if (auto v = bound_rec(e, cache).as_bool()) return Expr::boolean(*v);
-    return e;
-  }
+  if (e.is_bool()) return simplify_bool(e, cache);
   if (auto r = bound_rec(e, cache); r.is_point()) return Expr::constant(r.lo);
   auto args = e.args();
   switch (e.op()) {
@@ -88,38 +85,57 @@ Expr ShapeEnv::simplify_node(Expr e, QueryCache& cache) const {
       if (k && divisible(args[0], *k)) return detail::build_floordiv(args[0], args[1]);
       break;
     }
-    case ExprOp::Mul: {  // c * (x // k) * rest == (c / k) * x * rest when k | x and k | c
-      auto c = args[0].constant_value();
-      for (std::size_t i = 1; c && i < args.size(); ++i) {
-        auto k = args[i].op() == ExprOp::FloorDiv ? positive_constant(args[i].args()[1]) : std::nullopt;
-        if (!k || *c % *k != 0 || !divisible(args[i].args()[0], *k)) continue;
-        std::vector<Expr> factors(args.begin(), args.end());
-        factors[0] = Expr::constant(*c / *k);
-        factors[i] = args[i].args()[0];
-        return simplify_node(detail::build_mul(factors), cache);
-      }
-      break;
-    }
+    case ExprOp::Mul: return cancel_exact_division(e, cache);
     case ExprOp::Min:
-    case ExprOp::Max: {
-      const bool is_max = e.op() == ExprOp::Max;
-      std::vector<Expr> kept;
-      for (Expr a : args) {
-        const ValueRange ra = bound_rec(a, cache);
-        const bool dominated = std::any_of(args.begin(), args.end(), [&](Expr b) {
-          if (a == b) return false;
-          const ValueRange rb = bound_rec(b, cache);
-          return is_max ? ra.hi <= rb.lo : ra.lo >= rb.hi;
-        });
-        if (!dominated) kept.push_back(a);
-      }
-      if (kept.empty()) kept.push_back(args[0]);  // all equal ranges: any operand will do
-      if (kept.size() != args.size()) return detail::build_minmax(e.op(), kept);
-      break;
-    }
+    case ExprOp::Max: return drop_dominated(e, cache);
     default: break;
   }
   return e;
+}
+
+Expr ShapeEnv::simplify_bool(Expr e, QueryCache& cache) const {
+  if (e.is_constant()) return e;
+  if ((e.op() == ExprOp::Eq || e.op() == ExprOp::Ne) && args_constant_rhs(e)) {
+    const std::int64_t d = divisor_of(e.args()[0]);  // e == c has no solution if d does not divide c
+    if (d > 1 && *detail::py_mod(*e.args()[1].constant_value(), d) != 0) return Expr::boolean(e.op() == ExprOp::Ne);
+  }
+  if (is_axiom(e)) return Expr::boolean(true);
+  if (is_axiom(detail::build_not(e))) return Expr::boolean(false);
+  if (auto v = bound_rec(e, cache).as_bool()) return Expr::boolean(*v);
+  return e;
+}
+
+// c * (x // k) * rest == (c / k) * x * rest when k divides both x and c.
+Expr ShapeEnv::cancel_exact_division(Expr e, QueryCache& cache) const {
+  auto args = e.args();
+  auto c = args[0].constant_value();
+  for (std::size_t i = 1; c && i < args.size(); ++i) {
+    auto k = args[i].op() == ExprOp::FloorDiv ? positive_constant(args[i].args()[1]) : std::nullopt;
+    if (!k || *c % *k != 0 || !divisible(args[i].args()[0], *k)) continue;
+    std::vector<Expr> factors(args.begin(), args.end());
+    factors[0] = Expr::constant(*c / *k);
+    factors[i] = args[i].args()[0];
+    return simplify_node(detail::build_mul(factors), cache);
+  }
+  return e;
+}
+
+// Max drops an operand whose range lies below another's (Min: above).
+Expr ShapeEnv::drop_dominated(Expr e, QueryCache& cache) const {
+  auto args = e.args();
+  const bool is_max = e.op() == ExprOp::Max;
+  std::vector<Expr> kept;
+  for (Expr a : args) {
+    const ValueRange ra = bound_rec(a, cache);
+    const bool dominated = std::any_of(args.begin(), args.end(), [&](Expr b) {
+      if (a == b) return false;
+      const ValueRange rb = bound_rec(b, cache);
+      return is_max ? ra.hi <= rb.lo : ra.lo >= rb.hi;
+    });
+    if (!dominated) kept.push_back(a);
+  }
+  if (kept.empty()) kept.push_back(args[0]);  // all ranges equal points: any operand will do
+  return kept.size() != args.size() ? detail::build_minmax(e.op(), kept) : e;
 }
 
 ValueRange ShapeEnv::bound(Expr e) const {
@@ -193,10 +209,22 @@ std::int64_t ShapeEnv::divisor_of(Expr e) const {
     d = 0;
     for (Expr t : e.args()) d = detail::gcd64(d, divisor_of(t)).value_or(1);
   }
-  if (auto it = expr_divisors_.find(e); it != expr_divisors_.end() && d != 0) {
-    auto g = detail::gcd64(d, it->second);
-    auto l = g && *g != 0 ? detail::checked_mul(d / *g, it->second) : std::nullopt;
+  if (d == 0 || expr_divisors_.empty()) return d;
+  // A recorded fact about e, or about e / g for its content g (`2*s1 + 2` from `s1 + 1`).
+  auto known = [&](Expr x, std::int64_t scale) {
+    auto it = expr_divisors_.find(x);
+    auto k = it == expr_divisors_.end() ? std::nullopt : detail::checked_mul(it->second, scale);
+    auto g = k ? detail::gcd64(d, *k) : std::nullopt;
+    auto l = g && *g != 0 ? detail::checked_mul(d / *g, *k) : std::nullopt;
     if (l) d = *l;
+  };
+  known(e, 1);
+  auto form = e.op() == ExprOp::Add ? detail::to_linear(e) : std::nullopt;
+  auto g = form ? detail::content(*form) : std::nullopt;
+  if (g && *g > 1) {
+    detail::LinearForm unit = detail::divide(*form, *g);
+    known(detail::from_linear(unit), *g);
+    if (!unit.terms.empty() && unit.terms[0].coef < 0) known(-detail::from_linear(unit), *g);
   }
   return d;
 }

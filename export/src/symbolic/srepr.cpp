@@ -39,6 +39,10 @@ class SreprParser {
       return Expr::boolean(n == "BooleanTrue");
     }
     if (n == "CeilToInt" || n == "FloorToInt") return rounded_division(head, depth);
+    if (n == "Rational" || n == "Float" || n == "Half" || n == "IntTrueDiv" || n == "TruncToInt" || n == "ToFloat" ||
+        n == "FloatTrueDiv" || n == "RoundToInt" || n == "RoundDecimal") {
+      return unsupported(head.offset, "unsupported sympy function '" + std::string(n) + "' (no exact integer meaning)");
+    }
     KILN_ASSIGN_OR_RETURN(std::vector<Expr> args, arguments(depth));
     if (n == "Pow") return pow(head, args);
     if (n == "Identity" && args.size() == 1) return args[0];
@@ -47,10 +51,6 @@ class SreprParser {
       return detail::build_at(ts_, head.offset, ExprOp::Mod, {q, args[2]});
     }
     if (auto op = detail::function_op(n)) return detail::build_at(ts_, head.offset, *op, std::move(args));
-    if (n == "Rational" || n == "Float" || n == "Half" || n == "IntTrueDiv" || n == "TruncToInt" || n == "ToFloat" ||
-        n == "FloatTrueDiv" || n == "OpaqueUnaryFn_sqrt" || n == "RoundToInt") {
-      return unsupported(head.offset, "unsupported sympy function '" + std::string(n) + "' (no exact integer meaning)");
-    }
     return unsupported(head.offset, "unknown sympy function '" + std::string(n) + "'");
   }
 

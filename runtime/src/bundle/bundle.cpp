@@ -157,7 +157,7 @@ Status Bundle::check_frame() {
   }
   if (h.flatbuffer_offset < format::kHeaderSize || h.flatbuffer_offset % 8 != 0 ||
       h.flatbuffer_size < 8 || !fits(h.flatbuffer_offset, h.flatbuffer_size, size) ||
-      h.flatbuffer_size > std::numeric_limits<std::uint32_t>::max() - 8) {
+      h.flatbuffer_size >= FLATBUFFERS_MAX_BUFFER_SIZE) {  // the Verifier asserts on larger buffers
     return invalid("flatbuffer [" + std::to_string(h.flatbuffer_offset) + ", +" +
                    std::to_string(h.flatbuffer_size) + ") is out of bounds or misaligned");
   }

@@ -20,6 +20,14 @@ std::uint32_t count(const V* vec) {
   return vec == nullptr ? 0 : vec->size();
 }
 
+// The FlatBuffers Verifier checks the alignment of a vector's length field only, so a
+// vector of 8-byte elements (long, double, ExprToken) may start 4 bytes off; reading it
+// would be undefined behaviour. The buffer itself is 8-byte aligned in memory.
+template <typename V>
+bool aligned8(const V* vec) {
+  return vec == nullptr || reinterpret_cast<std::uintptr_t>(vec->Data()) % 8 == 0;
+}
+
 bool is_nary(fb::ExprOp op) {
   return op == fb::ExprOp::Add || op == fb::ExprOp::Mul || op == fb::ExprOp::Min ||
          op == fb::ExprOp::Max || op == fb::ExprOp::And || op == fb::ExprOp::Or;
@@ -74,6 +82,7 @@ Status Verifier::run() {
   n_exprs_ = count(p_.exprs());
   n_graphs_ = count(p_.graphs());
   n_debug_ = p_.debug() ? count(p_.debug()->entries()) : 0;
+  if (!aligned8(p_.expr_tokens())) return invalid("expr_tokens: vector is not 8-byte aligned");
   for (std::uint32_t i = 0; i < count(p_.op_names()); ++i) {
     const auto* name = p_.op_names()->Get(i);
     if (name == nullptr || name->size() == 0) return invalid("op_names[" + std::to_string(i) + "] is empty");
@@ -201,6 +210,7 @@ Status Verifier::check_data_ref(std::uint8_t dtype, const flatbuffers::Vector<st
                                 const std::string& where) const {
   if (!dtype_is_valid(dtype)) return invalid(where + ": unknown dtype " + std::to_string(dtype));
   if (count(shape) > static_cast<std::uint32_t>(format::kMaxRank)) return invalid(where + ": rank exceeds 8");
+  if (!aligned8(shape)) return invalid(where + ": shape vector is not 8-byte aligned");
   std::uint64_t expected = dtype_size(static_cast<DType>(dtype));
   for (std::uint32_t d = 0; d < count(shape); ++d) {
     const std::int64_t dim = shape->Get(d);
@@ -294,6 +304,8 @@ Status Verifier::check_graph_values(const fb::Graph& graph, const std::string& w
         break;
       case fb::ValueKind::SymInt:
       case fb::ValueKind::SymBool:
+        // A symbolic value has no shape, but a hostile one may: the binding rules read it.
+        KILN_RETURN_IF_ERROR(check_shape(v->shape(), vw));
         KILN_RETURN_IF_ERROR(check_expr(v->expr(), v->kind() == fb::ValueKind::SymBool, vw));
         break;
       case fb::ValueKind::Constant: {
@@ -311,7 +323,9 @@ Status Verifier::check_graph_values(const fb::Graph& graph, const std::string& w
         }
         break;
       }
-      case fb::ValueKind::None: break;
+      case fb::ValueKind::None:
+        KILN_RETURN_IF_ERROR(check_shape(v->shape(), vw));
+        break;
       default: return invalid(vw + ": unknown value kind");
     }
   }
@@ -367,6 +381,7 @@ Status Verifier::check_node(const fb::Graph& graph, std::uint32_t n, const std::
     const auto* a = node->attrs()->Get(k);
     const std::string aw = ow + ", attribute " + std::to_string(k);
     if (static_cast<int>(a->kind()) > static_cast<int>(fb::AttrKind::MAX)) return invalid(aw + ": unknown kind");
+    if (!aligned8(a->ints()) || !aligned8(a->floats())) return invalid(aw + ": vector is not 8-byte aligned");
     if (a->kind() == fb::AttrKind::Expr || a->kind() == fb::AttrKind::Exprs) {
       if (a->kind() == fb::AttrKind::Expr && count(a->exprs()) != 1) return invalid(aw + ": needs exactly one expression");
       for (std::uint32_t e = 0; e < count(a->exprs()); ++e) {

@@ -13,8 +13,11 @@
 //   thread, so it is correct but not parallel.
 // - The body must not throw (the runtime is built with -fno-exceptions) and must be safe to
 //   run concurrently on disjoint [begin, end) ranges.
-// - Workers wait on a condition variable when idle (after a short bounded spin that keeps
-//   back-to-back kernel calls cheap); an idle pool uses no CPU.
+// - Workers wait on a condition variable when idle (after a short bounded spin, ~70 us,
+//   that keeps back-to-back kernel calls cheap); an idle pool uses no CPU.
+// - Chunks are claimed dynamically and the caller runs chunks too, so a worker that the OS
+//   has not scheduled (a busy machine) delays nothing: the caller waits only for chunks
+//   that some thread has already started.
 #pragma once
 
 #include <atomic>
@@ -39,9 +42,9 @@ template <typename R, typename... Args>
 class FunctionRef<R(Args...)> {
  public:
   template <typename F>
-    requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> &&
-             std::is_invocable_r_v<R, F&, Args...>)
-  FunctionRef(F&& f)  // NOLINT: implicit by design, like std::function_ref
+  requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> &&
+           std::is_invocable_r_v<R, F&, Args...>)
+      FunctionRef(F&& f)  // NOLINT: implicit by design, like std::function_ref
       : object_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
         call_([](void* object, Args... args) -> R {
           return (*static_cast<std::remove_reference_t<F>*>(object))(std::forward<Args>(args)...);
@@ -78,27 +81,32 @@ class ThreadPool {
                     FunctionRef<void(std::int64_t, std::int64_t)> fn);
 
  private:
-  struct Job {
-    FunctionRef<void(std::int64_t, std::int64_t)>* fn = nullptr;
-    std::int64_t n = 0;
-    std::int64_t chunk = 1;
-  };
+  using Body = FunctionRef<void(std::int64_t, std::int64_t)>;
 
   void worker_loop();
-  // Waits (spin, then sleep) until generation_ differs from `seen`; false on shutdown.
-  bool wait_for_job(std::uint64_t seen);
-  void run_chunks();
-  void wait_for_workers();
+  // Waits (bounded spin, then sleep) for a generation other than `seen`; false on shutdown.
+  bool wait_for_job(std::uint32_t seen);
+  // Claims and runs chunks of job `generation` until none is left or the job moved on.
+  void run_chunks(std::uint32_t generation);
+  void wait_for_chunks(std::int64_t total);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_cv_;  // job published or shutdown
-  std::condition_variable done_cv_;  // last worker finished a job
+  std::condition_variable done_cv_;  // last chunk of a job finished
   bool stop_ = false;                // guarded by mutex_
-  std::atomic<std::uint64_t> generation_{0};
-  std::atomic<int> pending_workers_{0};
-  std::atomic<std::int64_t> next_index_{0};
-  Job job_;  // written by the caller before generation_ is bumped
+  std::uint32_t generation_ = 0;     // caller-side count of published jobs
+
+  // job_state_ = generation << 32 | chunks not yet claimed. Chunks are claimed by CAS, so
+  // a worker that wakes late (after its job finished) claims nothing: the caller waits only
+  // for chunks someone claimed, never for a descheduled idle worker. The job_* fields are
+  // written before the state is published and read only after a successful claim.
+  std::atomic<std::uint64_t> job_state_{0};
+  std::atomic<Body*> job_fn_{nullptr};
+  std::atomic<std::int64_t> job_n_{0};
+  std::atomic<std::int64_t> job_chunk_{1};
+  std::atomic<std::int64_t> job_chunks_{0};
+  std::atomic<std::int64_t> chunks_done_{0};
 };
 
 }  // namespace kiln::cpu

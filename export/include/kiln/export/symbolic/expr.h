@@ -10,16 +10,16 @@
 //   Expr b = sym_and(ge(s0, 2), lt(s0, s1));   // s0 >= 2 and s0 - s1 <= -1
 //
 // Canonical form (what the builders guarantee):
-//  * constants folded (Python floor semantics for `//` and `%`); a fold that would overflow
-//    int64 is not done (the operation stays symbolic), so folding never has undefined
-//    behaviour and never wraps;
+//  * constants folded (Python floor semantics for `//` and `%`);
 //  * Add / Mul / Min / Max / And / Or are flattened and their operands sorted in one fixed
 //    structural order (`canonical_compare`), independent of pointer values and of the order
 //    the expressions were built in;
 //  * Add combines like terms (`2*s0 + 3*s0 -> 5*s0`, `s0 - s0 -> 0`); its constant (if any)
 //    is its first operand; each term is `base` or `Mul(coef, base...)`;
 //  * Mul folds constants (coefficient first), `x*0 -> 0`, `x*1 -> x`, and distributes a
-//    constant over a sum (`2*(s0 + 1) -> 2*s0 + 2`); products of sums are not expanded;
+//    constant over a sum (`2*(s0 + 1) -> 2*s0 + 2`); products of sums are not expanded, but
+//    in a product of several factors each sum gives its gcd and sign to the coefficient
+//    (`(-2*s0 - 2)*s1 -> -2*(s0 + 1)*s1`);
 //  * Neg is never stored: `-x` is `Mul(-1, x)`;
 //  * FloorDiv / CeilDiv by a constant: negative divisors made positive, numerator and divisor
 //    divided by their common gcd, terms whose coefficient the divisor divides moved out
@@ -37,6 +37,13 @@
 //  * And / Or deduplicated, constants folded, `x and not x -> false`; And also merges bounds
 //    of one expression (`s0 >= 2 and s0 >= 3 -> s0 >= 3`).
 //
+// Overflow: folding never wraps and never has undefined behaviour. When a fold at a node
+// would leave int64 (`INT64_MAX + 1`, a coefficient product too large), that node keeps its
+// operands as given, unsorted and unfolded, and so does every node built over it. Such an
+// expression still evaluates exactly (an error only if a result leaves int64) and still
+// round-trips through postfix (every built node is a fixed point of its builder), but two
+// such expressions are equal only if they were written alike. Sizes never get near this.
+//
 // Typing: every expression is either int- or bool-typed. Arithmetic, Min/Max and the
 // comparisons take ints; And/Or/Not take bools. Builders throw `std::invalid_argument` on a
 // type error (a programming error); `try_build` reports it as a value instead, and the
@@ -44,6 +51,9 @@
 //
 // Thread safety: the interning pool is global and guarded by a mutex; Exprs may be built
 // and shared freely across threads. Nodes live until the process exits.
+//
+// Depth: the algorithms here recurse on expression depth. Shape expressions are shallow;
+// the deserializers (postfix.h, parse.h) reject deep input from files.
 #pragma once
 
 #include <concepts>
@@ -110,7 +120,8 @@ class Expr {
 
   static Expr constant(std::int64_t value);
   static Expr boolean(bool value);
-  /// The symbol with this id (ids are ShapeEnv symbol-table indices). Precondition: id >= 0.
+  /// The symbol with this id (ids are ShapeEnv symbol-table indices). Throws
+  /// std::invalid_argument when id < 0.
   static Expr symbol(int id);
 
   ExprOp op() const;
@@ -209,8 +220,9 @@ bool contains_symbol(Expr e, int id);
 Expr substitute(Expr e, const std::unordered_map<int, Expr>& replacements);
 
 /// Evaluates `e` exactly with `values[id]` as the value of symbol `id`. Booleans evaluate to
-/// 0 / 1. Errors (kInvalidInput): a symbol id >= values.size(), division or modulo by zero,
-/// int64 overflow; the message names the failing subexpression's op.
+/// 0 / 1; And / Or stop at the first deciding operand. Sums and products accumulate in 128
+/// bits, so only an op whose result leaves int64 fails. Errors (kInvalidInput): a symbol id
+/// >= values.size(), division or modulo by zero, overflow; the message names the op.
 Result<std::int64_t> evaluate(Expr e, std::span<const std::int64_t> values);
 /// As above, with values supplied by a lookup (nullopt = unknown symbol -> error).
 Result<std::int64_t> evaluate(Expr e, const std::function<std::optional<std::int64_t>(int)>& value_of);

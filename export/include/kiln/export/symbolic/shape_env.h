@@ -20,7 +20,7 @@
 //
 // Error convention: mutating calls return a non-ok Status (kExportError) when the new fact
 // contradicts what is known ("symbol s0: range [5, 3] is empty"); the environment is then
-// unchanged unless stated otherwise.
+// left exactly as it was before the call (mutations are transactional).
 #pragma once
 
 #include <cstdint>
@@ -89,14 +89,15 @@ class ShapeEnv {
   /// Symbol id by name ("s0", "u2"); nullopt when unknown.
   std::optional<int> find_symbol(std::string_view name) const;
 
+  /// Drops every symbol's example value (hint). Used to reason about a specialization
+  /// (`s == 32`) that the example inputs do not satisfy: `replace` and `add_axiom` then no
+  /// longer check facts against hints, and `evaluate_with_hints` returns nullopt.
+  void forget_hints();
+
   // ---- facts -----------------------------------------------------------------------------
   /// Narrows the range of `sym` to its intersection with [lo, hi] (rounded to its divisor).
   /// A range narrowed to a single value also records the replacement `sym := value`.
   /// Errors: invalid symbol, or the intersection is empty.
-  /// Drops every symbol's example value (hint). Used to reason about a specialization
-  /// (`s == 32`) that the example inputs do not satisfy; queries needing hints then fail.
-  void forget_hints();
-
   Status constrain_range(int sym, std::int64_t lo, std::int64_t hi);
   /// Records `sym == e` (int-typed). `e` is simplified first; the symbol's range, divisor and
   /// hint must agree with `e`. If `sym` already has a replacement the two are equated.
@@ -146,11 +147,21 @@ class ShapeEnv {
   struct QueryCache;
   Expr simplify_rec(Expr e, QueryCache& cache) const;
   Expr simplify_node(Expr e, QueryCache& cache) const;
+  Expr simplify_bool(Expr e, QueryCache& cache) const;
+  Expr cancel_exact_division(Expr e, QueryCache& cache) const;
+  Expr drop_dominated(Expr e, QueryCache& cache) const;
+  bool divisible(Expr x, std::int64_t k) const;
   ValueRange bound_rec(Expr e, QueryCache& cache) const;
   ValueRange bound_node(Expr e, QueryCache& cache) const;
   std::int64_t divisor_of(Expr e) const;
   bool is_axiom(Expr b) const;
   std::optional<std::pair<int, Expr>> solve_for_symbol(Expr lhs, std::int64_t rhs) const;
+  template <typename F>
+  Status transaction(F&& body);
+  Status constrain_range_impl(int sym, std::int64_t lo, std::int64_t hi);
+  Status replace_impl(int sym, Expr e);
+  Status add_divisibility_impl(Expr e, std::int64_t k);
+  Status add_axiom_impl(Expr fact);
   Status narrow_expression(Expr e, ValueRange r);
   Status apply_comparison(Expr fact);
   Status set_range(int sym, ValueRange r);
@@ -163,6 +174,7 @@ class ShapeEnv {
   std::unordered_map<Expr, std::int64_t> expr_divisors_;  // non-symbol e: e % k == 0
   std::unordered_map<Expr, ValueRange> expr_bounds_;      // non-symbol e: e in range
   std::vector<Expr> axioms_;
+  bool in_transaction_ = false;
 };
 
 }  // namespace kiln::sym

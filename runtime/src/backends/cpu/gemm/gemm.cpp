@@ -3,11 +3,13 @@
 //
 // Loop structure (BLIS-style, B packed over the whole K so PackedB and per-call packing
 // share one path):
-//   [per-call only] for each column block jc of <= kPackBudgetFloats / K columns: pack B
-//   parallel over tasks = (row block of <= kMcMax rows) x (run of 16-column B panels):
+//   [per-call only] for each column block of <= kPackBudgetFloats / K columns: pack B
+//   parallel over tasks = (row block of <= kMcMax rows) x (run of 16-column B panels),
+//   balanced (plan_blocks):
 //     for each K block pc of <= kKcMax:   pack A(mc x kc) into a thread-local buffer (L2)
-//       for each B panel (kc x 16, stays in L1):
-//         for each 6-row A panel: micro-kernel on a 6x16 tile of C
+//       for each B panel (kc x 16, stays in L1; the next one is prefetched meanwhile):
+//         for each 6-row A panel: micro-kernel on a 6x16 tile of C, epilogue at the last pc
+// M == 1 skips all packing: GEMV kernels stream B (or the PackedB panels) once.
 #include "backends/cpu/gemm/gemm.h"
 
 #include <algorithm>
@@ -37,11 +39,12 @@ namespace {
 
 using namespace gemm_detail;  // NOLINT: this file is the driver of that namespace
 
-// Block sizes, tuned on Zen 4 (32 KiB L1d, 1 MiB L2 per core): a kc x 16 B panel (16 KiB)
-// stays in L1 and an mc x kc A block (~150 KiB) in L2.
-static std::int64_t env_or(const char* name, std::int64_t v) { const char* e = std::getenv(name); return e ? std::atoll(e) : v; }  // TUNING-ONLY
-static const std::int64_t kKcMax = env_or("KILN_KC", 256);
-static const std::int64_t kMcMax = env_or("KILN_MC", 144);
+// Block sizes, tuned on Zen 4 (32 KiB L1d, 1 MiB L2 per core): a kc x 16 B panel (24 KiB)
+// plus a 6-row A panel (9 KiB) about fill L1, an mc x kc A block (144 KiB) stays in L2.
+// Measured: kc 384 beat 256 by ~4% (fewer passes over C); mc 72..144 were within noise,
+// and smaller blocks give more tasks to balance threads.
+constexpr std::int64_t kKcMax = 384;
+constexpr std::int64_t kMcMax = 96;
 // Upper bound on the per-call packed B buffer (floats): 8 MiB, well inside a shared L3.
 constexpr std::int64_t kPackBudgetFloats = std::int64_t{2} << 20;
 // Below this many flops a GEMM runs on the calling thread (waking workers costs more).
@@ -177,7 +180,8 @@ Status run_gemv(const GemmParams& p, const GemmKernels& kernels, const PackedB* 
   const std::int64_t unit_bytes = p.k * kNr * static_cast<std::int64_t>(sizeof(float));
   std::int64_t grain = std::max<std::int64_t>(1, kGemvMinChunkBytes / unit_bytes);
   // Unpacked [K,N] B is read as one row segment per k: wide chunks keep the segments long.
-  if (packed == nullptr && !p.trans_b) grain = std::max<std::int64_t>(grain, kGemvBlockColumns / kNr);
+  if (packed == nullptr && !p.trans_b)
+    grain = std::max<std::int64_t>(grain, kGemvBlockColumns / kNr);
   auto body = [&](std::int64_t u0, std::int64_t u1) {
     gemv_columns(p, kernels, x, packed, u0 * kNr, std::min(p.n, u1 * kNr));
   };
@@ -201,30 +205,56 @@ struct BlockedProblem {
   std::int64_t cols;
 };
 
-struct BlockPlan {
-  std::int64_t kc, mc, m_blocks;
-  std::int64_t panels_per_task, n_splits;
-};
-
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Tasks split the kMr-row panels of C into m_blocks row blocks and the kNr-column panels
+// into n_splits column runs, as evenly as whole panels allow, so equal-sized tasks keep
+// the threads balanced.
+struct BlockPlan {
+  std::int64_t kc;
+  std::int64_t m_panels, m_blocks;
+  std::int64_t n_panels, n_splits;
+
+  std::int64_t tasks() const { return m_blocks * n_splits; }
+  // Row block i spans panels [m_panel(i), m_panel(i + 1)); column run i likewise.
+  std::int64_t m_panel(std::int64_t i) const { return i * m_panels / m_blocks; }
+  std::int64_t n_panel(std::int64_t i) const { return i * n_panels / n_splits; }
+  std::int64_t max_block_rows() const { return ceil_div(m_panels, m_blocks) * kMr; }
+};
 
 BlockPlan plan_blocks(const GemmParams& p, std::int64_t cols, int threads) {
   BlockPlan plan{};
   plan.kc = ceil_div(p.k, ceil_div(p.k, kKcMax));
+  plan.m_panels = ceil_div(p.m, kMr);
+  plan.n_panels = ceil_div(cols, kNr);
   plan.m_blocks = ceil_div(p.m, kMcMax);
-  plan.mc = ceil_div(ceil_div(p.m, plan.m_blocks), kMr) * kMr;
-  plan.m_blocks = ceil_div(p.m, plan.mc);
-  const std::int64_t n_panels = ceil_div(cols, kNr);
-  std::int64_t n_split = 1;
+  plan.n_splits = 1;
   if (threads > 1) {
-    // About 4 tasks per thread for balance, but at least 8 panels (128 columns) per task
-    // so re-packing A for each task stays cheap.
-    const std::int64_t wanted = ceil_div(4 * threads, plan.m_blocks);
-    n_split = std::clamp<std::int64_t>(wanted, 1, std::max<std::int64_t>(1, n_panels / 8));
+    // About 4 tasks per thread, a multiple of the thread count. Split rows first (down to
+    // 8 panels per block, so a B panel loaded into L1 serves >= 8 micro-kernel calls), then
+    // columns (>= 8 panels per run, so re-packing A for each run stays cheap).
+    const std::int64_t wanted = 4 * threads;
+    plan.m_blocks = std::max(plan.m_blocks, std::min(wanted, plan.m_panels / 8));
+    if (plan.m_blocks < wanted) {
+      plan.n_splits = std::clamp<std::int64_t>(ceil_div(wanted, plan.m_blocks), 1,
+                                               std::max<std::int64_t>(1, plan.n_panels / 8));
+    }
+    const std::int64_t tasks = ceil_div(plan.tasks(), threads) * threads;
+    if (tasks / plan.n_splits <= plan.m_panels && tasks % plan.n_splits == 0) {
+      plan.m_blocks = tasks / plan.n_splits;
+    }
   }
-  plan.panels_per_task = ceil_div(n_panels, n_split);
-  plan.n_splits = ceil_div(n_panels, plan.panels_per_task);
+  plan.m_blocks = std::clamp<std::int64_t>(plan.m_blocks, 1, plan.m_panels);
   return plan;
+}
+
+// Prefetches cache lines [first, last) of the next B panel's k block. Spread over the
+// micro-kernel calls on the current panel, this hides the first touch of a panel that is
+// not in cache (B larger than L3) behind ~20 calls' worth of compute.
+void prefetch_b_lines(const float* next, std::int64_t first, std::int64_t last) {
+  constexpr std::int64_t kFloatsPerLine = 64 / sizeof(float);
+  for (std::int64_t line = first; line < last; ++line)
+    __builtin_prefetch(next + line * kFloatsPerLine);
 }
 
 // Micro-kernel calls for one K block of one task: B panels [p0, p1) x all rows of `a_packed`.
@@ -237,11 +267,19 @@ void run_kblock(const BlockedProblem& bp, const BlockPlan& plan, const float* a_
   Epilogue e = make_epilogue(p);
   if (pc > 0) e.beta = 1.0f;
   if (!last) e.act = GemmActivation::kNone;
+  const std::int64_t panel_lines =
+      ceil_div(kc * kNr * static_cast<std::int64_t>(sizeof(float)), 64);
+  const std::int64_t lines_per_call = ceil_div(panel_lines, ceil_div(rows, kMr));
   for (std::int64_t panel = p0; panel < p1; ++panel) {
     const std::int64_t j = bp.col0 + panel * kNr;
     const float* b = bp.panels + panel * p.k * kNr + pc * kNr;
+    const float* next_b = panel + 1 < p1 ? b + p.k * kNr : nullptr;
     e.bias_col = last && p.bias_kind == GemmBias::kPerColumn ? p.bias + j : nullptr;
     for (std::int64_t ir = 0; ir < rows; ir += kMr) {
+      if (next_b != nullptr) {
+        const std::int64_t first = (ir / kMr) * lines_per_call;
+        prefetch_b_lines(next_b, first, std::min(panel_lines, first + lines_per_call));
+      }
       e.bias_row = last && p.bias_kind == GemmBias::kPerRow ? p.bias + m0 + ir : nullptr;
       const MicroTile tile{a_packed + ir * kc,
                            b,
@@ -255,29 +293,30 @@ void run_kblock(const BlockedProblem& bp, const BlockPlan& plan, const float* a_
   }
 }
 
-// One task: rows [m0, m0 + rows) x B panels [p0, p1), over the whole K. False when the
-// A buffer cannot be allocated.
+// One task: one row block x one run of B panels, over the whole K. False when the A
+// buffer cannot be allocated.
 bool run_task(const BlockedProblem& bp, const BlockPlan& plan, std::int64_t task) {
   const GemmParams& p = *bp.p;
-  const std::int64_t m0 = (task / plan.n_splits) * plan.mc;
-  const std::int64_t rows = std::min(plan.mc, p.m - m0);
-  const std::int64_t p0 = (task % plan.n_splits) * plan.panels_per_task;
-  const std::int64_t p1 = std::min(ceil_div(bp.cols, kNr), p0 + plan.panels_per_task);
-  float* a_packed = t_pack_a.get(ceil_div(rows, kMr) * kMr * plan.kc);
+  const std::int64_t mi = task / plan.n_splits, ni = task % plan.n_splits;
+  const std::int64_t m0 = plan.m_panel(mi) * kMr;
+  const std::int64_t rows = std::min(plan.m_panel(mi + 1) * kMr, p.m) - m0;
+  float* a_packed = t_pack_a.get(plan.max_block_rows() * plan.kc);
   if (a_packed == nullptr) return false;
   const std::int64_t row_stride = p.trans_a ? 1 : p.lda;
   const std::int64_t col_stride = p.trans_a ? p.lda : 1;
   for (std::int64_t pc = 0; pc < p.k; pc += plan.kc) {
     const std::int64_t kc = std::min(plan.kc, p.k - pc);
-    pack_a(p.a + m0 * row_stride + pc * col_stride, row_stride, col_stride, rows, kc, a_packed);
-    run_kblock(bp, plan, a_packed, m0, rows, pc, p0, p1);
+    bp.kernels->pack_a(p.a + m0 * row_stride + pc * col_stride, row_stride, col_stride, rows, kc,
+                       a_packed);
+    run_kblock(bp, plan, a_packed, m0, rows, pc, plan.n_panel(ni), plan.n_panel(ni + 1));
   }
   return true;
 }
 
 int usable_threads(const GemmParams& p, ThreadPool* pool) {
   if (pool == nullptr) return 1;
-  const double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+  const double flops =
+      2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
   return flops < kMinParallelFlops ? 1 : pool->num_threads();
 }
 
@@ -290,7 +329,7 @@ Status run_blocked(const BlockedProblem& bp, ThreadPool* pool) {
       if (!run_task(bp, plan, t)) failed.store(true, std::memory_order_relaxed);
     }
   };
-  const std::int64_t tasks = plan.m_blocks * plan.n_splits;
+  const std::int64_t tasks = plan.tasks();
   if (threads > 1) {
     pool->parallel_for(tasks, 1, body);
   } else {
@@ -318,8 +357,8 @@ void pack_b_block(const GemmParams& p, std::int64_t j0, std::int64_t cols, float
 }
 
 Status run_unpacked(const GemmParams& p, const GemmKernels& kernels, ThreadPool* pool) {
-  const std::int64_t block_cols = std::clamp<std::int64_t>(
-      kPackBudgetFloats / p.k / kNr * kNr, kNr, ceil_div(p.n, kNr) * kNr);
+  const std::int64_t block_cols =
+      std::clamp<std::int64_t>(kPackBudgetFloats / p.k / kNr * kNr, kNr, ceil_div(p.n, kNr) * kNr);
   float* packed = t_pack_b.get(block_cols * p.k);
   if (packed == nullptr) return Status(StatusCode::kUnavailable, "[sgemm] out of memory packing B");
   const int threads = usable_threads(p, pool);

@@ -11,10 +11,11 @@
 // Weights are constant during inference: pack them once with pack_b() at load time and
 // call sgemm_prepacked() on every run, which skips the per-call packing of B.
 //
-// Implementation: B is packed into 16-column panels, A into 6-row panels per cache block;
-// an AVX2/FMA 6x16 register-blocked micro-kernel (selected at run time when the CPU has
-// AVX2 and FMA; otherwise a portable kernel) applies the epilogue as it stores C. M == 1
-// (batch-1 decode) takes a bandwidth-bound GEMV path, split over N across the pool.
+// Implementation (gemm.cpp): B is packed into 16-column panels, A into 6-row panels per
+// 96 x 384 cache block; an AVX2/FMA 6x16 register-blocked micro-kernel (selected at run
+// time when the CPU has AVX2 and FMA, else a portable kernel) applies the epilogue as it
+// stores C. Work is split over the pool by row blocks, then column runs. M == 1 (batch-1
+// decode) takes a bandwidth-bound GEMV path with no packing, split over N.
 //
 // Numerics: each element is a float dot product accumulated in blocks of up to a few
 // hundred terms (order differs from a naive loop; error ~ K * 2^-24 * sum|a*b|). The AVX2
@@ -62,7 +63,7 @@ struct GemmParams {
   const float* b = nullptr;
   std::int64_t ldb = 0;
   float* c = nullptr;
-  std::int64_t ldc = 0;  // >= N
+  std::int64_t ldc = 0;         // >= N
   const float* bias = nullptr;  // N or M floats per bias_kind; ignored for kNone
   GemmBias bias_kind = GemmBias::kNone;
   GemmActivation activation = GemmActivation::kNone;
@@ -81,7 +82,9 @@ class PackedB {
   std::int64_t k() const { return k_; }
   std::int64_t n() const { return n_; }
   /// Bytes held (ceil(N/16) * 16 * K floats).
-  std::size_t size_bytes() const { return static_cast<std::size_t>(panels() * k_ * 16) * sizeof(float); }
+  std::size_t size_bytes() const {
+    return static_cast<std::size_t>(panels() * k_ * 16) * sizeof(float);
+  }
 
   /// Layout access for the kernels: panel p holds columns [16p, 16p+16), element (k, j)
   /// at panel(p)[k * 16 + j].
@@ -107,13 +110,15 @@ class PackedB {
 Result<PackedB> pack_b(const float* b, std::int64_t ldb, std::int64_t k, std::int64_t n,
                        bool trans_b, ThreadPool* pool);
 
-/// C = act(alpha * op(A) op(B) + beta * C + bias). pool may be null (single-threaded); it
-/// is used by one sgemm call at a time (see ThreadPool). Temporary packing buffers are
-/// thread-local and kept between calls (grow-only; at most ~8 MiB per calling thread for
-/// packed B plus ~0.2 MiB per pool thread for packed A).
-/// Errors (C untouched): kInvalidInput naming the field for negative sizes, strides below
-/// the row length, null pointers with non-empty extents; kUnavailable when a buffer
-/// allocation fails.
+/// C = act(alpha * op(A) op(B) + beta * C + bias). pool may be null (single-threaded); small
+/// problems (< ~2 MFLOP) run on the calling thread anyway. Concurrent sgemm calls from
+/// different threads are safe as long as they do not share a pool (a pool serves one
+/// caller at a time, see ThreadPool). Temporary packing buffers are thread-local and kept
+/// between calls (grow-only: at most 8 MiB per calling thread for packed B, ~160 KiB per
+/// pool thread for packed A).
+/// Errors: kInvalidInput naming the field for negative sizes, strides below the row
+/// length, null pointers with non-empty extents (C untouched); kUnavailable when a buffer
+/// allocation fails (C may be partly written).
 Status sgemm(const GemmParams& params, ThreadPool* pool);
 
 /// As sgemm, with op(B) taken from `packed` (params.b, ldb and trans_b are ignored).

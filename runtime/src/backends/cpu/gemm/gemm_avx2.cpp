@@ -36,8 +36,8 @@ KILN_INLINE __m256 exp_ps(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i exponent = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i exponent =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
 }
 
@@ -248,8 +248,9 @@ KILN_INLINE void dot_rows(const float* x, const float* w, long ldw, long k, floa
     }
   }
   alignas(16) float sums[4];
-  _mm_store_ps(sums, hsum4(_mm256_add_ps(acc[0][0], acc[0][1]), _mm256_add_ps(acc[1][0], acc[1][1]),
-                           _mm256_add_ps(acc[2][0], acc[2][1]), _mm256_add_ps(acc[3][0], acc[3][1])));
+  _mm_store_ps(sums,
+               hsum4(_mm256_add_ps(acc[0][0], acc[0][1]), _mm256_add_ps(acc[1][0], acc[1][1]),
+                     _mm256_add_ps(acc[2][0], acc[2][1]), _mm256_add_ps(acc[3][0], acc[3][1])));
   for (int r = 0; r < kRows; ++r) out[r] = sums[r];
 }
 
@@ -262,11 +263,13 @@ void gemv_rows(const float* x, const float* w, std::int64_t ldw, std::int64_t k,
 
 // out[j..j+8) += sum_r x[r] * rows[r][j..j+8) for kRows rows; masked when `mask` is set.
 template <int kRows, bool kMasked>
-KILN_INLINE void axpy_rows(const float* x, const float* b, long ldb, long j, __m256i mask, float* out) {
+KILN_INLINE void axpy_rows(const float* x, const float* b, long ldb, long j, __m256i mask,
+                           float* out) {
   __m256 s = kMasked ? _mm256_maskload_ps(out + j, mask) : _mm256_loadu_ps(out + j);
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
-    const __m256 row = kMasked ? _mm256_maskload_ps(b + r * ldb + j, mask) : _mm256_loadu_ps(b + r * ldb + j);
+    const __m256 row =
+        kMasked ? _mm256_maskload_ps(b + r * ldb + j, mask) : _mm256_loadu_ps(b + r * ldb + j);
     s = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r), row, s);
   }
   if (kMasked) {
@@ -316,18 +319,78 @@ void gemv_packed(const float* x, const float* panels, std::int64_t panel_stride,
       acc[0][1] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + kk * kNr + 8), acc[0][1]);
     }
     for (int h = 0; h < 2; ++h) {
-      const __m256 s = _mm256_add_ps(_mm256_add_ps(acc[0][h], acc[1][h]),
-                                     _mm256_add_ps(acc[2][h], acc[3][h]));
+      const __m256 s =
+          _mm256_add_ps(_mm256_add_ps(acc[0][h], acc[1][h]), _mm256_add_ps(acc[2][h], acc[3][h]));
       _mm256_storeu_ps(out + p * kNr + h * 8, s);
     }
+  }
+}
+
+// ---- Packing A ----
+
+// In-register transpose: r[i] holds row i (8 columns); afterwards r[j] holds column j.
+KILN_INLINE void transpose8x8(__m256 (&r)[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// A full 6-row panel of row-major A: 8 k at a time through an 8x8 transpose (rows 6, 7
+// zero). Each column's 6 floats are stored with an 8-wide store that the next column
+// overwrites; the last column of a group is stored exactly, so nothing is written past
+// the panel.
+void pack_a_panel_rows_avx2(const float* a, long lda, long kc, float* dst) {
+  long k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    __m256 r[8];
+#pragma GCC unroll 6
+    for (int i = 0; i < kMr; ++i) r[i] = _mm256_loadu_ps(a + i * lda + k);
+    r[6] = r[7] = _mm256_setzero_ps();
+    transpose8x8(r);
+    float* out = dst + k * kMr;
+#pragma GCC unroll 7
+    for (int j = 0; j < 7; ++j) _mm256_storeu_ps(out + j * kMr, r[j]);
+    _mm_storeu_ps(out + 7 * kMr, _mm256_castps256_ps128(r[7]));
+    _mm_storel_pi(reinterpret_cast<__m64*>(out + 7 * kMr + 4), _mm256_extractf128_ps(r[7], 1));
+  }
+  for (; k < kc; ++k) {
+    for (int i = 0; i < kMr; ++i) dst[k * kMr + i] = a[i * lda + k];
+  }
+}
+
+void pack_a_avx2(const float* a, std::int64_t row_stride, std::int64_t col_stride, std::int64_t m,
+                 std::int64_t kc, float* out) {
+  if (col_stride != 1) {
+    pack_a(a, row_stride, col_stride, m, kc, out);
+    return;
+  }
+  const long full = m / kMr * kMr;
+  for (long r0 = 0; r0 < full; r0 += kMr) {
+    pack_a_panel_rows_avx2(a + r0 * row_stride, row_stride, kc, out + r0 * kc);
+  }
+  if (full < m) {
+    pack_a(a + full * row_stride, row_stride, col_stride, m - full, kc, out + full * kc);
   }
 }
 
 }  // namespace
 
 const GemmKernels& avx2_kernels() {
-  static constexpr GemmKernels kKernels = {GemmIsa::kAvx2, micro_kernel, gemv_rows,
-                                           gemv_cols,      gemv_packed,  epilogue_row};
+  static constexpr GemmKernels kKernels = {GemmIsa::kAvx2, micro_kernel, gemv_rows,  gemv_cols,
+                                           gemv_packed,    epilogue_row, pack_a_avx2};
   return kKernels;
 }
 

@@ -58,6 +58,9 @@ struct GemmKernels {
                       std::int64_t k, std::int64_t num_panels, float* out);
   /// c[j] = act(alpha * acc[j] + beta * c[j] + bias_col[j] + bias_row_value), j < n.
   void (*epilogue_row)(const float* acc, float* c, std::int64_t n, const Epilogue& epilogue);
+  /// Same contract as gemm_detail::pack_a below.
+  void (*pack_a)(const float* a, std::int64_t row_stride, std::int64_t col_stride, std::int64_t m,
+                 std::int64_t kc, float* out);
 };
 
 /// The portable table (always available).

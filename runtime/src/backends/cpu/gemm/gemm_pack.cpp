@@ -128,7 +128,8 @@ Result<PackedB> pack_b(const float* b, std::int64_t ldb, std::int64_t k, std::in
     gemm_detail::pack_b_panels(b, k_stride, n_stride, k, n, p0, p1, out);
   };
   // Grain: ~64 KiB of packed output per chunk.
-  const std::int64_t grain = std::max<std::int64_t>(1, (16 << 10) / std::max<std::int64_t>(k * kNr, 1));
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, (16 << 10) / std::max<std::int64_t>(k * kNr, 1));
   if (pool != nullptr) {
     pool->parallel_for(packed.panels(), grain, pack_range);
   } else {

@@ -128,6 +128,7 @@ Status Cumsum(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   const TensorView& x = in[0];
   if (x.rank > 0 || dim != 0) KILN_RETURN_IF_ERROR(check_dim("cumsum", "dim", dim, x.rank));
   KILN_RETURN_IF_ERROR(check_same_shape("cumsum", "x", x, "out", out[0]));
+  if (x.numel() == 0) return Status::Ok();
   if (has_half_views(in, out)) return run_via_f32(Cumsum, ctx, in, out, attrs);
   const int d = static_cast<int>(dim);
   const std::int64_t outer = x.rank == 0 ? 1 : dims_product(x, 0, d);

@@ -20,9 +20,11 @@ struct BroadcastPlan {
   int num_operands = 0;
   /// Collapsed rank, >= 1 (a 0-d problem is [1]).
   int rank = 1;
-  std::array<std::int64_t, kMaxRank> shape{};
+  // Left uninitialized on purpose (kernels build a plan per call): only entries below
+  // `rank` are meaningful, and plan_broadcast writes all of them.
+  std::array<std::int64_t, kMaxRank> shape;
   /// Element strides of each operand per collapsed dim; 0 where it is broadcast.
-  std::array<std::array<std::int64_t, kMaxRank>, kMaxOperands> strides{};
+  std::array<std::array<std::int64_t, kMaxRank>, kMaxOperands> strides;
   std::int64_t numel = 0;
 
   std::int64_t inner() const { return shape[rank - 1]; }

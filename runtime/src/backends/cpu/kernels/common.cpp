@@ -33,6 +33,15 @@ void append_text(std::string& s, DType v) {
   }
 }
 
+void append_text(std::string& s, const Name& v) {
+  s.append(v.base);
+  if (v.index >= 0) {
+    s += '[';
+    append_text(s, v.index);
+    s += ']';
+  }
+}
+
 void append_text(std::string& s, ShapeText v) {
   s += '[';
   for (std::size_t i = 0; i < v.dims.size(); ++i) {
@@ -46,8 +55,17 @@ Status unsupported_dtype(std::string_view op, DType dtype, std::string_view what
   return unsupported(op, "dtype ", dtype, " not supported (", what, ")");
 }
 
-Status check_view(std::string_view op, std::string_view name, const TensorView& v,
-                  bool allow_unallocated) {
+bool view_is_valid(const TensorView& v, bool allow_unallocated) {
+  if (!dtype_is_valid(static_cast<std::uint8_t>(v.dtype)) || v.rank < 0 || v.rank > kMaxRank) return false;
+  if (allow_unallocated && v.data == nullptr) return true;
+  auto n = static_cast<std::int64_t>(element_size(v.dtype));
+  for (int i = 0; i < v.rank; ++i) {
+    if (v.shape[i] < 0 || __builtin_mul_overflow(n, v.shape[i], &n)) return false;
+  }
+  return n == 0 || v.data != nullptr;
+}
+
+Status view_error(std::string_view op, Name name, const TensorView& v, bool allow_unallocated) {
   if (!dtype_is_valid(static_cast<std::uint8_t>(v.dtype))) {
     return invalid(op, name, " has an unknown dtype ", v.dtype);
   }
@@ -55,7 +73,7 @@ Status check_view(std::string_view op, std::string_view name, const TensorView& 
     return invalid(op, name, ".rank=", v.rank, " outside [0, ", kMaxRank, "]");
   }
   if (allow_unallocated && v.data == nullptr) return Status::Ok();
-  std::int64_t n = static_cast<std::int64_t>(dtype_size(v.dtype));
+  auto n = static_cast<std::int64_t>(element_size(v.dtype));
   for (int i = 0; i < v.rank; ++i) {
     if (v.shape[i] < 0) return invalid(op, name, ".shape[", i, "]=", v.shape[i], " is negative");
     if (__builtin_mul_overflow(n, v.shape[i], &n)) {
@@ -68,7 +86,7 @@ Status check_view(std::string_view op, std::string_view name, const TensorView& 
   return Status::Ok();
 }
 
-Status check_io(std::string_view op, Inputs inputs, Outputs outputs, const IoSpec& spec) {
+Status io_error(std::string_view op, Inputs inputs, Outputs outputs, const IoSpec& spec) {
   const auto num_in = static_cast<int>(inputs.size());
   if (num_in < spec.min_inputs || (spec.max_inputs >= 0 && num_in > spec.max_inputs)) {
     if (spec.min_inputs == spec.max_inputs) {
@@ -77,8 +95,7 @@ Status check_io(std::string_view op, Inputs inputs, Outputs outputs, const IoSpe
     if (spec.max_inputs < 0) {
       return invalid(op, "expects at least ", spec.min_inputs, " inputs, got ", num_in);
     }
-    return invalid(op, "expects ", spec.min_inputs, " to ", spec.max_inputs, " inputs, got ",
-                   num_in);
+    return invalid(op, "expects ", spec.min_inputs, " to ", spec.max_inputs, " inputs, got ", num_in);
   }
   const auto num_out = static_cast<int>(outputs.size());
   if ((spec.num_outputs >= 0 && num_out != spec.num_outputs) || num_out < 1) {
@@ -87,55 +104,46 @@ Status check_io(std::string_view op, Inputs inputs, Outputs outputs, const IoSpe
   for (int i = 0; i < num_in; ++i) {
     const TensorView& v = inputs[i];
     if (((spec.optional_inputs >> i) & 1u) != 0 && is_absent(v)) continue;
-    if (Status s = check_view(op, str_cat("input ", i), v); !s.ok()) return s;
+    KILN_RETURN_IF_ERROR(view_error(op, Name("inputs", i), v, false));
   }
   for (int i = 0; i < num_out; ++i) {
-    Status s = check_view(op, str_cat("output ", i), outputs[i], spec.unallocated_outputs);
-    if (!s.ok()) return s;
+    KILN_RETURN_IF_ERROR(view_error(op, Name("outputs", i), outputs[i], spec.unallocated_outputs));
   }
-  return Status::Ok();
+  return Status(StatusCode::kInternal, str_cat("[", op, "] io_error found no error"));
 }
 
-Status check_dtype(std::string_view op, std::string_view name, const TensorView& v, DType dtype) {
-  if (v.dtype == dtype) return Status::Ok();
+Status dtype_error(std::string_view op, Name name, const TensorView& v, DType dtype) {
   return invalid(op, name, ".dtype=", v.dtype, " but expected ", dtype);
 }
 
-Status check_same_shape(std::string_view op, std::string_view name_a, const TensorView& a,
+Status same_shape_error(std::string_view op, std::string_view name_a, const TensorView& a,
                         std::string_view name_b, const TensorView& b) {
-  bool same = a.rank == b.rank;
-  for (int i = 0; same && i < a.rank; ++i) same = a.shape[i] == b.shape[i];
-  if (same) return Status::Ok();
   return invalid(op, name_b, ".shape=", shape_text(b), " != ", name_a, ".shape=", shape_text(a));
 }
 
-Status check_out_shape(std::string_view op, const TensorView& out,
-                       std::span<const std::int64_t> expected, std::string_view name) {
-  bool same = static_cast<std::size_t>(out.rank) == expected.size();
-  for (int i = 0; same && i < out.rank; ++i) same = out.shape[i] == expected[i];
-  if (same) return Status::Ok();
+Status out_shape_error(std::string_view op, const TensorView& out, std::span<const std::int64_t> expected,
+                       Name name) {
   return invalid(op, name, ".shape=", shape_text(out), " but expected ", shape_text(expected));
 }
 
-Status check_dim(std::string_view op, std::string_view what, std::int64_t dim, int rank) {
-  if (dim >= 0 && dim < rank) return Status::Ok();
+Status dim_error(std::string_view op, Name what, std::int64_t dim, int rank) {
   return invalid(op, what, "=", dim, " outside [0, ", rank, ")");
 }
 
 std::array<std::int64_t, kMaxRank> contiguous_strides(const TensorView& v) {
   std::array<std::int64_t, kMaxRank> strides{};
-  std::int64_t s = 1;
+  std::uint64_t s = 1;
   for (int i = v.rank - 1; i >= 0; --i) {
-    strides[i] = s;
-    s *= v.shape[i];
+    strides[i] = static_cast<std::int64_t>(s);
+    s *= static_cast<std::uint64_t>(v.shape[i]);
   }
   return strides;
 }
 
 std::int64_t dims_product(const TensorView& v, int begin, int end) {
-  std::int64_t n = 1;
-  for (int i = begin; i < end; ++i) n *= v.shape[i];
-  return n;
+  std::uint64_t n = 1;
+  for (int i = begin; i < end; ++i) n *= static_cast<std::uint64_t>(v.shape[i]);
+  return static_cast<std::int64_t>(n);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -160,77 +168,17 @@ const char* type_name(AttrType t) {
   return "unknown";
 }
 
-// The attribute at `index`, or an error naming it when missing or of another type.
-Result<const AttrValue*> attr_at(std::string_view op, Attrs attrs, std::size_t index,
-                                 std::string_view name, AttrType t1, AttrType t2) {
-  if (index >= attrs.size()) {
-    return invalid(op, "missing attribute '", name, "' (#", index, "; got ", attrs.size(),
-                   " attributes)");
-  }
-  const AttrValue& a = attrs[index];
-  if (a.type != t1 && a.type != t2) {
-    return invalid(op, "attribute '", name, "' has type ", type_name(a.type), ", expected ",
-                   type_name(t1));
-  }
-  return &a;
-}
-
 }  // namespace
 
-Result<std::int64_t> attr_int(std::string_view op, Attrs attrs, std::size_t index,
-                              std::string_view name) {
-  KILN_ASSIGN_OR_RETURN(const AttrValue* a,
-                        attr_at(op, attrs, index, name, AttrType::kInt, AttrType::kExpr));
-  return a->i;
-}
-
-Result<bool> attr_bool(std::string_view op, Attrs attrs, std::size_t index, std::string_view name) {
-  KILN_ASSIGN_OR_RETURN(const AttrValue* a,
-                        attr_at(op, attrs, index, name, AttrType::kBool, AttrType::kInt));
-  return a->i != 0;
-}
-
-Result<double> attr_float(std::string_view op, Attrs attrs, std::size_t index,
-                          std::string_view name) {
-  KILN_ASSIGN_OR_RETURN(const AttrValue* a,
-                        attr_at(op, attrs, index, name, AttrType::kFloat, AttrType::kFloat));
-  return a->f;
-}
-
-Result<std::optional<double>> attr_optional_float(std::string_view op, Attrs attrs,
-                                                  std::size_t index, std::string_view name) {
-  if (index >= attrs.size() || attrs[index].type == AttrType::kNone) {
-    return std::optional<double>();
+Status attr_error(std::string_view op, Attrs attrs, std::size_t index, std::string_view name, AttrType expected) {
+  if (index >= attrs.size()) {
+    return invalid(op, "missing attribute '", name, "' (#", index, "; got ", attrs.size(), " attributes)");
   }
-  KILN_ASSIGN_OR_RETURN(double v, attr_float(op, attrs, index, name));
-  return std::optional<double>(v);
-}
-
-Result<std::span<const std::int64_t>> attr_ints(std::string_view op, Attrs attrs,
-                                                std::size_t index, std::string_view name) {
-  KILN_ASSIGN_OR_RETURN(const AttrValue* a,
-                        attr_at(op, attrs, index, name, AttrType::kInts, AttrType::kExprs));
-  return a->ints;
-}
-
-Result<std::string_view> attr_string(std::string_view op, Attrs attrs, std::size_t index,
-                                     std::string_view name, bool optional) {
-  if (optional && (index >= attrs.size() || attrs[index].type == AttrType::kNone)) {
-    return std::string_view();
+  const AttrValue& a = attrs[index];
+  if (expected == AttrType::kDType && (a.type == AttrType::kDType || a.type == AttrType::kInt)) {
+    return invalid(op, "attribute '", name, "'=", a.i, " is not a dtype");
   }
-  KILN_ASSIGN_OR_RETURN(const AttrValue* a,
-                        attr_at(op, attrs, index, name, AttrType::kString, AttrType::kString));
-  return a->s;
-}
-
-Result<DType> attr_dtype(std::string_view op, Attrs attrs, std::size_t index,
-                         std::string_view name) {
-  KILN_ASSIGN_OR_RETURN(const AttrValue* a,
-                        attr_at(op, attrs, index, name, AttrType::kDType, AttrType::kInt));
-  if (a->i < 0 || a->i >= kDTypeCount) {
-    return invalid(op, "attribute '", name, "'=", a->i, " is not a dtype");
-  }
-  return static_cast<DType>(a->i);
+  return invalid(op, "attribute '", name, "' has type ", type_name(a.type), ", expected ", type_name(expected));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -37,10 +37,21 @@ struct ShapeText {
 inline ShapeText shape_text(const TensorView& v) { return {v.dims()}; }
 inline ShapeText shape_text(std::span<const std::int64_t> dims) { return {dims}; }
 
+/// The name of a value in messages, with an optional index, formatted only when a message
+/// is built (never on the success path): Name("x") -> "x", Name("dims", 2) -> "dims[2]".
+struct Name {
+  Name(const char* b) : base(b) {}  // NOLINT: implicit by design
+  Name(std::string_view b) : base(b) {}  // NOLINT
+  Name(std::string_view b, std::int64_t i) : base(b), index(i) {}
+  std::string_view base;
+  std::int64_t index = -1;
+};
+
 void append_text(std::string& s, std::string_view v);
 void append_text(std::string& s, double v);
 void append_text(std::string& s, DType v);
 void append_text(std::string& s, ShapeText v);
+void append_text(std::string& s, const Name& v);
 void append_text(std::string& s, std::int64_t v);
 inline void append_text(std::string& s, const char* v) { append_text(s, std::string_view(v)); }
 inline void append_text(std::string& s, const std::string& v) { append_text(s, std::string_view(v)); }
@@ -95,48 +106,158 @@ struct IoSpec {
   bool unallocated_outputs = false;   // outputs may arrive with data == nullptr
 };
 
-/// Validates one view: a known dtype, rank in [0, kMaxRank], dims >= 0, a byte size that
-/// fits in int64, and data present whenever numel > 0. After it passes, numel() and
-/// nbytes() cannot overflow.
-Status check_view(std::string_view op, std::string_view name, const TensorView& v,
-                  bool allow_unallocated = false);
+// The checks below are inline fast paths (they run on every kernel call; the per-op
+// budget is ~100 ns) that call an out-of-line function only to build the error.
+
+/// True for a view check_view accepts.
+bool view_is_valid(const TensorView& v, bool allow_unallocated);
+/// Validates one view: a known dtype, rank in [0, kMaxRank], dims >= 0, a running product
+/// of dims (times the element size) that fits in int64, and data present whenever
+/// numel > 0. After it passes, numel() and nbytes() cannot overflow.
+Status check_view(std::string_view op, Name name, const TensorView& v, bool allow_unallocated = false);
 /// Checks input/output counts against `spec` and every view with check_view.
 Status check_io(std::string_view op, Inputs inputs, Outputs outputs, const IoSpec& spec);
 
 /// kInvalidBundle unless v.dtype == dtype.
-Status check_dtype(std::string_view op, std::string_view name, const TensorView& v, DType dtype);
+Status check_dtype(std::string_view op, Name name, const TensorView& v, DType dtype);
 /// kInvalidBundle unless b has the shape of a.
 Status check_same_shape(std::string_view op, std::string_view name_a, const TensorView& a,
                         std::string_view name_b, const TensorView& b);
 /// kInvalidBundle unless out.dims() == expected.
 Status check_out_shape(std::string_view op, const TensorView& out,
-                       std::span<const std::int64_t> expected, std::string_view name = "out");
+                       std::span<const std::int64_t> expected, Name name = "out");
 /// kInvalidBundle unless 0 <= dim < rank.
-Status check_dim(std::string_view op, std::string_view what, std::int64_t dim, int rank);
+Status check_dim(std::string_view op, Name what, std::int64_t dim, int rank);
+
+// The error builders behind the inline checks.
+[[gnu::cold]] Status view_error(std::string_view op, Name name, const TensorView& v, bool allow_unallocated);
+[[gnu::cold]] Status io_error(std::string_view op, Inputs inputs, Outputs outputs, const IoSpec& spec);
+[[gnu::cold]] Status dtype_error(std::string_view op, Name name, const TensorView& v, DType dtype);
+[[gnu::cold]] Status same_shape_error(std::string_view op, std::string_view name_a, const TensorView& a,
+                                      std::string_view name_b, const TensorView& b);
+[[gnu::cold]] Status out_shape_error(std::string_view op, const TensorView& out,
+                                     std::span<const std::int64_t> expected, Name name);
+[[gnu::cold]] Status dim_error(std::string_view op, Name what, std::int64_t dim, int rank);
+
+inline bool same_dims(std::span<const std::int64_t> a, std::span<const std::int64_t> b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
+inline Status check_view(std::string_view op, Name name, const TensorView& v, bool allow_unallocated) {
+  if (view_is_valid(v, allow_unallocated)) [[likely]] return Status();
+  return view_error(op, name, v, allow_unallocated);
+}
+
+inline Status check_io(std::string_view op, Inputs inputs, Outputs outputs, const IoSpec& spec) {
+  const auto num_in = static_cast<int>(inputs.size());
+  const auto num_out = static_cast<int>(outputs.size());
+  bool ok = num_in >= spec.min_inputs && (spec.max_inputs < 0 || num_in <= spec.max_inputs) && num_out >= 1 &&
+            (spec.num_outputs < 0 || num_out == spec.num_outputs);
+  for (int i = 0; ok && i < num_in; ++i) {
+    ok = (((spec.optional_inputs >> i) & 1u) != 0 && is_absent(inputs[i])) || view_is_valid(inputs[i], false);
+  }
+  for (int i = 0; ok && i < num_out; ++i) ok = view_is_valid(outputs[i], spec.unallocated_outputs);
+  if (ok) [[likely]] return Status();
+  return io_error(op, inputs, outputs, spec);
+}
+
+inline Status check_dtype(std::string_view op, Name name, const TensorView& v, DType dtype) {
+  if (v.dtype == dtype) [[likely]] return Status();
+  return dtype_error(op, name, v, dtype);
+}
+
+inline Status check_same_shape(std::string_view op, std::string_view name_a, const TensorView& a,
+                               std::string_view name_b, const TensorView& b) {
+  if (same_dims(a.dims(), b.dims())) [[likely]] return Status();
+  return same_shape_error(op, name_a, a, name_b, b);
+}
+
+inline Status check_out_shape(std::string_view op, const TensorView& out, std::span<const std::int64_t> expected,
+                              Name name) {
+  if (same_dims(out.dims(), expected)) [[likely]] return Status();
+  return out_shape_error(op, out, expected, name);
+}
+
+inline Status check_dim(std::string_view op, Name what, std::int64_t dim, int rank) {
+  if (dim >= 0 && dim < rank) [[likely]] return Status();
+  return dim_error(op, what, dim, rank);
+}
 
 /// Row-major element strides of `v`.
 std::array<std::int64_t, kMaxRank> contiguous_strides(const TensorView& v);
 /// Product of dims [begin, end).
+/// Both are exact when v.numel() > 0; for empty views they may wrap, so kernels must not
+/// loop over them then (every kernel returns early when it has nothing to write).
 std::int64_t dims_product(const TensorView& v, int begin, int end);
 
 // ---------------------------------------------------------------------------------------
 // Attributes (positions as in codegen/ops.def).
 
-Result<std::int64_t> attr_int(std::string_view op, Attrs attrs, std::size_t index,
-                              std::string_view name);
-Result<bool> attr_bool(std::string_view op, Attrs attrs, std::size_t index, std::string_view name);
-Result<double> attr_float(std::string_view op, Attrs attrs, std::size_t index,
-                          std::string_view name);
+// Each reader is an inline fast path; errors (kInvalidBundle naming the attribute: missing
+// or of another type) come from attr_error.
+
+[[gnu::cold]] Status attr_error(std::string_view op, Attrs attrs, std::size_t index, std::string_view name,
+                                AttrType expected);
+
+/// The attribute at `index` if it exists and has type t1 or t2, else nullptr.
+inline const AttrValue* attr_of(Attrs attrs, std::size_t index, AttrType t1, AttrType t2) {
+  if (index < attrs.size() && (attrs[index].type == t1 || attrs[index].type == t2)) [[likely]] {
+    return &attrs[index];
+  }
+  return nullptr;
+}
+
+/// An int or an evaluated expression.
+inline Result<std::int64_t> attr_int(std::string_view op, Attrs attrs, std::size_t index, std::string_view name) {
+  if (const AttrValue* a = attr_of(attrs, index, AttrType::kInt, AttrType::kExpr)) return a->i;
+  return attr_error(op, attrs, index, name, AttrType::kInt);
+}
+
+inline Result<bool> attr_bool(std::string_view op, Attrs attrs, std::size_t index, std::string_view name) {
+  if (const AttrValue* a = attr_of(attrs, index, AttrType::kBool, AttrType::kInt)) return a->i != 0;
+  return attr_error(op, attrs, index, name, AttrType::kBool);
+}
+
+inline Result<double> attr_float(std::string_view op, Attrs attrs, std::size_t index, std::string_view name) {
+  if (const AttrValue* a = attr_of(attrs, index, AttrType::kFloat, AttrType::kFloat)) return a->f;
+  return attr_error(op, attrs, index, name, AttrType::kFloat);
+}
+
 /// nullopt when the attribute is absent (AttrType::kNone or past the end).
-Result<std::optional<double>> attr_optional_float(std::string_view op, Attrs attrs,
-                                                  std::size_t index, std::string_view name);
-Result<std::span<const std::int64_t>> attr_ints(std::string_view op, Attrs attrs,
-                                                std::size_t index, std::string_view name);
+inline Result<std::optional<double>> attr_optional_float(std::string_view op, Attrs attrs, std::size_t index,
+                                                         std::string_view name) {
+  if (index >= attrs.size() || attrs[index].type == AttrType::kNone) return std::optional<double>();
+  if (const AttrValue* a = attr_of(attrs, index, AttrType::kFloat, AttrType::kFloat)) {
+    return std::optional<double>(a->f);
+  }
+  return attr_error(op, attrs, index, name, AttrType::kFloat);
+}
+
+/// Ints or evaluated expressions.
+inline Result<std::span<const std::int64_t>> attr_ints(std::string_view op, Attrs attrs, std::size_t index,
+                                                       std::string_view name) {
+  if (const AttrValue* a = attr_of(attrs, index, AttrType::kInts, AttrType::kExprs)) return a->ints;
+  return attr_error(op, attrs, index, name, AttrType::kInts);
+}
+
 /// An absent optional string reads as "".
-Result<std::string_view> attr_string(std::string_view op, Attrs attrs, std::size_t index,
-                                     std::string_view name, bool optional = false);
-Result<DType> attr_dtype(std::string_view op, Attrs attrs, std::size_t index,
-                         std::string_view name);
+inline Result<std::string_view> attr_string(std::string_view op, Attrs attrs, std::size_t index,
+                                            std::string_view name, bool optional = false) {
+  if (optional && (index >= attrs.size() || attrs[index].type == AttrType::kNone)) return std::string_view();
+  if (const AttrValue* a = attr_of(attrs, index, AttrType::kString, AttrType::kString)) return a->s;
+  return attr_error(op, attrs, index, name, AttrType::kString);
+}
+
+/// A dtype attribute (its value in `i`), checked to name a dtype.
+inline Result<DType> attr_dtype(std::string_view op, Attrs attrs, std::size_t index, std::string_view name) {
+  const AttrValue* a = attr_of(attrs, index, AttrType::kDType, AttrType::kInt);
+  if (a != nullptr && a->i >= 0 && a->i < kDTypeCount) return static_cast<DType>(a->i);
+  return attr_error(op, attrs, index, name, AttrType::kDType);
+}
 
 // ---------------------------------------------------------------------------------------
 // DType dispatch: CType<D> is the storage type of one element.
@@ -183,6 +304,12 @@ bool dispatch(DType dtype, F&& f) {
   KILN_NUMERIC_DTYPES, ::kiln::DType::kF16, ::kiln::DType::kBF16, ::kiln::DType::kBool
 
 inline bool is_half_dtype(DType d) { return d == DType::kF16 || d == DType::kBF16; }
+
+/// dtype_size without a call (hot in argument checks); dtype must be valid.
+inline std::size_t element_size(DType d) {
+  constexpr std::uint8_t kSizes[kDTypeCount] = {4, 2, 2, 8, 1, 2, 4, 8, 1, 1};
+  return kSizes[static_cast<int>(d)];
+}
 
 /// v != v for floating types, false for integers (without tautology warnings).
 template <typename T>

@@ -1,5 +1,7 @@
 #include "backends/cpu/kernels/convert.h"
 
+#include "backends/cpu/kernels/simd.h"
+
 #include <cstring>
 
 namespace kiln::cpu::kernels {
@@ -17,6 +19,13 @@ void convert_buffer(const void* src, DType src_dtype, void* dst, DType dst_dtype
   if (src_dtype == dst_dtype) {
     if (src != dst) std::memcpy(dst, src, static_cast<std::size_t>(n) * dtype_size(src_dtype));
     return;
+  }
+  const SimdKernels& k = simd();
+  if (src_dtype == DType::kF32 && dst_dtype == DType::kF16 && k.f32_to_f16 != nullptr) {
+    return k.f32_to_f16(static_cast<const float*>(src), static_cast<std::uint16_t*>(dst), n);
+  }
+  if (src_dtype == DType::kF16 && dst_dtype == DType::kF32 && k.f16_to_f32 != nullptr) {
+    return k.f16_to_f32(static_cast<const std::uint16_t*>(src), static_cast<float*>(dst), n);
   }
   dispatch<KILN_ALL_DTYPES>(src_dtype, [&]<DType From>() {
     dispatch<KILN_ALL_DTYPES>(dst_dtype, [&]<DType To>() {

@@ -40,6 +40,7 @@ Status triangle(std::string_view op, Inputs in, Outputs out, Attrs attrs, bool l
   if (x.rank < 2) return invalid(op, "x must be at least 2-D, got x.shape=", shape_text(x));
   KILN_RETURN_IF_ERROR(check_same_shape(op, "x", x, "out", out[0]));
   KILN_RETURN_IF_ERROR(check_dtype(op, "out", out[0], x.dtype));
+  if (x.numel() == 0) return Status::Ok();
   const std::int64_t rows = x.shape[x.rank - 2];
   const std::int64_t cols = x.shape[x.rank - 1];
   const std::int64_t mats = dims_product(x, 0, x.rank - 2);

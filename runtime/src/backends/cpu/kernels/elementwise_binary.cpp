@@ -281,8 +281,10 @@ Status int_true_div(const BroadcastPlan& plan, Inputs in, Outputs out) {
 }
 
 Status int_div(const BroadcastPlan& plan, Inputs in, Outputs out, RoundingMode mode) {
-  if (mode == RoundingMode::kNone && out[0].dtype != in[0].dtype) {
-    return int_true_div(plan, in, out);
+  if (mode == RoundingMode::kNone) {
+    if (dtype_is_floating(out[0].dtype)) return int_true_div(plan, in, out);
+    return invalid("div", "true division of ", in[0].dtype, " operands needs a floating out.dtype, got ",
+                   out[0].dtype, " (integer quotients need rounding_mode 'trunc' or 'floor')");
   }
   KILN_RETURN_IF_ERROR(check_dtype("div", "out", out[0], in[0].dtype));
   if (plan.numel > 0 && has_zero(in[1])) return invalid_input("div", "integer division by zero");

@@ -23,11 +23,11 @@ struct IndexReader {
   }
 };
 
-Status index_reader(std::string_view op, std::string_view name, const TensorView& v, IndexReader& r) {
+Status index_reader(std::string_view op, Name name, const TensorView& v, IndexReader& r) {
   if (v.dtype == DType::kBool || v.dtype == DType::kU8) {
     return unsupported(op, name, " is a boolean mask (", v.dtype, "); only integer indices are supported");
   }
-  if (v.dtype != DType::kI64 && v.dtype != DType::kI32) return unsupported_dtype(op, v.dtype, name);
+  if (v.dtype != DType::kI64 && v.dtype != DType::kI32) return unsupported_dtype(op, v.dtype, str_cat(name));
   r = {v.data, v.dtype == DType::kI64};
   return Status::Ok();
 }
@@ -129,7 +129,7 @@ Status index_offsets(Inputs in, int first_dim, std::span<const std::int64_t> bsh
   for (std::size_t i = 1; i < in.size(); ++i) {
     const TensorView& t = in[i];
     IndexReader ix{};
-    KILN_RETURN_IF_ERROR(index_reader("index", str_cat("indices ", i - 1), t, ix));
+    KILN_RETURN_IF_ERROR(index_reader("index", Name("indices", i - 1), t, ix));
     const int xd = first_dim + static_cast<int>(i) - 1;
     const std::int64_t size = x.shape[xd];
     const auto ts = contiguous_strides(t);
@@ -142,7 +142,7 @@ Status index_offsets(Inputs in, int first_dim, std::span<const std::int64_t> bsh
       }
       std::int64_t v = ix[toff];
       if (v < -size || v >= size) {
-        return invalid_input("index", "indices ", i - 1, "[", toff, "]=", v, " out of range for dim ", xd,
+        return invalid_input("index", "indices[", i - 1, "] element ", toff, " = ", v, " out of range for dim ", xd,
                              " of size ", size);
       }
       if (v < 0) v += size;
@@ -205,6 +205,7 @@ Status IndexSelect(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_out_shape("index_select", out[0], std::span<const std::int64_t>(expected.data(), x.rank)));
   KILN_RETURN_IF_ERROR(check_dtype("index_select", "out", out[0], x.dtype));
   KILN_RETURN_IF_ERROR(check_indices("index_select", "indices", ix, n, xv.shape[d]));
+  if (out[0].numel() == 0) return Status::Ok();
   const std::int64_t post = dims_product(xv, d + 1, xv.rank);
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) offsets[i] = ix[i] * post;
@@ -260,7 +261,7 @@ Status Index(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   if (first + k > x.rank) return invalid("index", k, " index tensors from dim ", first, " exceed x.rank=", x.rank);
   for (int i = 1; i <= k; ++i) {
     IndexReader unused{};
-    KILN_RETURN_IF_ERROR(index_reader("index", str_cat("indices ", i - 1), in[i], unused));
+    KILN_RETURN_IF_ERROR(index_reader("index", Name("indices", i - 1), in[i], unused));
   }
   std::array<std::int64_t, kMaxRank> bshape{};
   int brank = 0;

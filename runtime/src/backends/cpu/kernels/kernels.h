@@ -1,12 +1,25 @@
-// Declarations of the CPU kernels, one per op of codegen/ops.def, named after the op's
-// enumerator. kernel_table.cpp builds the OpKind -> KernelFn table from ops.def with the
-// X-macro, so an op added there without a kernel here fails to compile. Higher-order ops
-// (run by the executor) are declared as null kernels.
+// The CPU kernels, one per op of codegen/ops.def, named after the op's enumerator.
+// kernel_table.cpp builds the OpKind -> KernelFn table from ops.def with the X-macro, so
+// an op added there without a kernel here fails to compile. Higher-order ops (run by the
+// executor) are declared as null kernels.
 //
-// Every kernel has the KernelFn signature (kernel.h) and the contract stated there: it
-// validates counts, dtypes, shapes and attributes before touching data and reports
-// problems as "[opname] ..." Statuses (common.h lists the codes). Inputs and outputs must
-// not overlap unless noted (elementwise kernels allow out == an input of the same shape).
+// Contract (kernel.h): each kernel validates the input/output counts, every view (dtype,
+// rank, dims, data), the dtypes, the shapes (the output shape must equal the one the op
+// computes) and the attributes before touching data, and reports problems as Statuses
+// whose message starts with "[opname] " and names the values:
+//   kInvalidBundle  inconsistent shapes, ranks, dtypes or attributes;
+//   kInvalidInput   data-dependent failures (an index out of range, integer division by 0,
+//                   amax/argmax over zero elements);
+//   kUnsupported    dtypes or features this build does not run (each group lists its dtypes);
+//   kUnavailable    a scratch allocation failed (conv2d im2col, some reductions).
+// Inputs and outputs must not overlap, except that the unary and binary elementwise
+// kernels, where, masked_fill, reshape and identity accept out == an input of the same
+// shape and dtype.
+// Empty tensors (a 0 dim) are fine everywhere. Kernels run on the calling thread.
+//
+// f16/bf16: data movement, cast, where/masked_fill, indexing, full/arange handle them
+// natively; every computing kernel accepts them too by running on f32 copies (allocates;
+// results rounded back, as PyTorch's CPU kernels compute half types in float).
 #pragma once
 
 #include "backends/cpu/kernel.h"
@@ -17,7 +30,19 @@ namespace kiln::cpu::kernels {
   Status Enum(KernelContext& ctx, std::span<const TensorView> inputs,                 \
               std::span<TensorView> outputs, std::span<const AttrValue> attrs)
 
-// elementwise_binary.cpp
+// Binary elementwise (elementwise_binary.cpp). Numpy broadcasting (ranks aligned right;
+// out.shape must be the broadcast shape). Both inputs share one dtype (mixed dtypes:
+// kUnsupported; the exporter casts). Integer arithmetic wraps.
+//   add sub mul maximum minimum: f32 f64 i8 i16 i32 i64 u8, out dtype = input dtype;
+//     maximum/minimum propagate NaN.
+//   div: floats: a / b, or trunc / floor (PyTorch's div_floor_floating) with the
+//     rounding_mode attribute; integers: "trunc"/"floor" give the input dtype (division by
+//     zero is kInvalidInput, INT_MIN / -1 wraps), no rounding mode needs a float out dtype
+//     (true division in that dtype).
+//   pow: f32 f64 i32 i64 (integer negative powers follow PyTorch's powi: 1, +-1 or 0).
+//   remainder: Python semantics (sign of the divisor); f32 f64 i32 i64.
+//   eq ne lt le gt ge: numeric and bool inputs, bool output.
+//   logical_and logical_or logical_xor: bool inputs and output.
 KILN_DECLARE_KERNEL(Add);
 KILN_DECLARE_KERNEL(Sub);
 KILN_DECLARE_KERNEL(Mul);
@@ -36,7 +61,15 @@ KILN_DECLARE_KERNEL(LogicalAnd);
 KILN_DECLARE_KERNEL(LogicalOr);
 KILN_DECLARE_KERNEL(LogicalXor);
 
-// elementwise_unary.cpp
+// Unary elementwise (elementwise_unary.cpp). out.shape = x.shape, out dtype = x dtype
+// (logical_not: bool).
+//   neg abs relu sign floor ceil round clamp: f32 f64 i8 i16 i32 i64 u8 (rounding ops
+//     are the identity on integers; round is half-to-even; clamp takes optional float
+//     min/max, min > max gives max; relu keeps NaN).
+//   exp log sqrt rsqrt reciprocal sin cos tanh sigmoid erf silu hardswish hardsigmoid
+//   leaky_relu gelu ("none" | "tanh"): f32 f64. f32 exp/tanh/sigmoid/silu/gelu/sqrt use
+//     the vectorized loops of simd.h (a few ulp; gelu ~1e-7 absolute).
+//   logical_not: any numeric or bool input (x == 0).
 KILN_DECLARE_KERNEL(Neg);
 KILN_DECLARE_KERNEL(Abs);
 KILN_DECLARE_KERNEL(Exp);
@@ -62,15 +95,24 @@ KILN_DECLARE_KERNEL(LogicalNot);
 KILN_DECLARE_KERNEL(Clamp);
 KILN_DECLARE_KERNEL(LeakyRelu);
 
-// cast.cpp
+// cast (every dtype to every dtype; rules in convert.h: float -> int truncates, NaN -> 0,
+// saturates to int64 then wraps; -> bool is != 0) and identity (a copy) (cast.cpp).
 KILN_DECLARE_KERNEL(Cast);
 KILN_DECLARE_KERNEL(Identity);
 
-// select.cpp
+// where(cond, a, b) and masked_fill(x, mask, value) (select.cpp): any dtype; cond/mask
+// bool (or u8), broadcast; masked_fill's out has x's shape and `value` is a one-element
+// tensor of any dtype, converted to x's.
 KILN_DECLARE_KERNEL(Where);
 KILN_DECLARE_KERNEL(MaskedFill);
 
-// reduce.cpp
+// Reductions over `dims` (empty = all; each in [0, rank), no repeats) with keepdim
+// (reduce.cpp). Input: numeric or bool.
+//   sum prod: out f32 f64 i32 i64 (sum's optional dtype attribute must match out);
+//     floats accumulate in double, integers in wrapping int64. Empty: 0 / 1.
+//   mean: float out; var(correction): floats, divides by max(0, N - correction).
+//   amax amin: out dtype = x dtype, NaN propagates; over zero elements: kInvalidInput.
+//   any all: bool out.
 KILN_DECLARE_KERNEL(Sum);
 KILN_DECLARE_KERNEL(Mean);
 KILN_DECLARE_KERNEL(Amax);
@@ -80,44 +122,75 @@ KILN_DECLARE_KERNEL(Any);
 KILN_DECLARE_KERNEL(All);
 KILN_DECLARE_KERNEL(Var);
 
-// arg_scan.cpp
+// argmax / argmin(dim, keepdim): numeric or bool input, i64 out, the first occurrence of
+// the extreme (NaN counts as the extreme). cumsum(dim): numeric or bool input, out f32 f64
+// i32 i64 (accumulated in double / wrapping int64) (arg_scan.cpp).
 KILN_DECLARE_KERNEL(Argmax);
 KILN_DECLARE_KERNEL(Argmin);
 KILN_DECLARE_KERNEL(Cumsum);
 
-// linalg.cpp
+// Linear algebra (linalg.cpp); one dtype for all operands: f32 (through matmul_f32), f64
+// and integers (plain loops, wrapping).
+//   matmul: numpy semantics: 1-D x 1-D (dot, 0-d out), 1-D x 2-D, 2-D x 1-D, and batched
+//     operands with broadcast batch dims.
+//   linear(x[..., K], weight[N, K], bias[N]?): x weight^T + bias.
+//   bmm: [B, M, K] x [B, K, N].
 KILN_DECLARE_KERNEL(Matmul);
 KILN_DECLARE_KERNEL(Linear);
 KILN_DECLARE_KERNEL(Bmm);
 
-// conv.cpp
+// conv2d(x [N, C, H, W] or [C, H, W], weight [O, C/groups, kH, kW], bias[O]?) with
+// stride, padding (symmetric), dilation (each 1 or 2 values) and groups: f32 (conv.cpp).
 KILN_DECLARE_KERNEL(Conv2d);
 
-// norm.cpp
+// Normalizations (norm.cpp): f32 f64.
+//   batch_norm(x[N, C, ...], weight?, bias?, running_mean, running_var): inference only
+//     (missing running statistics: kUnsupported).
+//   layer_norm(x, weight?, bias?): over the last normalized_rank dims (biased variance);
+//     weight/bias shaped like those dims.
+//   softmax / log_softmax(dim): max-subtracted; a NaN makes its whole slice NaN.
 KILN_DECLARE_KERNEL(BatchNorm);
 KILN_DECLARE_KERNEL(LayerNorm);
 KILN_DECLARE_KERNEL(Softmax);
 KILN_DECLARE_KERNEL(LogSoftmax);
 
-// pool.cpp
+// 2-D pooling over [N, C, H, W] or [C, H, W], PyTorch's output sizes and windows
+// (pool.cpp). max pools: numeric dtypes, NaN propagates; average pools: f32 f64.
+//   max_pool2d(kernel, stride (empty = kernel), padding <= kernel / 2, dilation, ceil_mode)
+//   avg_pool2d(kernel, stride, padding, ceil_mode, count_include_pad)
+//   adaptive_*_pool2d(output_size): window i = [floor(i In / Out), ceil((i + 1) In / Out)).
 KILN_DECLARE_KERNEL(MaxPool2d);
 KILN_DECLARE_KERNEL(AvgPool2d);
 KILN_DECLARE_KERNEL(AdaptiveAvgPool2d);
 KILN_DECLARE_KERNEL(AdaptiveMaxPool2d);
 
-// index.cpp
+// Indexing by i64 or i32 index tensors, any data dtype (index.cpp). Out-of-range indices
+// are kInvalidInput naming the position and value; boolean masks are kUnsupported.
+//   embedding(weight[V, ...], indices): out = indices.shape + weight.shape[1:], 0 <= i < V.
+//   gather(x, indices; dim): indices of x's rank, indices.shape[d] <= x.shape[d] for d !=
+//     dim, 0 <= i < x.shape[dim].
+//   index_select(x, indices[n]; dim): 0 <= i < x.shape[dim].
+//   index(x, i0, i1, ...; dims): advanced indexing by broadcasting index tensors on
+//     adjacent ascending dims (the result dims replace them in place); negative indices
+//     count from the end. Non-adjacent dims: kUnsupported.
 KILN_DECLARE_KERNEL(Embedding);
 KILN_DECLARE_KERNEL(Gather);
 KILN_DECLARE_KERNEL(IndexSelect);
 KILN_DECLARE_KERNEL(Index);
 
-// creation.cpp
+// Creation (creation.cpp). full(shape, value, dtype) and arange(start, end, step, dtype)
+// (out length must be max(0, ceil((end - start) / step)); step != 0) for every dtype;
+// tril / triu(diagonal) over the last two dims, any dtype.
 KILN_DECLARE_KERNEL(Full);
 KILN_DECLARE_KERNEL(Arange);
 KILN_DECLARE_KERNEL(Tril);
 KILN_DECLARE_KERNEL(Triu);
 
-// movement.cpp
+// Data movement, any dtype (movement.cpp).
+//   reshape (numel must match), permute(dims), slice(dim, start, end, step >= 1; start and
+//   end clamped Python-style), cat(dim; 1-D empty inputs are skipped, as in PyTorch),
+//   split(dim, sizes; one output per size), expand (x broadcast to out.shape),
+//   pad(pads: (left, right) pairs from the last dim; negative pads crop; value), flip(dims).
 KILN_DECLARE_KERNEL(Reshape);
 KILN_DECLARE_KERNEL(Permute);
 KILN_DECLARE_KERNEL(Slice);
@@ -127,7 +200,12 @@ KILN_DECLARE_KERNEL(Expand);
 KILN_DECLARE_KERNEL(Pad);
 KILN_DECLARE_KERNEL(Flip);
 
-// data_dependent.cpp
+// Data-dependent (data_dependent.cpp). The output arrives unallocated (data == nullptr)
+// and is allocated with KernelContext::allocate_output once its size is known (a view
+// that arrives allocated must already have that shape).
+//   nonzero(x): i64 [count, rank] of row-major multi-indices (-0.0 is zero, NaN is not).
+//   masked_select(x, mask): x and mask broadcast together; selected values, 1-D.
+//   item(x): x must hold one element; copied into the 0-d output of x's dtype.
 KILN_DECLARE_KERNEL(Nonzero);
 KILN_DECLARE_KERNEL(MaskedSelect);
 KILN_DECLARE_KERNEL(Item);
@@ -139,9 +217,10 @@ inline constexpr KernelFn Cond = nullptr;
 inline constexpr KernelFn WhileLoop = nullptr;
 inline constexpr KernelFn InvokeSubgraph = nullptr;
 
-/// The f32 matrix product C[m,n] = A[m,k] * op(B) (op(B) = B[k,n], or B[n,k] transposed
-/// when b_transposed), row strides lda/ldb/ldc in elements; C is overwritten and must not
-/// alias A or B. Used by matmul, linear, bmm and conv2d; the seam for a faster SGEMM.
+/// The f32 matrix product C[m,n] = A[m,k] * op(B) (op(B) = B[k,n], or B stored [n,k] when
+/// b_transposed), row strides lda/ldb/ldc in elements; C is overwritten and must not alias
+/// A or B. Used by matmul, linear, bmm and conv2d: the seam where the tuned SGEMM
+/// (backends/cpu/gemm) will plug in. Single-threaded, cache-blocked i-k-j loops.
 void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
                 const float* b, std::int64_t ldb, bool b_transposed, float* c, std::int64_t ldc);
 

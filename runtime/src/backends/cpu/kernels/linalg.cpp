@@ -255,6 +255,7 @@ Status Bmm(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   const std::int64_t batch = a.shape[0], m = a.shape[1], k = a.shape[2], n = b.shape[2];
   const std::array<std::int64_t, 3> expected{batch, m, n};
   KILN_RETURN_IF_ERROR(check_out_shape("bmm", out[0], expected));
+  if (out[0].numel() == 0) return Status::Ok();
   const auto elem = static_cast<std::int64_t>(dtype_size(a.dtype));
   const auto* pa = static_cast<const unsigned char*>(a.data);
   const auto* pb = static_cast<const unsigned char*>(b.data);
@@ -292,6 +293,7 @@ Status Linear(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   std::array<std::int64_t, kMaxRank> expected = x.shape;
   expected[x.rank - 1] = n;
   KILN_RETURN_IF_ERROR(check_out_shape("linear", out[0], std::span<const std::int64_t>(expected.data(), x.rank)));
+  if (out[0].numel() == 0) return Status::Ok();
   const std::int64_t rows = dims_product(x, 0, x.rank - 1);
   if (!matmul_any(x.dtype, rows, n, k, x.data, w.data, true, out[0].data)) {
     return unsupported_dtype("linear", x.dtype, "x");

@@ -82,7 +82,7 @@ Status Permute(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   StridedLayout layout;
   layout.rank = x.rank;
   for (int i = 0; i < x.rank; ++i) {
-    KILN_RETURN_IF_ERROR(check_dim("permute", str_cat("dims[", i, "]"), dims[i], x.rank));
+    KILN_RETURN_IF_ERROR(check_dim("permute", Name("dims", static_cast<std::int64_t>(i)), dims[i], x.rank));
     if (seen[dims[i]]) return invalid("permute", "dims[", i, "]=", dims[i], " is repeated");
     seen[dims[i]] = true;
     layout.shape[i] = x.shape[dims[i]];
@@ -116,7 +116,7 @@ Status Slice(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   layout.shape[dim] = length;
   KILN_RETURN_IF_ERROR(check_out_shape("slice", out[0], std::span<const std::int64_t>(layout.shape.data(), x.rank)));
   const std::int64_t offset = start * layout.strides[dim];
-  layout.strides[dim] *= step;
+  if (length > 1) layout.strides[dim] *= step;  // then step < size: no overflow
   if (out[0].numel() > 0) strided_copy(byte_ptr(x, offset), layout, out[0].data, dtype_size(x.dtype));
   return Status::Ok();
 }
@@ -129,7 +129,7 @@ Status Cat(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   std::int64_t total = 0;
   for (std::size_t i = 0; i < in.size(); ++i) {
     const TensorView& t = in[i];
-    KILN_RETURN_IF_ERROR(check_dtype("cat", str_cat("inputs[", i, "]"), t, y.dtype));
+    KILN_RETURN_IF_ERROR(check_dtype("cat", Name("inputs", static_cast<std::int64_t>(i)), t, y.dtype));
     if (t.rank == 1 && t.shape[0] == 0) continue;  // PyTorch's legacy rule: [0] tensors are skipped
     bool ok = t.rank == y.rank;
     for (int d = 0; ok && d < y.rank; ++d) ok = d == dim || t.shape[d] == y.shape[d];
@@ -177,9 +177,9 @@ Status Split(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
     total += sizes[i];
     std::array<std::int64_t, kMaxRank> expected = x.shape;
     expected[dim] = sizes[i];
-    KILN_RETURN_IF_ERROR(check_dtype("split", str_cat("outputs[", i, "]"), out[i], x.dtype));
+    KILN_RETURN_IF_ERROR(check_dtype("split", Name("outputs", static_cast<std::int64_t>(i)), out[i], x.dtype));
     KILN_RETURN_IF_ERROR(check_out_shape("split", out[i], std::span<const std::int64_t>(expected.data(), x.rank),
-                                         str_cat("outputs[", i, "]")));
+                                         Name("outputs", static_cast<std::int64_t>(i))));
   }
   if (total != x.shape[dim]) {
     return invalid("split", "sizes sum to ", total, " but x.shape[", dim, "]=", x.shape[dim]);
@@ -271,7 +271,7 @@ Status Flip(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   std::array<bool, kMaxRank> seen{};
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < dims.size(); ++i) {
-    KILN_RETURN_IF_ERROR(check_dim("flip", str_cat("dims[", i, "]"), dims[i], x.rank));
+    KILN_RETURN_IF_ERROR(check_dim("flip", Name("dims", static_cast<std::int64_t>(i)), dims[i], x.rank));
     if (seen[dims[i]]) return invalid("flip", "dims[", i, "]=", dims[i], " is repeated");
     seen[dims[i]] = true;
   }

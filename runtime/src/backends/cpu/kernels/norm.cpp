@@ -123,6 +123,7 @@ Status softmax_op(std::string_view op, KernelFn self, KernelContext& ctx, Inputs
   if (x.rank > 0 || dim != 0) KILN_RETURN_IF_ERROR(check_dim(op, "dim", dim, x.rank));
   KILN_RETURN_IF_ERROR(check_same_shape(op, "x", x, "out", out[0]));
   KILN_RETURN_IF_ERROR(check_dtype(op, "out", out[0], x.dtype));
+  if (x.numel() == 0) return Status::Ok();
   if (is_half_dtype(x.dtype)) return run_via_f32(self, ctx, in, out, attrs);
   const int d = static_cast<int>(dim);
   const std::int64_t outer = x.rank == 0 ? 1 : dims_product(x, 0, d);
@@ -164,6 +165,7 @@ Status BatchNorm(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   }
   KILN_RETURN_IF_ERROR(check_same_shape("batch_norm", "x", x, "out", out[0]));
   KILN_RETURN_IF_ERROR(check_dtype("batch_norm", "out", out[0], x.dtype));
+  if (x.numel() == 0) return Status::Ok();
   if (is_half_dtype(x.dtype)) return run_via_f32(BatchNorm, ctx, in, out, attrs);
   const bool ok = dispatch<KILN_FLOAT_DTYPES>(x.dtype, [&]<DType D>() {
     batch_norm_typed<CType<D>>(x, optional_input(in, 1), optional_input(in, 2), in[3], in[4], eps, out[0]);

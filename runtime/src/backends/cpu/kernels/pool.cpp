@@ -36,8 +36,7 @@ T window_max(const T* plane, std::int64_t width, std::int64_t y0, std::int64_t y
   for (std::int64_t y = y0; y < y1; y += dy) {
     for (std::int64_t x = x0; x < x1; x += dx) {
       const T v = plane[y * width + x];
-      m = (v > m || is_nan(v)) ? v : m;
-      if (is_nan(m)) return m;
+      m = (v > m || is_nan(v)) ? v : m;  // once NaN, m stays NaN
     }
   }
   return m;

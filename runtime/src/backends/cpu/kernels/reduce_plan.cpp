@@ -14,7 +14,7 @@ Status reduced_mask(std::string_view op, const TensorView& x, std::span<const st
   for (std::size_t i = 0; i < dims.size(); ++i) {
     const std::int64_t d = dims[i];
     if (x.rank == 0 && d == 0) continue;
-    KILN_RETURN_IF_ERROR(check_dim(op, str_cat("dims[", i, "]"), d, x.rank));
+    KILN_RETURN_IF_ERROR(check_dim(op, Name("dims", static_cast<std::int64_t>(i)), d, x.rank));
     if (reduced[d]) return invalid(op, "dims[", i, "]=", d, " is repeated");
     reduced[d] = true;
   }
@@ -68,15 +68,22 @@ Status plan_reduce(std::string_view op, const TensorView& x, std::span<const std
     if (reduced[d]) {
       if (!in_block) ++blocks;
       in_block = true;
-      plan.reduce *= x.shape[d];
+      plan.reduce = static_cast<std::int64_t>(static_cast<std::uint64_t>(plan.reduce) * static_cast<std::uint64_t>(x.shape[d]));
     } else {
       in_block = false;
-      (blocks == 0 ? plan.outer : plan.inner) *= x.shape[d];
+      std::int64_t& kept = blocks == 0 ? plan.outer : plan.inner;
+      kept = static_cast<std::int64_t>(static_cast<std::uint64_t>(kept) * static_cast<std::uint64_t>(x.shape[d]));
     }
   }
   plan.data = x.data;
+  if (out.numel() == 0) {  // nothing to write (products above may have wrapped)
+    plan.outer = 0;
+    plan.inner = 1;
+    return Status::Ok();
+  }
+  if (x.numel() == 0) plan.reduce = 0;  // a reduced dim is 0 (its product may have wrapped)
   if (blocks > 1) {
-    plan.outer *= plan.inner;
+    plan.outer = plan.outer * plan.inner;  // == out.numel(), so no overflow
     plan.inner = 1;
     if (x.numel() > 0) return gather_reduced_last(op, x, reduced, plan);
   }

@@ -1,6 +1,6 @@
 // Hot f32 loops compiled twice from simd_math.inc: once for the baseline target
-// (simd_baseline.cpp) and once with AVX2+FMA (simd_avx2.cpp). simd() returns the best
-// table the CPU supports (chosen once, with __builtin_cpu_supports).
+// (simd_baseline.cpp) and once with AVX2+FMA+F16C (simd_avx2.cpp). simd() returns the
+// best table the CPU supports (chosen once, with __builtin_cpu_supports).
 //
 // Every function takes n elements; y may equal x (in place) but may not partially overlap.
 // Accuracy: exp/sigmoid/silu/tanh within a few ulp of libm (exp flushes results below
@@ -29,6 +29,10 @@ struct SimdKernels {
   /// be null (1 and 0).
   void (*layer_norm_row)(const float* x, const float* w, const float* b, float* y,
                          std::int64_t n, float eps);
+  /// f32 <-> IEEE half bits (round to nearest even); null where the table has no hardware
+  /// conversion (the baseline one), in which case callers convert in software.
+  void (*f32_to_f16)(const float* x, std::uint16_t* y, std::int64_t n);
+  void (*f16_to_f32)(const std::uint16_t* x, float* y, std::int64_t n);
 };
 
 /// The table for this CPU (AVX2+FMA when available).

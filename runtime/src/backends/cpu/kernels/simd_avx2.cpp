@@ -1,5 +1,5 @@
-// The AVX2+FMA build of simd_math.inc (this file is compiled with -mavx2 -mfma -mf16c).
-// Only reached through simd() after __builtin_cpu_supports("avx2") and ("fma").
+// The AVX2+FMA+F16C build of simd_math.inc (this file is compiled with -mavx2 -mfma
+// -mf16c). Only reached through simd() after __builtin_cpu_supports checks all three.
 #include <cstdint>
 
 #if defined(__x86_64__) || defined(__i386__)

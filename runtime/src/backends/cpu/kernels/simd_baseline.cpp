@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -28,9 +29,19 @@ const SimdKernels& simd_avx2_table();
 
 const SimdKernels& simd_baseline() { return simd_baseline_impl::kTable; }
 
+#if defined(__x86_64__) || defined(__i386__)
+namespace {
+// F16C through CPUID (leaf 1, ECX bit 29): older clangs reject __builtin_cpu_supports("f16c").
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+}  // namespace
+#endif
+
 const SimdKernels* simd_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   return supported ? &simd_avx2_table() : nullptr;
 #else
   return nullptr;

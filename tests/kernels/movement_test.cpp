@@ -1,0 +1,284 @@
+// Data movement (reshape, permute, slice, cat, split, expand, pad, flip) and creation
+// (full, arange, tril, triu) against index-by-index references, over several dtypes.
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernel_testutil.h"
+
+namespace kiln::cpu::testing {
+namespace {
+
+const DType kDtypes[] = {DType::kF32, DType::kI64, DType::kF16, DType::kBool, DType::kI8, DType::kF64};
+
+// x filled with 0, 1, 2, ... (mod 100 for narrow dtypes; 0/1 for bool).
+Tensor iota(DType dt, const Shape& shape) {
+  Tensor t(dt, shape);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.set(i, dt == DType::kBool ? (i % 3 == 0) : static_cast<double>(i % 100));
+  return t;
+}
+
+TEST(ReshapeKernel, CopiesBytesAndChecksNumel) {
+  for (DType dt : kDtypes) {
+    Tensor x = iota(dt, {2, 3, 4});
+    Tensor out(dt, {4, 6});
+    ASSERT_TRUE(run(OpKind::Reshape, {&x}, {&out}, AttrList().exprs({4, 6})).ok());
+    EXPECT_TRUE(all_equal(out, x.values()));
+  }
+  Tensor x(DType::kF32, {2, 3}), bad(DType::kF32, {7});
+  EXPECT_TRUE(fails_with(run(OpKind::Reshape, {&x}, {&bad}, AttrList().exprs({7})), StatusCode::kInvalidBundle, "reshape",
+                         "6 elements"));
+}
+
+TEST(PermuteKernel, AllPermutationsOfRank4) {
+  const Shape shape = {2, 3, 4, 5};
+  for (DType dt : kDtypes) {
+    Tensor x = iota(dt, shape);
+    std::vector<std::int64_t> perm = {0, 1, 2, 3};
+    do {
+      Shape os;
+      for (auto p : perm) os.push_back(shape[p]);
+      std::vector<double> want(static_cast<std::size_t>(x.numel()));
+      for (std::int64_t i = 0; i < x.numel(); ++i) {
+        const auto oi = unravel(i, os);
+        std::vector<std::int64_t> xi(4);
+        for (int d = 0; d < 4; ++d) xi[perm[d]] = oi[d];
+        want[i] = x.at(ravel(xi, shape));
+      }
+      Tensor out(dt, os);
+      ASSERT_TRUE(run(OpKind::Permute, {&x}, {&out}, AttrList().ints(perm)).ok());
+      EXPECT_TRUE(all_equal(out, want)) << shape_string(perm);
+    } while (std::next_permutation(perm.begin(), perm.end()));
+  }
+  Tensor x(DType::kF32, {2, 3}), out(DType::kF32, {3, 2});
+  EXPECT_TRUE(fails_with(run(OpKind::Permute, {&x}, {&out}, AttrList().ints({0, 0})), StatusCode::kInvalidBundle, "permute",
+                         "repeated"));
+  EXPECT_TRUE(fails_with(run(OpKind::Permute, {&x}, {&out}, AttrList().ints({0, 1})), StatusCode::kInvalidBundle, "permute",
+                         "out.shape"));
+}
+
+TEST(SliceKernel, PythonStyleClampingAndSteps) {
+  const Shape shape = {4, 7, 3};
+  const std::int64_t kBig = std::numeric_limits<std::int64_t>::max(), kSmall = std::numeric_limits<std::int64_t>::min();
+  const std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>> ranges = {
+      {0, 7, 1}, {1, 5, 2}, {-3, kBig, 1}, {kSmall, -2, 3}, {5, 2, 1}, {-100, 100, 4}, {7, 9, 1}, {2, 3, kBig}};
+  for (DType dt : kDtypes) {
+    Tensor x = iota(dt, shape);
+    for (int dim = 0; dim < 3; ++dim) {
+      for (const auto& [start, end, step] : ranges) {
+        const std::int64_t size = shape[dim];
+        // Reference clamping written independently from the kernel's.
+        const auto clampi = [size](std::int64_t v) {
+          if (v < 0) v = std::max<std::int64_t>(v, -size) + size;
+          return std::min(v, size);
+        };
+        std::vector<std::int64_t> picked;
+        for (std::int64_t i = clampi(start); i < clampi(end); i += std::min<std::int64_t>(step, size + 1)) picked.push_back(i);
+        Shape os = shape;
+        os[dim] = static_cast<std::int64_t>(picked.size());
+        std::vector<double> want;
+        for (std::int64_t i = 0; i < numel_of(os); ++i) {
+          auto idx = unravel(i, os);
+          idx[dim] = picked[idx[dim]];
+          want.push_back(x.at(ravel(idx, shape)));
+        }
+        Tensor out(dt, os);
+        ASSERT_TRUE(run(OpKind::Slice, {&x}, {&out}, AttrList().i(dim).i(start).i(end).i(step)).ok())
+            << dim << " " << start << ":" << end << ":" << step;
+        EXPECT_TRUE(all_equal(out, want));
+      }
+    }
+  }
+  Tensor x(DType::kF32, {4}), out(DType::kF32, {2});
+  EXPECT_TRUE(fails_with(run(OpKind::Slice, {&x}, {&out}, AttrList().i(0).i(0).i(4).i(0)), StatusCode::kInvalidBundle,
+                         "slice", "step=0"));
+  EXPECT_TRUE(fails_with(run(OpKind::Slice, {&x}, {&out}, AttrList().i(0).i(0).i(3).i(1)), StatusCode::kInvalidBundle,
+                         "slice", "out.shape=[2] but expected [3]"));
+  EXPECT_TRUE(fails_with(run(OpKind::Slice, {&x}, {&out}, AttrList().i(1).i(0).i(3).i(1)), StatusCode::kInvalidBundle,
+                         "slice", "dim=1"));
+}
+
+TEST(CatSplitKernels, RoundTripAlongEveryDim) {
+  for (DType dt : kDtypes) {
+    for (int dim = 0; dim < 3; ++dim) {
+      const std::vector<std::int64_t> sizes = {2, 0, 3, 1};
+      Shape full = {3, 4, 5};
+      full[dim] = 6;
+      Tensor x = iota(dt, full);
+      std::vector<Tensor> parts;
+      std::vector<Tensor*> outs;
+      for (std::int64_t s : sizes) {
+        Shape ps = full;
+        ps[dim] = s;
+        parts.emplace_back(dt, ps);
+      }
+      for (Tensor& p : parts) outs.push_back(&p);
+      ASSERT_TRUE(run(OpKind::Split, {&x}, outs, AttrList().i(dim).exprs(sizes)).ok());
+      std::int64_t offset = 0;
+      for (std::size_t k = 0; k < parts.size(); ++k) {
+        std::vector<double> want;
+        for (std::int64_t i = 0; i < parts[k].numel(); ++i) {
+          auto idx = unravel(i, parts[k].shape());
+          idx[dim] += offset;
+          want.push_back(x.at(ravel(idx, full)));
+        }
+        EXPECT_TRUE(all_equal(parts[k], want)) << "part " << k;
+        offset += sizes[k];
+      }
+      Tensor back(dt, full);
+      std::vector<const Tensor*> ins;
+      for (const Tensor& p : parts) ins.push_back(&p);
+      Tensor legacy_empty(dt, {0});
+      ins.insert(ins.begin() + 1, &legacy_empty);  // PyTorch skips 1-D empty tensors
+      ASSERT_TRUE(run(OpKind::Cat, ins, {&back}, AttrList().i(dim)).ok());
+      EXPECT_TRUE(all_equal(back, x.values()));
+    }
+  }
+  Tensor a(DType::kF32, {2, 3}), b(DType::kF32, {2, 4}), out(DType::kF32, {4, 3});
+  EXPECT_TRUE(fails_with(run(OpKind::Cat, {&a, &b}, {&out}, AttrList().i(0)), StatusCode::kInvalidBundle, "cat",
+                         "inputs[1].shape=[2, 4]"));
+  Tensor c(DType::kF32, {2, 3});
+  Tensor wrong(DType::kF32, {5, 3});
+  EXPECT_TRUE(fails_with(run(OpKind::Cat, {&a, &c}, {&wrong}, AttrList().i(0)), StatusCode::kInvalidBundle, "cat", "sum to 4"));
+  Tensor p1(DType::kF32, {1, 3}), p2(DType::kF32, {2, 3});
+  EXPECT_TRUE(fails_with(run(OpKind::Split, {&a}, {&p1, &p2}, AttrList().i(0).exprs({1, 2})), StatusCode::kInvalidBundle,
+                         "split"));
+  EXPECT_TRUE(fails_with(run(OpKind::Split, {&a}, {&p1}, AttrList().i(0).exprs({1, 1})), StatusCode::kInvalidBundle,
+                         "split", "2 entries for 1 outputs"));
+}
+
+TEST(ExpandKernel, BroadcastsToOutputShape) {
+  for (DType dt : kDtypes) {
+    for (const auto& [xs, os] : std::vector<std::pair<Shape, Shape>>{
+             {{3, 1}, {3, 4}}, {{4}, {2, 3, 4}}, {{}, {2, 2}}, {{1, 1, 5}, {2, 3, 5}}, {{2, 1, 3}, {2, 0, 3}}, {{3}, {3}}}) {
+      Tensor x = iota(dt, xs);
+      std::vector<double> want;
+      for (std::int64_t i = 0; i < numel_of(os); ++i) want.push_back(x.at(broadcast_offset(unravel(i, os), xs)));
+      Tensor out(dt, os);
+      ASSERT_TRUE(run(OpKind::Expand, {&x}, {&out}, AttrList().exprs(os)).ok());
+      EXPECT_TRUE(all_equal(out, want)) << shape_string(xs) << " -> " << shape_string(os);
+    }
+  }
+  Tensor x(DType::kF32, {3, 2}), out(DType::kF32, {3, 4});
+  EXPECT_TRUE(fails_with(run(OpKind::Expand, {&x}, {&out}, AttrList().exprs({3, 4})), StatusCode::kInvalidBundle, "expand",
+                         "does not broadcast"));
+}
+
+TEST(PadKernel, ConstantPadWithNegativeCrops) {
+  const std::vector<std::vector<std::int64_t>> pad_sets = {
+      {1, 2}, {0, 0, 2, 1}, {-1, 2}, {1, -2, -1, 1}, {2, 2, 1, 1, 1, 0}, {}, {-3, -1}};
+  const Shape shape = {2, 3, 4};
+  for (DType dt : {DType::kF32, DType::kI64, DType::kBF16, DType::kU8}) {
+    Tensor x = iota(dt, shape);
+    for (const auto& pads : pad_sets) {
+      Shape os = shape;
+      std::vector<std::int64_t> left(3, 0);
+      for (std::size_t i = 0; i < pads.size() / 2; ++i) {
+        const std::size_t d = 2 - i;
+        left[d] = pads[2 * i];
+        os[d] += pads[2 * i] + pads[2 * i + 1];
+      }
+      std::vector<double> want;
+      for (std::int64_t i = 0; i < numel_of(os); ++i) {
+        auto idx = unravel(i, os);
+        bool inside = true;
+        for (int d = 0; d < 3; ++d) {
+          idx[d] -= left[d];
+          inside &= idx[d] >= 0 && idx[d] < shape[d];
+        }
+        want.push_back(inside ? x.at(ravel(idx, shape)) : 7);
+      }
+      Tensor out(dt, os);
+      ASSERT_TRUE(run(OpKind::Pad, {&x}, {&out}, AttrList().ints(pads).f(7)).ok()) << shape_string(pads);
+      EXPECT_TRUE(all_equal(out, want)) << shape_string(pads);
+    }
+  }
+  Tensor x(DType::kF32, {2, 3}), out(DType::kF32, {2, 3});
+  EXPECT_TRUE(fails_with(run(OpKind::Pad, {&x}, {&out}, AttrList().ints({1}).f(0)), StatusCode::kInvalidBundle, "pad",
+                         "even"));
+  EXPECT_TRUE(fails_with(run(OpKind::Pad, {&x}, {&out}, AttrList().ints({-2, -2}).f(0)), StatusCode::kInvalidBundle, "pad",
+                         "negative size"));
+}
+
+TEST(FlipKernel, AnySubsetOfDims) {
+  const Shape shape = {3, 4, 5};
+  for (DType dt : kDtypes) {
+    Tensor x = iota(dt, shape);
+    for (const auto& dims : std::vector<std::vector<std::int64_t>>{{}, {0}, {2}, {0, 2}, {1, 0, 2}}) {
+      std::vector<double> want;
+      for (std::int64_t i = 0; i < x.numel(); ++i) {
+        auto idx = unravel(i, shape);
+        for (auto d : dims) idx[d] = shape[d] - 1 - idx[d];
+        want.push_back(x.at(ravel(idx, shape)));
+      }
+      Tensor out(dt, shape);
+      ASSERT_TRUE(run(OpKind::Flip, {&x}, {&out}, AttrList().ints(dims)).ok());
+      EXPECT_TRUE(all_equal(out, want)) << shape_string(dims);
+    }
+  }
+  Tensor x(DType::kF32, {2}), out(DType::kF32, {2});
+  EXPECT_TRUE(fails_with(run(OpKind::Flip, {&x}, {&out}, AttrList().ints({1})), StatusCode::kInvalidBundle, "flip"));
+}
+
+TEST(CreationKernels, FullAndArange) {
+  for (DType dt : kDtypes) {
+    Tensor out(dt, {2, 3});
+    ASSERT_TRUE(run(OpKind::Full, {}, {&out}, AttrList().exprs({2, 3}).f(2.5).dtype(dt)).ok());
+    const double v = Tensor::of(dt, {}, {2.5}).at(0);
+    EXPECT_TRUE(all_equal(out, std::vector<double>(6, v)));
+  }
+  const std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>> ranges = {
+      {0, 10, 1}, {3, 10, 3}, {10, 0, -3}, {5, 5, 1}, {5, 0, 1}, {-4, 4, 5}};
+  for (DType dt : {DType::kI64, DType::kF32, DType::kI32, DType::kF16}) {
+    for (const auto& [start, end, step] : ranges) {
+      std::vector<double> want;
+      for (std::int64_t v = start; step > 0 ? v < end : v > end; v += step) want.push_back(static_cast<double>(v));
+      Tensor out(dt, {static_cast<std::int64_t>(want.size())});
+      ASSERT_TRUE(run(OpKind::Arange, {}, {&out}, AttrList().i(start).i(end).i(step).dtype(dt)).ok());
+      EXPECT_TRUE(all_equal(out, want)) << start << ":" << end << ":" << step;
+    }
+  }
+  Tensor out(DType::kI64, {4});
+  EXPECT_TRUE(fails_with(run(OpKind::Arange, {}, {&out}, AttrList().i(0).i(10).i(1).dtype(DType::kI64)),
+                         StatusCode::kInvalidBundle, "arange", "give 10 elements"));
+  EXPECT_TRUE(fails_with(run(OpKind::Arange, {}, {&out}, AttrList().i(0).i(10).i(0).dtype(DType::kI64)),
+                         StatusCode::kInvalidBundle, "arange", "step"));
+  EXPECT_TRUE(fails_with(run(OpKind::Arange, {}, {&out}, AttrList().i(std::numeric_limits<std::int64_t>::min())
+                                                             .i(std::numeric_limits<std::int64_t>::max()).i(1)
+                                                             .dtype(DType::kI64)),
+                         StatusCode::kInvalidBundle, "arange"));
+  Tensor f(DType::kF32, {2, 3});
+  EXPECT_TRUE(fails_with(run(OpKind::Full, {}, {&f}, AttrList().exprs({3, 2}).f(1).dtype(DType::kF32)),
+                         StatusCode::kInvalidBundle, "full", "out.shape"));
+  EXPECT_TRUE(fails_with(run(OpKind::Full, {}, {&f}, AttrList().exprs({2, 3}).f(1).dtype(DType::kI64)),
+                         StatusCode::kInvalidBundle, "full", "out.dtype"));
+}
+
+TEST(TriangleKernels, TrilTriuWithDiagonals) {
+  for (DType dt : kDtypes) {
+    for (const Shape& shape : std::vector<Shape>{{4, 4}, {3, 5}, {2, 5, 3}, {2, 0, 3}}) {
+      Tensor x = iota(dt, shape);
+      for (std::int64_t diag : {-2, -1, 0, 1, 3, 100, -100}) {
+        for (bool lower : {true, false}) {
+          std::vector<double> want;
+          for (std::int64_t i = 0; i < x.numel(); ++i) {
+            const auto idx = unravel(i, shape);
+            const std::int64_t r = idx[idx.size() - 2], c = idx.back();
+            const bool keep = lower ? c - r <= diag : c - r >= diag;
+            want.push_back(keep ? x.at(i) : 0);
+          }
+          Tensor out(dt, shape);
+          ASSERT_TRUE(run(lower ? OpKind::Tril : OpKind::Triu, {&x}, {&out}, AttrList().i(diag)).ok());
+          EXPECT_TRUE(all_equal(out, want)) << shape_string(shape) << " diag " << diag << " lower " << lower;
+        }
+      }
+    }
+  }
+  Tensor v(DType::kF32, {3});
+  EXPECT_TRUE(fails_with(run(OpKind::Tril, {&v}, {&v}, AttrList().i(0)), StatusCode::kInvalidBundle, "tril", "2-D"));
+}
+
+}  // namespace
+}  // namespace kiln::cpu::testing

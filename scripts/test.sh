@@ -29,7 +29,7 @@ cmake --build --preset runtime-only -j"$jobs"
 
 step "fuzzing the loader"
 if [ -f scripts/fuzz.sh ]; then
-  KILN_FUZZ_SECONDS="${KILN_FUZZ_SECONDS:-60}" bash scripts/fuzz.sh
+  bash scripts/fuzz.sh "${KILN_FUZZ_SECONDS:-60}"
 fi
 
 step "all tests passed"

@@ -11,6 +11,7 @@
 
 #include "backends/cpu/kernels/broadcast.h"
 #include "backends/cpu/kernels/common.h"
+#include "backends/cpu/gemm/gemm.h"
 #include "backends/cpu/kernels/kernels.h"
 
 namespace kiln::cpu::kernels {
@@ -185,6 +186,20 @@ Status matmul_shape(const TensorView& a, const TensorView& b, const TensorView& 
 void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
                 const float* b, std::int64_t ldb, bool b_transposed, float* c, std::int64_t ldc) {
   if (m <= 0 || n <= 0) return;
+  // The packed AVX2/FMA SGEMM (gemm/gemm.h); the loops below remain as the fallback when
+  // it cannot allocate its packing buffers.
+  GemmParams params;
+  params.m = m;
+  params.n = n;
+  params.k = k;
+  params.trans_b = b_transposed;
+  params.a = a;
+  params.lda = lda;
+  params.b = b;
+  params.ldb = ldb;
+  params.c = c;
+  params.ldc = ldc;
+  if (k > 0 && sgemm(params, nullptr).ok()) return;
   if (!b_transposed) return gemm_nn(m, n, k, a, lda, b, ldb, c, ldc);
   // Transpose B once so the inner loop runs along contiguous rows of B (dot products when
   // M is small or the copy cannot be allocated).

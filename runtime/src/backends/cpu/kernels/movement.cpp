@@ -137,7 +137,9 @@ Status Cat(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
       return invalid("cat", "inputs[", i, "].shape=", shape_text(t), " does not match out.shape=", shape_text(y),
                      " outside dim ", dim);
     }
-    total += t.shape[dim];
+    if (__builtin_add_overflow(total, t.shape[dim], &total)) {
+      return invalid("cat", "inputs are too large to concatenate along dim ", dim);
+    }
   }
   if (total != y.shape[dim]) {
     return invalid("cat", "inputs sum to ", total, " along dim ", dim, " but out.shape=", shape_text(y));
@@ -174,7 +176,7 @@ Status Split(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
     if (sizes[i] < 0 || sizes[i] > x.shape[dim]) {
       return invalid("split", "sizes[", i, "]=", sizes[i], " outside [0, ", x.shape[dim], "]");
     }
-    total += sizes[i];
+    if (__builtin_add_overflow(total, sizes[i], &total)) return invalid("split", "sizes overflow int64");
     std::array<std::int64_t, kMaxRank> expected = x.shape;
     expected[dim] = sizes[i];
     KILN_RETURN_IF_ERROR(check_dtype("split", Name("outputs", static_cast<std::int64_t>(i)), out[i], x.dtype));

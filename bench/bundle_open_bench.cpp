@@ -12,8 +12,9 @@
 //   BM_OpenRawRead      use_mmap = false: reads the whole file into memory
 //   BM_OpenZstd         zstd segments are checksummed and decompressed at open
 //
-// Counters: weights (bytes of weight data in the file) and, where the work is proportional
-// to it, bytes/s (hashed or decompressed weight bytes per second).
+// Counters: weights (bytes of weight data in the file), file (its size) and, where the
+// work is proportional to the weights, bytes/s (weight bytes hashed, read or decompressed
+// per second of CPU time, Google Benchmark's default for rates). Results: docs/FORMAT.md.
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 

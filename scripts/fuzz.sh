@@ -5,7 +5,8 @@
 #   scripts/fuzz.sh [SECONDS] [extra libFuzzer flags...]      # default 60 s
 #
 # Configures and builds the `fuzz` preset (clang, libFuzzer, ASan+UBSan) into build/fuzz,
-# writes the seed bundles (kiln_make_fuzz_seeds), then runs kiln_bundle_fuzzer with
+# writes the seed bundles (kiln_make_fuzz_seeds), then runs kiln_bundle_fuzzer on them and
+# on fuzz/regressions/bundle_fuzzer (inputs that once crashed) with
 # -max_total_time=SECONDS -rss_limit_mb=2048 -max_len=65536. The corpus grows in
 # BUILD/fuzz-corpus/bundle_fuzzer and is reused by the next run; crashing inputs are
 # saved to BUILD/fuzz-artifacts/ (reproduce: BUILD/fuzz/kiln_bundle_fuzzer FILE).
@@ -51,7 +52,8 @@ fi
 
 echo "fuzz.sh: fuzzing for ${seconds}s (corpus $corpus, artifacts $artifacts)" >&2
 status=0
-"$fuzzer" "$corpus" "$seeds" \
+# fuzz/regressions/bundle_fuzzer holds inputs that once crashed: replayed first, every run.
+"$fuzzer" "$corpus" "$seeds" "$root/fuzz/regressions/bundle_fuzzer" \
   -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=65536 -timeout=30 \
   -dict="$root/fuzz/bundle_fuzzer.dict" -artifact_prefix="$artifacts/" -print_final_stats=1 "$@" || status=$?
 if [[ $status -ne 0 ]]; then

@@ -65,9 +65,18 @@ Result<std::int64_t> evaluate_expr(const fb::Program& program, std::uint32_t id,
       const std::int64_t b = stack[--sp], a = stack[sp - 1];
       if (b == 0) return Status(StatusCode::kInvalidInput, "division by zero evaluating a shape expression");
       if (a == INT64_MIN && b == -1) return overflow();
-      if (op == Op::FloorDiv) stack[sp - 1] = floor_div(a, b);
-      else if (op == Op::CeilDiv) stack[sp - 1] = -floor_div(-a, b);
-      else stack[sp - 1] = a - floor_div(a, b) * b;
+      // Computed from C++'s truncating / and % so that no intermediate can overflow.
+      if (op == Op::FloorDiv) {
+        stack[sp - 1] = floor_div(a, b);
+      } else if (op == Op::CeilDiv) {
+        std::int64_t q = a / b;
+        if (a % b != 0 && ((a < 0) == (b < 0))) ++q;
+        stack[sp - 1] = q;
+      } else {
+        std::int64_t r = a % b;
+        if (r != 0 && ((r < 0) != (b < 0))) r += b;
+        stack[sp - 1] = r;
+      }
       continue;
     }
     const std::size_t arity = (op == Op::Add || op == Op::Mul || op == Op::Min || op == Op::Max ||

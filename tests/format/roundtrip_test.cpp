@@ -105,3 +105,24 @@ TEST(Roundtrip, WriteIsAtomicAndLeavesNoTemporaryFiles) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(Roundtrip, OverlappingExpressionRangesAreRejected) {
+  // Shared token ranges would let a small file demand unbounded verification work.
+  auto sample = testing::make_format_sample();
+  auto& exprs = sample->program.exprs;
+  const std::size_t last = exprs.size() - 1;
+  exprs.push_back(exprs[last]);  // a second expression reusing the last one's tokens
+  auto bytes = sample->bytes();
+  ASSERT_TRUE(bytes.ok());
+  auto b = Bundle::from_bytes(*bytes);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kInvalidBundle);
+  EXPECT_NE(b.status().message().find("expression " + std::to_string(last + 1) + ": token ranges overlap"), std::string::npos)
+      << b.status().message();
+}
+
+}  // namespace
+}  // namespace kiln

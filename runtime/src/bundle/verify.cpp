@@ -127,8 +127,18 @@ Status Verifier::check_symbols() {
 Status Verifier::check_exprs() {
   info_.assign(n_exprs_, ExprInfo{});
   expr_symbols_.assign(n_exprs_, {});
+  // Expressions never share tokens (the writer appends each new one), so their lengths add
+  // up to at most the pool size: this bounds verification work by the file size.
+  std::uint64_t total = 0;
+  const std::uint64_t pool = count(p_.expr_tokens());
   for (std::uint32_t i = 0; i < n_exprs_; ++i) {
-    KILN_RETURN_IF_ERROR(check_expr_tokens(i, *p_.exprs()->Get(i)));
+    const fb::ExprRef& ref = *p_.exprs()->Get(i);
+    total += ref.length();
+    if (total > pool && std::uint64_t{ref.start()} + ref.length() <= pool) {
+      return invalid("expression " + std::to_string(i) + ": token ranges overlap (" + std::to_string(total) +
+                     " tokens referenced so far, " + std::to_string(pool) + " in the pool)");
+    }
+    KILN_RETURN_IF_ERROR(check_expr_tokens(i, ref));
   }
   return Status::Ok();
 }

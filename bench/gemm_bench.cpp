@@ -26,7 +26,11 @@
 #endif
 
 #if defined(KILN_HAVE_OPENBLAS)
+// openblas_config.h uses C99 _Complex, which -Wpedantic flags in C++.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
 #include <cblas.h>
+#pragma GCC diagnostic pop
 #endif
 
 #include "backends/cpu/gemm/gemm.h"

@@ -25,11 +25,11 @@ struct Shape {
   std::int64_t m, n, k;
 };
 
-// Odd sizes around the 6x16 tile, the 384 K block and the 96-row M block; the last three
+// Odd sizes around the 6x16 tile, the 256 K block and the 144-row M block; the last three
 // are large enough to be split over threads (by rows, by columns, unevenly).
 const std::vector<Shape> kShapes = {
     {1, 1, 1},     {2, 3, 1},     {3, 1, 5},       {1, 17, 3},     {5, 64, 1},     {6, 16, 8},
-    {7, 16, 17},   {12, 32, 384}, {13, 33, 385},   {17, 63, 65},   {63, 65, 17},   {65, 17, 63},
+    {7, 16, 17},   {12, 32, 256}, {13, 33, 257},   {17, 63, 65},   {63, 65, 17},   {65, 17, 63},
     {31, 48, 300}, {150, 40, 30}, {100, 130, 520}, {40, 300, 200}, {200, 64, 200},
 };
 

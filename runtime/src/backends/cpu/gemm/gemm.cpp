@@ -39,12 +39,12 @@ namespace {
 
 using namespace gemm_detail;  // NOLINT: this file is the driver of that namespace
 
-// Block sizes, tuned on Zen 4 (32 KiB L1d, 1 MiB L2 per core): a kc x 16 B panel (24 KiB)
-// plus a 6-row A panel (9 KiB) about fill L1, an mc x kc A block (144 KiB) stays in L2.
-// Measured: kc 384 beat 256 by ~4% (fewer passes over C); mc 72..144 were within noise,
-// and smaller blocks give more tasks to balance threads.
-constexpr std::int64_t kKcMax = 384;
-constexpr std::int64_t kMcMax = 96;
+// Block sizes, tuned on Zen 4 (32 KiB L1d, 1 MiB L2 per core): a kc x 16 B panel (16 KiB)
+// plus a 6-row A panel (6 KiB) stay in L1, an mc x kc A block (144 KiB) in L2. On a quiet
+// machine kc 384 measured ~3% faster than 256, but under load (other processes evicting
+// L1/L2) 256 was 1-4% faster; mc 96..144 were within noise.
+constexpr std::int64_t kKcMax = 256;
+constexpr std::int64_t kMcMax = 144;
 // Upper bound on the per-call packed B buffer (floats): 8 MiB, well inside a shared L3.
 constexpr std::int64_t kPackBudgetFloats = std::int64_t{2} << 20;
 // Below this many flops a GEMM runs on the calling thread (waking workers costs more).

@@ -12,7 +12,7 @@
 // call sgemm_prepacked() on every run, which skips the per-call packing of B.
 //
 // Implementation (gemm.cpp): B is packed into 16-column panels, A into 6-row panels per
-// 96 x 384 cache block; an AVX2/FMA 6x16 register-blocked micro-kernel (selected at run
+// 144 x 256 cache block; an AVX2/FMA 6x16 register-blocked micro-kernel (selected at run
 // time when the CPU has AVX2 and FMA, else a portable kernel) applies the epilogue as it
 // stores C. Work is split over the pool by row blocks, then column runs. M == 1 (batch-1
 // decode) takes a bandwidth-bound GEMV path with no packing, split over N.

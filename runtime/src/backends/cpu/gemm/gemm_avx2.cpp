@@ -296,33 +296,54 @@ void gemv_cols(const float* x, const float* b, std::int64_t ldb, std::int64_t k,
   for (; kk < k; ++kk) axpy_row_block<1>(x + kk, b + kk * ldb, ldb, n, out);
 }
 
-// One 16-column panel: four k steps in flight (8 accumulators) to cover FMA latency.
-void gemv_packed(const float* x, const float* panels, std::int64_t panel_stride, std::int64_t k,
-                 std::int64_t num_panels, float* out) {
-  for (long p = 0; p < num_panels; ++p) {
-    const float* w = panels + p * panel_stride;
-    __m256 acc[4][2];
+// kPanels 16-column panels side by side (kPanels independent streams from memory, which
+// a single-stream walk cannot saturate); kUnroll k steps in flight so that at least 8
+// accumulators cover the FMA latency.
+template <int kPanels, int kUnroll>
+KILN_INLINE void gemv_panel_group(const float* x, const float* w, long panel_stride, long k,
+                                  float* out) {
+  __m256 acc[kUnroll][kPanels][2];
+  for (int u = 0; u < kUnroll; ++u) {
+    for (int q = 0; q < kPanels; ++q) acc[u][q][0] = acc[u][q][1] = _mm256_setzero_ps();
+  }
+  long kk = 0;
+  for (; kk + kUnroll <= k; kk += kUnroll) {
 #pragma GCC unroll 4
-    for (int u = 0; u < 4; ++u) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
-    long kk = 0;
-    for (; kk + 4 <= k; kk += 4) {
+    for (int u = 0; u < kUnroll; ++u) {
+      const __m256 xv = _mm256_broadcast_ss(x + kk + u);
 #pragma GCC unroll 4
-      for (int u = 0; u < 4; ++u) {
-        const __m256 xv = _mm256_broadcast_ss(x + kk + u);
-        acc[u][0] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + (kk + u) * kNr), acc[u][0]);
-        acc[u][1] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + (kk + u) * kNr + 8), acc[u][1]);
+      for (int q = 0; q < kPanels; ++q) {
+        const float* row = w + q * panel_stride + (kk + u) * kNr;
+        acc[u][q][0] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row), acc[u][q][0]);
+        acc[u][q][1] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 8), acc[u][q][1]);
       }
     }
-    for (; kk < k; ++kk) {
-      const __m256 xv = _mm256_broadcast_ss(x + kk);
-      acc[0][0] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + kk * kNr), acc[0][0]);
-      acc[0][1] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + kk * kNr + 8), acc[0][1]);
+  }
+  for (; kk < k; ++kk) {
+    const __m256 xv = _mm256_broadcast_ss(x + kk);
+    for (int q = 0; q < kPanels; ++q) {
+      const float* row = w + q * panel_stride + kk * kNr;
+      acc[0][q][0] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row), acc[0][q][0]);
+      acc[0][q][1] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 8), acc[0][q][1]);
     }
+  }
+  for (int q = 0; q < kPanels; ++q) {
     for (int h = 0; h < 2; ++h) {
-      const __m256 s =
-          _mm256_add_ps(_mm256_add_ps(acc[0][h], acc[1][h]), _mm256_add_ps(acc[2][h], acc[3][h]));
-      _mm256_storeu_ps(out + p * kNr + h * 8, s);
+      __m256 sum = acc[0][q][h];
+      for (int u = 1; u < kUnroll; ++u) sum = _mm256_add_ps(sum, acc[u][q][h]);
+      _mm256_storeu_ps(out + q * kNr + h * 8, sum);
     }
+  }
+}
+
+void gemv_packed(const float* x, const float* panels, std::int64_t panel_stride, std::int64_t k,
+                 std::int64_t num_panels, float* out) {
+  long p = 0;
+  for (; p + 4 <= num_panels; p += 4) {
+    gemv_panel_group<4, 1>(x, panels + p * panel_stride, panel_stride, k, out + p * kNr);
+  }
+  for (; p < num_panels; ++p) {
+    gemv_panel_group<1, 4>(x, panels + p * panel_stride, panel_stride, k, out + p * kNr);
   }
 }
 

@@ -103,6 +103,12 @@ void require_size(sym::Expr size, std::string_view op, const SourceLoc& loc) {
 
 Shape shape_of(const Tensor& t) { return t.impl()->shape; }
 
+sym::Expr numel(const Shape& s) {
+  sym::Expr p = c(1);
+  for (const sym::Expr& d : s) p = p * d;
+  return p;
+}
+
 Shape to_exprs(const std::vector<SymInt>& v) {
   Shape out;
   for (const SymInt& s : v) out.push_back(s.expr());

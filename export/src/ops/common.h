@@ -38,6 +38,8 @@ Tensor one(OpKind op, const std::vector<Tensor>& inputs, std::vector<ir::Attr> a
 /// recorded as a runtime check (unbacked symbols, like torch._check_is_size).
 void require_size(sym::Expr size, std::string_view op, const SourceLoc& loc);
 Shape shape_of(const Tensor& t);
+/// The product of a shape's sizes (1 for rank 0).
+sym::Expr numel(const Shape& s);
 Shape to_exprs(const std::vector<SymInt>& v);
 void require_defined(const Tensor& t, std::string_view op, std::string_view what, const SourceLoc& loc);
 

@@ -9,12 +9,6 @@ using namespace ops;
 
 namespace {
 
-sym::Expr numel_of(const Shape& s) {
-  sym::Expr p = c(1);
-  for (const sym::Expr& d : s) p = p * d;
-  return p;
-}
-
 // Records `op` producing a tensor whose dim 0 is a fresh unbacked size in [0, max_size].
 Tensor unbacked_rows(OpKind op, const std::vector<Tensor>& inputs, Shape out_shape, DType dtype, sym::Expr max_size,
                      const SourceLoc& loc) {
@@ -42,7 +36,7 @@ bool tracing(const std::vector<Tensor>& inputs) {
 
 SymInt item(const Tensor& x, SourceLoc loc) {
   require_defined(x, "item", "input", loc);
-  require(sym::eq(numel_of(shape_of(x)), c(1)), "item", "needs a one-element tensor, got " + shape_text(shape_of(x)), loc);
+  require(sym::eq(numel(shape_of(x)), c(1)), "item", "needs a one-element tensor, got " + shape_text(shape_of(x)), loc);
   if (dtype_is_floating(x.dtype())) {
     detail::op_error("item", "a " + std::string(dtype_name(x.dtype())) + " value cannot become a symbolic int: cast to i64 first",
                      loc, StatusCode::kUnsupported);
@@ -79,7 +73,7 @@ Tensor nonzero(const Tensor& x, SourceLoc loc) {
   if (!tracing({x})) {
     return detail::run_eager(OpKind::Nonzero, {x}, {}, {{DType::kI64, {}, true}}, loc)[0];
   }
-  return unbacked_rows(OpKind::Nonzero, {x}, {c(0), c(static_cast<std::int64_t>(s.size()))}, DType::kI64, numel_of(s), loc);
+  return unbacked_rows(OpKind::Nonzero, {x}, {c(0), c(static_cast<std::int64_t>(s.size()))}, DType::kI64, numel(s), loc);
 }
 
 Tensor masked_select(const Tensor& x, const Tensor& mask, SourceLoc loc) {
@@ -90,7 +84,7 @@ Tensor masked_select(const Tensor& x, const Tensor& mask, SourceLoc loc) {
   if (!tracing({x, m})) {
     return detail::run_eager(OpKind::MaskedSelect, {x, m}, {}, {{x.dtype(), {}, true}}, loc)[0];
   }
-  return unbacked_rows(OpKind::MaskedSelect, {x, m}, {c(0)}, x.dtype(), numel_of(s), loc);
+  return unbacked_rows(OpKind::MaskedSelect, {x, m}, {c(0)}, x.dtype(), numel(s), loc);
 }
 
 }  // namespace kiln

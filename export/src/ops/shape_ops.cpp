@@ -8,14 +8,6 @@ namespace kiln {
 
 using namespace ops;
 
-namespace {
-sym::Expr product(const Shape& s) {
-  sym::Expr p = c(1);
-  for (const sym::Expr& d : s) p = p * d;
-  return p;
-}
-}  // namespace
-
 Tensor full(std::vector<SymInt> shape, double value, DType dtype, SourceLoc loc) {
   for (const SymInt& d : shape) require_size(d.expr(), "full", loc);
   return one(OpKind::Full, {}, {to_exprs(shape), value, dtype}, {dtype, to_exprs(shape)}, loc);
@@ -45,7 +37,7 @@ Tensor triu(const Tensor& x, std::int64_t diagonal, SourceLoc loc) {
 
 Tensor reshape(const Tensor& x, std::vector<SymInt> shape, SourceLoc loc) {
   require_defined(x, "reshape", "input", loc);
-  const sym::Expr numel = product(shape_of(x));
+  const sym::Expr total = numel(shape_of(x));
   Shape out = to_exprs(shape);
   int infer = -1;
   sym::Expr known = c(1);
@@ -59,10 +51,10 @@ Tensor reshape(const Tensor& x, std::vector<SymInt> shape, SourceLoc loc) {
   }
   if (infer >= 0) {
     require(sym::ne(known, c(0)), "reshape", "cannot infer -1 with a zero-sized dimension", loc);
-    out[static_cast<std::size_t>(infer)] = sym::floordiv(numel, known);
+    out[static_cast<std::size_t>(infer)] = sym::floordiv(total, known);
   }
-  require(sym::eq(product(out), numel), "reshape", "shape " + shape_text(out) + " is invalid for an input of " +
-                                                      text(numel) + " elements " + shape_text(shape_of(x)), loc);
+  require(sym::eq(numel(out), total), "reshape", "shape " + shape_text(out) + " is invalid for an input of " +
+                                                      text(total) + " elements " + shape_text(shape_of(x)), loc);
   return one(OpKind::Reshape, {x}, {out}, {x.dtype(), out}, loc);
 }
 Tensor Tensor::reshape(std::vector<SymInt> shape, SourceLoc loc) const { return kiln::reshape(*this, std::move(shape), loc); }

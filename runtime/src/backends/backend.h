@@ -1,0 +1,123 @@
+// The accelerator backend interface: what the executor needs from a device backend
+// (Vulkan today). The CPU kernels are not behind this interface: they are the executor's
+// own per-op fallback, and every op has one.
+//
+// The executor partitions the nodes of a graph into *segments*: maximal runs of
+// consecutive nodes the backend supports (Backend::supports). Once every shape a segment
+// needs is known (after symbol binding, and after any data-dependent node before it ran),
+// the executor describes the segment with concrete shapes (SegmentDesc) and asks the
+// backend to prepare it; prepared segments are cached per shape signature by the
+// executor. Running a prepared segment uploads its host inputs, runs every node on the
+// device, and downloads its outputs into host memory the executor owns. Intermediates of
+// a segment never leave the device.
+//
+// Constants (weights) are uploaded once per Program: SegmentDesc names them by their
+// bundle constant index, and the backend keeps one device copy per index.
+//
+// Errors are Status values; a backend never throws, aborts or hangs (device loss is
+// StatusCode::kUnavailable).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backends/cpu/kernel.h"
+#include "kiln/format/dtype.h"
+#include "kiln/format/ops.h"
+#include "kiln/runtime/status.h"
+
+namespace kiln::backend {
+
+/// One tensor of a segment, with its concrete shape.
+struct SegmentTensor {
+  enum class Role : std::uint8_t {
+    kInput,     // provided by the host at run time (SegmentRun::inputs, in order)
+    kConstant,  // a bundle constant: `constant` is its index; bytes from constant_data()
+    kInternal,  // produced and consumed inside the segment only
+    kOutput,    // produced inside the segment and read by the host (SegmentRun::outputs)
+  };
+  Role role = Role::kInternal;
+  DType dtype = DType::kF32;
+  std::vector<std::int64_t> shape;
+  std::uint32_t constant = 0;  // kConstant
+  std::uint32_t io_index = 0;  // kInput / kOutput: position in SegmentRun::inputs / outputs
+};
+
+/// One node of a segment. Attributes are evaluated (expressions are integers), exactly as
+/// the CPU kernels receive them; `ints`/`floats` spans point into SegmentNode storage.
+struct SegmentNode {
+  OpKind op = OpKind::Identity;
+  std::vector<std::uint32_t> inputs;   // SegmentDesc::tensors indices
+  std::vector<std::uint32_t> outputs;  // SegmentDesc::tensors indices
+  std::vector<cpu::AttrValue> attrs;
+  std::vector<std::vector<std::int64_t>> attr_ints;  // storage for attrs[k].ints
+  std::vector<std::vector<double>> attr_floats;      // storage for attrs[k].floats
+  std::vector<std::string> attr_strings;             // storage for attrs[k].s
+  std::string where;                                 // "graph 0, node 12 (model.cpp:41)" for errors
+};
+
+struct SegmentDesc {
+  std::vector<SegmentTensor> tensors;
+  std::vector<SegmentNode> nodes;  // in execution order
+  std::uint32_t num_inputs = 0;
+  std::uint32_t num_outputs = 0;
+};
+
+/// Host memory for one run of a prepared segment: dense, C-contiguous, of the shapes and
+/// dtypes the SegmentDesc declared. The executor owns it.
+struct SegmentRun {
+  std::span<const cpu::TensorView> inputs;
+  std::span<const cpu::TensorView> outputs;  // data points at writable host memory
+};
+
+class PreparedSegment {
+ public:
+  virtual ~PreparedSegment() = default;
+  /// Runs the segment. Not reentrant: the executor never runs one PreparedSegment from two
+  /// threads at once (each Session prepares its own).
+  virtual Status run(const SegmentRun& run) = 0;
+  /// Bytes copied host→device and device→host by the last run (for inspect/bench).
+  virtual std::uint64_t bytes_uploaded() const = 0;
+  virtual std::uint64_t bytes_downloaded() const = 0;
+};
+
+/// Access to the bundle's constants, so a backend can upload a weight the first time a
+/// segment uses it.
+class ConstantSource {
+ public:
+  virtual ~ConstantSource() = default;
+  virtual std::span<const std::uint8_t> constant_data(std::uint32_t index) const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// "vulkan"
+  virtual std::string_view name() const = 0;
+  /// A line describing the device: "NVIDIA H100 80GB HBM3 (discrete, Vulkan 1.3, driver …)".
+  virtual std::string device_description() const = 0;
+  /// Whether `op` with these dtypes and (evaluated or not) attributes can run on the device.
+  /// Called at load time per node, before shapes are known; must be cheap and pure.
+  virtual bool supports(OpKind op, std::span<const DType> input_dtypes, std::span<const DType> output_dtypes,
+                        std::span<const cpu::AttrValue> attrs) const = 0;
+  /// Builds pipelines/buffers/command buffers for a segment with concrete shapes. Thread-safe
+  /// (several Sessions may prepare at once).
+  virtual Result<std::unique_ptr<PreparedSegment>> prepare(const SegmentDesc& segment, const ConstantSource& constants) = 0;
+};
+
+struct BackendOptions {
+  /// Vulkan: run with the Khronos validation layer and fail on any message (tests).
+  bool validation = false;
+  /// Vulkan: a file for VkPipelineCache persistence; empty = none.
+  std::string pipeline_cache_path;
+};
+
+/// Creates the named backend ("vulkan"), or an error saying why it is unusable here
+/// (kUnavailable: not built in, no loader, no device, missing features).
+Result<std::unique_ptr<Backend>> create_backend(std::string_view name, const BackendOptions& options = {});
+
+}  // namespace kiln::backend

@@ -47,11 +47,17 @@ struct SegmentTensor {
   std::uint32_t io_index = 0;  // kInput / kOutput: position in SegmentRun::inputs / outputs
 };
 
+/// SegmentNode::inputs entry for an absent optional input (layer_norm's weight, ...).
+inline constexpr std::uint32_t kAbsentTensor = 0xffffffffu;
+
 /// One node of a segment. Attributes are evaluated (expressions are integers), exactly as
-/// the CPU kernels receive them; `ints`/`floats` spans point into SegmentNode storage.
+/// the CPU kernels receive them. Their spans (`s`, `ints`, `floats`) stay valid for the life
+/// of the PreparedSegment made from the SegmentDesc; other SegmentDesc memory only during
+/// prepare(). The attr_* vectors are storage a backend may use when it builds descs itself
+/// (tests); the executor leaves them empty.
 struct SegmentNode {
   OpKind op = OpKind::Identity;
-  std::vector<std::uint32_t> inputs;   // SegmentDesc::tensors indices
+  std::vector<std::uint32_t> inputs;   // SegmentDesc::tensors indices, or kAbsentTensor
   std::vector<std::uint32_t> outputs;  // SegmentDesc::tensors indices
   std::vector<cpu::AttrValue> attrs;
   std::vector<std::vector<std::int64_t>> attr_ints;  // storage for attrs[k].ints

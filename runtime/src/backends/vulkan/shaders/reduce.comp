@@ -1,0 +1,50 @@
+// One 64-wide workgroup per output element: sum / mean / amax / amin over the reduced
+// dims (up to 6 kept and 6 reduced, each with its input stride). NaN propagates through
+// amax/amin.
+// p: [0] n_out, [1] kept rank, [2..7] kept dims, [8..13] kept strides, [14] reduced rank,
+//    [15..20] reduced dims, [21..26] reduced strides, [27] reduced count, [28] op.
+#version 450
+#include "common.glsl"
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+shared float part[64];
+
+float combine(int op, float u, float v) {
+  if (op <= 1) return u + v;
+  if (isnan(u)) return u;
+  if (isnan(v)) return v;
+  return op == 2 ? max(u, v) : min(u, v);
+}
+
+void main() {
+  uint o = linear_group();
+  if (o >= uint(P(0))) return;
+  uint t = gl_LocalInvocationID.x;
+  int op = P(28);
+  uint base = 0u, rest = o;
+  for (int d = P(1) - 1; d >= 0; --d) {
+    uint dim = uint(P(2 + d));
+    base += (rest % dim) * uint(P(8 + d));
+    rest /= dim;
+  }
+  float init = op <= 1 ? 0.0 : uintBitsToFloat(op == 2 ? 0xff800000u : 0x7f800000u);
+  float acc = init;
+  uint count = uint(P(27));
+  for (uint r = t; r < count; r += 64u) {
+    uint off = base, rr = r;
+    for (int d = P(14) - 1; d >= 0; --d) {
+      uint dim = uint(P(15 + d));
+      off += (rr % dim) * uint(P(21 + d));
+      rr /= dim;
+    }
+    acc = combine(op, acc, x[off]);
+  }
+  part[t] = acc;
+  barrier();
+  for (uint s = 32u; s > 0u; s >>= 1) {
+    if (t < s) part[t] = combine(op, part[t], part[t + s]);
+    barrier();
+  }
+  if (t == 0u) y[o] = op == 1 ? part[0] / float(count) : part[0];
+}

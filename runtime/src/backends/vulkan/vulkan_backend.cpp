@@ -1,0 +1,441 @@
+// The Vulkan implementation of backend::Backend: device context, weight cache, and
+// prepared segments (buffers, descriptor sets and one pre-recorded command buffer each).
+#include "backends/vulkan/vulkan_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "backends/vulkan/context.h"
+#include "backends/vulkan/lowering.h"
+
+namespace kiln::vulkan {
+namespace {
+
+using backend::ConstantSource;
+using backend::PreparedSegment;
+using backend::SegmentDesc;
+using backend::SegmentRun;
+using backend::SegmentTensor;
+
+constexpr std::int64_t kMaxElements = (std::int64_t{1} << 31) - 1;
+
+std::int64_t numel(const std::vector<std::int64_t>& s) {
+  std::int64_t n = 1;
+  for (std::int64_t d : s) n *= d;
+  return n;
+}
+VkDeviceSize device_bytes(std::int64_t n) { return static_cast<VkDeviceSize>(std::max<std::int64_t>(n, 1)) * 4; }
+
+// Host bytes -> one 32-bit word per element.
+Status to_device(DType dtype, const void* src, std::int64_t n, std::uint32_t* dst, std::string_view what) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kI32: std::memcpy(dst, src, static_cast<std::size_t>(n) * 4); return Status::Ok();
+    case DType::kBool: {
+      const auto* s = static_cast<const std::uint8_t*>(src);
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = s[i] != 0 ? 1u : 0u;
+      return Status::Ok();
+    }
+    case DType::kI64: {
+      const auto* s = static_cast<const std::int64_t*>(src);
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (s[i] < INT32_MIN || s[i] > INT32_MAX) {
+          return Status(StatusCode::kUnsupported, "Vulkan: " + std::string(what) + " holds the i64 value " +
+                                                      std::to_string(s[i]) + " at position " + std::to_string(i) +
+                                                      ", outside the device's 32-bit integer range");
+        }
+        dst[i] = static_cast<std::uint32_t>(static_cast<std::int32_t>(s[i]));
+      }
+      return Status::Ok();
+    }
+    default: return Status(StatusCode::kUnsupported, "Vulkan: dtype " + std::string(dtype_name(dtype)) + " is not on the device");
+  }
+}
+
+void from_device(DType dtype, const std::uint32_t* src, std::int64_t n, void* dst) {
+  switch (dtype) {
+    case DType::kBool: {
+      auto* d = static_cast<std::uint8_t*>(dst);
+      for (std::int64_t i = 0; i < n; ++i) d[i] = src[i] != 0 ? 1 : 0;
+      return;
+    }
+    case DType::kI64: {
+      auto* d = static_cast<std::int64_t*>(dst);
+      for (std::int64_t i = 0; i < n; ++i) d[i] = static_cast<std::int32_t>(src[i]);
+      return;
+    }
+    default: std::memcpy(dst, src, static_cast<std::size_t>(n) * 4); return;
+  }
+}
+
+class VulkanBackend;
+
+class VulkanSegment final : public PreparedSegment {
+ public:
+  VulkanSegment(VulkanBackend& backend, Context& ctx) : backend_(backend), ctx_(ctx) {}
+  ~VulkanSegment() override;
+  Status build(const SegmentDesc& desc, const ConstantSource& constants);
+  Status run(const SegmentRun& run) override;
+  std::uint64_t bytes_uploaded() const override { return uploaded_; }
+  std::uint64_t bytes_downloaded() const override { return downloaded_; }
+
+ private:
+  Status record(const LoweredSegment& lowered);
+
+  VulkanBackend& backend_;
+  Context& ctx_;
+  SegmentDesc desc_;  // tensors only (shapes for run-time checks)
+  std::vector<Allocation> tensor_alloc_;  // per tensor (constants: the backend's copy)
+  std::vector<Allocation> owned_;         // freed with the segment
+  std::vector<std::uint32_t> inputs_, outputs_;  // tensor ids by io_index
+  std::vector<VkDeviceSize> in_staging_off_, out_staging_off_;
+  Allocation staging_, error_;
+  VkDescriptorPool pool_ = VK_NULL_HANDLE;
+  VkCommandPool cmd_pool_ = VK_NULL_HANDLE;
+  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
+  VkFence fence_ = VK_NULL_HANDLE;
+  std::uint64_t uploaded_ = 0, downloaded_ = 0;
+};
+
+class VulkanBackend final : public backend::Backend {
+ public:
+  explicit VulkanBackend(std::unique_ptr<Context> ctx) : ctx_(std::move(ctx)) {}
+  ~VulkanBackend() override {
+    for (auto& [index, w] : constants_) ctx_->free(w.alloc);
+    ctx_->free(dummy_);
+  }
+  Status init() {
+    KILN_ASSIGN_OR_RETURN(dummy_, ctx_->allocate(256, MemoryKind::kDevice));
+    Allocation d = dummy_;
+    return ctx_->one_shot("zeroing the dummy buffer", [&](VkCommandBuffer cmd) {
+      ctx_->api().vkCmdFillBuffer(cmd, d.buffer, d.offset, d.size, 0);
+    });
+  }
+
+  std::string_view name() const override { return "vulkan"; }
+  std::string device_description() const override { return ctx_->description(); }
+  bool supports(OpKind op, std::span<const DType> input_dtypes, std::span<const DType> output_dtypes,
+                std::span<const cpu::AttrValue> attrs) const override {
+    return op_supported(op, input_dtypes, output_dtypes, attrs);
+  }
+  Result<std::unique_ptr<PreparedSegment>> prepare(const SegmentDesc& segment, const ConstantSource& constants) override {
+    if (ctx_->lost()) return Status(StatusCode::kUnavailable, "Vulkan: the device was lost");
+    auto seg = std::make_unique<VulkanSegment>(*this, *ctx_);
+    Status st = seg->build(segment, constants);
+    if (st.ok()) st = ctx_->take_validation_errors();
+    if (!st.ok()) return st;
+    return std::unique_ptr<PreparedSegment>(std::move(seg));
+  }
+
+  /// The device copy of a constant, uploaded on first use.
+  Result<Allocation> constant(const SegmentTensor& t, const ConstantSource& source) {
+    std::lock_guard<std::mutex> lock(const_mutex_);
+    if (auto it = constants_.find(t.constant); it != constants_.end()) {
+      if (it->second.numel != numel(t.shape) || it->second.dtype != t.dtype) {
+        return Status(StatusCode::kInvalidBundle,
+                      "Vulkan: constant " + std::to_string(t.constant) + " used with another shape or dtype");
+      }
+      return it->second.alloc;
+    }
+    const std::int64_t n = numel(t.shape);
+    const std::span<const std::uint8_t> bytes = source.constant_data(t.constant);
+    if (bytes.size() != static_cast<std::size_t>(n) * dtype_size(t.dtype)) {
+      return Status(StatusCode::kInvalidBundle, "constant " + std::to_string(t.constant) + " has " +
+                                                    std::to_string(bytes.size()) + " bytes, its shape needs " +
+                                                    std::to_string(n * static_cast<std::int64_t>(dtype_size(t.dtype))));
+    }
+    KILN_ASSIGN_OR_RETURN(Allocation dev, ctx_->allocate(device_bytes(n), MemoryKind::kDevice));
+    Result<Allocation> staging = ctx_->allocate(device_bytes(n), MemoryKind::kHost);
+    if (!staging.ok()) {
+      ctx_->free(dev);
+      return staging.status();
+    }
+    Status st = to_device(t.dtype, bytes.data(), n, reinterpret_cast<std::uint32_t*>(staging->mapped),
+                          "constant " + std::to_string(t.constant));
+    const Allocation s = *staging;
+    if (st.ok() && n > 0) {
+      st = ctx_->one_shot("uploading a constant", [&](VkCommandBuffer cmd) {
+        VkBufferCopy region{s.offset, dev.offset, static_cast<VkDeviceSize>(n) * 4};
+        ctx_->api().vkCmdCopyBuffer(cmd, s.buffer, dev.buffer, 1, &region);
+      });
+    }
+    ctx_->free(s);
+    if (!st.ok()) {
+      ctx_->free(dev);
+      return st;
+    }
+    constants_.emplace(t.constant, Weight{dev, n, t.dtype});
+    return dev;
+  }
+  const Allocation& dummy() const { return dummy_; }
+
+ private:
+  std::unique_ptr<Context> ctx_;
+  std::mutex const_mutex_;
+  struct Weight {
+    Allocation alloc;
+    std::int64_t numel = 0;
+    DType dtype = DType::kF32;
+  };
+  std::unordered_map<std::uint32_t, Weight> constants_;  // by bundle constant index
+  Allocation dummy_;
+};
+
+VulkanSegment::~VulkanSegment() {
+  const Api& api = ctx_.api();
+  if (!ctx_.lost()) {
+    if (fence_ != VK_NULL_HANDLE) api.vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, 1'000'000'000ull);
+  }
+  if (fence_ != VK_NULL_HANDLE) api.vkDestroyFence(ctx_.device(), fence_, nullptr);
+  if (cmd_pool_ != VK_NULL_HANDLE) api.vkDestroyCommandPool(ctx_.device(), cmd_pool_, nullptr);
+  if (pool_ != VK_NULL_HANDLE) api.vkDestroyDescriptorPool(ctx_.device(), pool_, nullptr);
+  for (const Allocation& a : owned_) ctx_.free(a);
+  ctx_.free(staging_);
+  ctx_.free(error_);
+}
+
+Status VulkanSegment::build(const SegmentDesc& desc, const ConstantSource& constants) {
+  const VkPhysicalDeviceLimits& limits = ctx_.properties().limits;
+  LoweredSegment lowered;
+  KILN_RETURN_IF_ERROR(lower_segment(desc, limits, lowered));
+  desc_.tensors = desc.tensors;
+  desc_.num_inputs = desc.num_inputs;
+  desc_.num_outputs = desc.num_outputs;
+  inputs_.assign(desc.num_inputs, UINT32_MAX);
+  outputs_.assign(desc.num_outputs, UINT32_MAX);
+
+  // Buffers: constants from the backend's cache, everything else owned by the segment.
+  tensor_alloc_.resize(desc.tensors.size());
+  VkDeviceSize staging_size = 0;
+  for (std::uint32_t i = 0; i < desc.tensors.size(); ++i) {
+    const SegmentTensor& t = desc.tensors[i];
+    if (!dtype_on_device(t.dtype)) {
+      return Status(StatusCode::kUnsupported, "Vulkan: tensor " + std::to_string(i) + " has dtype " +
+                                                  std::string(dtype_name(t.dtype)));
+    }
+    std::int64_t n = 1;
+    for (std::int64_t d : t.shape) {
+      if (d < 0 || (d > 0 && n > kMaxElements / d)) {
+        return Status(StatusCode::kUnsupported, "Vulkan: tensor " + std::to_string(i) + " is too large for 32-bit indexing");
+      }
+      n *= d;
+    }
+    if (device_bytes(n) > limits.maxStorageBufferRange) {
+      return Status(StatusCode::kUnsupported, "Vulkan: tensor " + std::to_string(i) + " (" + std::to_string(device_bytes(n)) +
+                                                  " bytes) exceeds maxStorageBufferRange " +
+                                                  std::to_string(limits.maxStorageBufferRange));
+    }
+    using Role = SegmentTensor::Role;
+    if (t.role == Role::kConstant) {
+      KILN_ASSIGN_OR_RETURN(tensor_alloc_[i], backend_.constant(t, constants));
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(Allocation a, ctx_.allocate(device_bytes(n), MemoryKind::kDevice));
+    owned_.push_back(a);
+    tensor_alloc_[i] = a;
+    if (t.role == Role::kInput || t.role == Role::kOutput) {
+      auto& slots = t.role == Role::kInput ? inputs_ : outputs_;
+      if (t.io_index >= slots.size() || slots[t.io_index] != UINT32_MAX) {
+        return Status(StatusCode::kInvalidBundle, "Vulkan: tensor " + std::to_string(i) + " has a bad or repeated io_index");
+      }
+      slots[t.io_index] = i;
+      staging_size += device_bytes(n);
+    }
+  }
+  for (std::uint32_t s : inputs_) {
+    if (s == UINT32_MAX) return Status(StatusCode::kInvalidBundle, "Vulkan: a segment input has no tensor");
+  }
+  for (std::uint32_t s : outputs_) {
+    if (s == UINT32_MAX) return Status(StatusCode::kInvalidBundle, "Vulkan: a segment output has no tensor");
+  }
+  KILN_ASSIGN_OR_RETURN(staging_, ctx_.allocate(std::max<VkDeviceSize>(staging_size, 4), MemoryKind::kHost));
+  VkDeviceSize at = 0;
+  for (std::uint32_t id : inputs_) {
+    in_staging_off_.push_back(at);
+    at += device_bytes(numel(desc.tensors[id].shape));
+  }
+  for (std::uint32_t id : outputs_) {
+    out_staging_off_.push_back(at);
+    at += device_bytes(numel(desc.tensors[id].shape));
+  }
+  if (lowered.uses_error_buffer) {
+    KILN_ASSIGN_OR_RETURN(error_, ctx_.allocate(16, MemoryKind::kHost));
+  }
+  for (const Dispatch& d : lowered.dispatches) KILN_RETURN_IF_ERROR(ctx_.pipeline(d.variant).status());
+  return record(lowered);
+}
+
+Status VulkanSegment::record(const LoweredSegment& lowered) {
+  const Api& api = ctx_.api();
+  VkDevice dev = ctx_.device();
+  const auto sets = static_cast<std::uint32_t>(std::max<std::size_t>(lowered.dispatches.size(), 1));
+  VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, sets * kMaxBindings};
+  VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+  pi.maxSets = sets;
+  pi.poolSizeCount = 1;
+  pi.pPoolSizes = &size;
+  KILN_RETURN_IF_ERROR(ctx_.check(api.vkCreateDescriptorPool(dev, &pi, nullptr, &pool_), "vkCreateDescriptorPool"));
+  std::vector<VkDescriptorSet> ds(lowered.dispatches.size());
+  if (!ds.empty()) {
+    std::vector<VkDescriptorSetLayout> layouts(ds.size(), ctx_.set_layout());
+    VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+    ai.descriptorPool = pool_;
+    ai.descriptorSetCount = static_cast<std::uint32_t>(ds.size());
+    ai.pSetLayouts = layouts.data();
+    KILN_RETURN_IF_ERROR(ctx_.check(api.vkAllocateDescriptorSets(dev, &ai, ds.data()), "vkAllocateDescriptorSets"));
+  }
+  std::vector<VkDescriptorBufferInfo> infos(ds.size() * kMaxBindings);
+  std::vector<VkWriteDescriptorSet> writes;
+  for (std::size_t i = 0; i < ds.size(); ++i) {
+    for (std::uint32_t b = 0; b < kMaxBindings; ++b) {
+      const BindingRef& ref = lowered.dispatches[i].bindings[b];
+      const Allocation& a = ref.kind == BindingRef::kTensor ? tensor_alloc_[ref.tensor]
+                            : ref.kind == BindingRef::kError ? error_
+                                                             : backend_.dummy();
+      infos[i * kMaxBindings + b] = {a.buffer, a.offset, a.size};
+      VkWriteDescriptorSet w{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+      w.dstSet = ds[i];
+      w.dstBinding = b;
+      w.descriptorCount = 1;
+      w.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      w.pBufferInfo = &infos[i * kMaxBindings + b];
+      writes.push_back(w);
+    }
+  }
+  if (!writes.empty()) api.vkUpdateDescriptorSets(dev, static_cast<std::uint32_t>(writes.size()), writes.data(), 0, nullptr);
+
+  VkCommandPoolCreateInfo ci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  ci.queueFamilyIndex = ctx_.queue_family();
+  KILN_RETURN_IF_ERROR(ctx_.check(api.vkCreateCommandPool(dev, &ci, nullptr, &cmd_pool_), "vkCreateCommandPool"));
+  VkCommandBufferAllocateInfo cai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  cai.commandPool = cmd_pool_;
+  cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  cai.commandBufferCount = 1;
+  KILN_RETURN_IF_ERROR(ctx_.check(api.vkAllocateCommandBuffers(dev, &cai, &cmd_), "vkAllocateCommandBuffers"));
+  VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  KILN_RETURN_IF_ERROR(ctx_.check(api.vkCreateFence(dev, &fi, nullptr, &fence_), "vkCreateFence"));
+
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  KILN_RETURN_IF_ERROR(ctx_.check(api.vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer"));
+  auto barrier = [&](VkPipelineStageFlags src_stage, VkAccessFlags src, VkPipelineStageFlags dst_stage, VkAccessFlags dst) {
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = src;
+    mb.dstAccessMask = dst;
+    api.vkCmdPipelineBarrier(cmd_, src_stage, dst_stage, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  };
+  // Host-written staging -> input buffers.
+  barrier(VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+  for (std::size_t i = 0; i < inputs_.size(); ++i) {
+    const std::int64_t n = numel(desc_.tensors[inputs_[i]].shape);
+    if (n == 0) continue;
+    const Allocation& dst = tensor_alloc_[inputs_[i]];
+    VkBufferCopy region{staging_.offset + in_staging_off_[i], dst.offset, static_cast<VkDeviceSize>(n) * 4};
+    api.vkCmdCopyBuffer(cmd_, staging_.buffer, dst.buffer, 1, &region);
+  }
+  barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+          VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+  // Dispatches, with a barrier before any that touches a tensor written since the last one
+  // (read-after-write and write-after-write; buffers are never reused, so no
+  // write-after-read across nodes).
+  std::vector<bool> dirty(desc_.tensors.size(), false);
+  bool any_dirty = false;
+  VkPipeline bound = VK_NULL_HANDLE;
+  for (std::size_t i = 0; i < lowered.dispatches.size(); ++i) {
+    const Dispatch& d = lowered.dispatches[i];
+    bool hazard = false;
+    for (std::uint32_t t : d.reads) hazard = hazard || dirty[t];
+    for (std::uint32_t t : d.writes) hazard = hazard || dirty[t];
+    if (hazard) {
+      barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+              VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+      std::fill(dirty.begin(), dirty.end(), false);
+    }
+    KILN_ASSIGN_OR_RETURN(VkPipeline p, ctx_.pipeline(d.variant));
+    if (p != bound) {
+      api.vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p);
+      bound = p;
+    }
+    api.vkCmdBindDescriptorSets(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, ctx_.pipeline_layout(), 0, 1, &ds[i], 0, nullptr);
+    api.vkCmdPushConstants(cmd_, ctx_.pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushWords * 4, d.push.data());
+    api.vkCmdDispatch(cmd_, d.groups[0], d.groups[1], d.groups[2]);
+    for (std::uint32_t t : d.writes) dirty[t] = true;
+    any_dirty = true;
+  }
+  (void)any_dirty;
+  barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
+          VK_ACCESS_TRANSFER_READ_BIT);
+  for (std::size_t i = 0; i < outputs_.size(); ++i) {
+    const std::int64_t n = numel(desc_.tensors[outputs_[i]].shape);
+    if (n == 0) continue;
+    const Allocation& src = tensor_alloc_[outputs_[i]];
+    VkBufferCopy region{src.offset, staging_.offset + out_staging_off_[i], static_cast<VkDeviceSize>(n) * 4};
+    api.vkCmdCopyBuffer(cmd_, src.buffer, staging_.buffer, 1, &region);
+  }
+  barrier(VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+          VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+  return ctx_.check(api.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+}
+
+Status VulkanSegment::run(const SegmentRun& run) {
+  if (run.inputs.size() != inputs_.size() || run.outputs.size() != outputs_.size()) {
+    return Status(StatusCode::kInternal, "Vulkan: segment run with " + std::to_string(run.inputs.size()) + " inputs and " +
+                                             std::to_string(run.outputs.size()) + " outputs, prepared for " +
+                                             std::to_string(inputs_.size()) + " and " + std::to_string(outputs_.size()));
+  }
+  auto matches = [&](const cpu::TensorView& v, const SegmentTensor& t) {
+    if (v.dtype != t.dtype || v.rank != static_cast<int>(t.shape.size())) return false;
+    for (int d = 0; d < v.rank; ++d) {
+      if (v.shape[d] != t.shape[d]) return false;
+    }
+    return v.data != nullptr || v.numel() == 0;
+  };
+  uploaded_ = downloaded_ = 0;
+  for (std::size_t i = 0; i < inputs_.size(); ++i) {
+    const SegmentTensor& t = desc_.tensors[inputs_[i]];
+    if (!matches(run.inputs[i], t)) return Status(StatusCode::kInternal, "Vulkan: input " + std::to_string(i) + " does not match the prepared shape");
+    KILN_RETURN_IF_ERROR(to_device(t.dtype, run.inputs[i].data, run.inputs[i].numel(),
+                                   reinterpret_cast<std::uint32_t*>(staging_.mapped + in_staging_off_[i]),
+                                   "input " + std::to_string(i)));
+    uploaded_ += run.inputs[i].nbytes();
+  }
+  for (std::size_t i = 0; i < outputs_.size(); ++i) {
+    if (!matches(run.outputs[i], desc_.tensors[outputs_[i]])) {
+      return Status(StatusCode::kInternal, "Vulkan: output " + std::to_string(i) + " does not match the prepared shape");
+    }
+  }
+  if (error_.valid()) std::memset(error_.mapped, 0, 16);
+  KILN_RETURN_IF_ERROR(ctx_.submit_and_wait(cmd_, fence_, "running a segment"));
+  KILN_RETURN_IF_ERROR(ctx_.take_validation_errors());
+  if (error_.valid()) {
+    std::uint32_t e[3];
+    std::memcpy(e, error_.mapped, sizeof e);
+    if (e[0] != 0) {
+      return Status(StatusCode::kInvalidInput, "[index] index " + std::to_string(static_cast<std::int32_t>(e[2])) +
+                                                   " at position " + std::to_string(e[1]) + " is out of range");
+    }
+  }
+  for (std::size_t i = 0; i < outputs_.size(); ++i) {
+    const cpu::TensorView& v = run.outputs[i];
+    from_device(v.dtype, reinterpret_cast<const std::uint32_t*>(staging_.mapped + out_staging_off_[i]), v.numel(), v.data);
+    downloaded_ += v.nbytes();
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+}  // namespace kiln::vulkan
+
+namespace kiln::backend {
+
+Result<std::unique_ptr<Backend>> create_vulkan_backend(const BackendOptions& options) {
+  using namespace kiln::vulkan;
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Context> ctx, Context::create(options.validation, options.pipeline_cache_path));
+  auto b = std::make_unique<VulkanBackend>(std::move(ctx));
+  KILN_RETURN_IF_ERROR(b->init());
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+}  // namespace kiln::backend

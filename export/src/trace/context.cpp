@@ -46,10 +46,12 @@ void TraceContext::violation(const std::string& message, const SourceLoc& loc) c
 }
 
 void TraceContext::add_input_assert(sym::Expr fact, const SourceLoc& loc) {
-  for (const ir::RuntimeAssert& a : graph().asserts) {
+  // Guards are preconditions on the program's inputs, even when a subgraph made them.
+  ir::Graph& entry = program.graphs[static_cast<std::size_t>(program.entry)];
+  for (const ir::RuntimeAssert& a : entry.asserts) {
     if (a.expr == fact) return;
   }
-  graph().asserts.push_back({fact, symbol_text(fact), -1, ir::NodeMeta{to_ir(loc), "", "guard"}});
+  entry.asserts.push_back({fact, symbol_text(fact), -1, ir::NodeMeta{to_ir(loc), "", "guard"}});
 }
 
 void TraceContext::refine(int s, sym::ValueRange range, sym::Expr fact, const SourceLoc& loc) {
@@ -167,7 +169,7 @@ void TraceContext::check(sym::Expr e, const SourceLoc& loc) {
     if (env().symbol(s).kind != sym::SymbolKind::Unbacked) continue;
     has_unbacked = true;
     auto it = binder.find(s);
-    if (it != binder.end()) after = std::max(after, it->second);
+    if (it != binder.end() && binding_graph(s) == graph_index) after = std::max(after, it->second);
   }
   if (!has_unbacked && a.kind == sym::GuardKind::Range) {
     refine(a.symbol, a.range, e, loc);
@@ -178,35 +180,124 @@ void TraceContext::check(sym::Expr e, const SourceLoc& loc) {
   graph().asserts.push_back({e, symbol_text(e), after, ir::NodeMeta{to_ir(loc), module_stack.empty() ? "" : module_stack.back(), "check"}});
 }
 
-int TraceContext::value_of(const Tensor& t) {
-  TensorImpl* impl = t.impl().get();
-  if (impl->ctx == this) {
-    if (impl->graph != graph_index) {
-      throw ExportError(StatusCode::kExportError, "a tensor traced in another graph was used here (capture it as an operand)");
-    }
-    return impl->value;
+int TraceContext::value_of(const Tensor& t) { return value_in(graph_index, t); }
+
+SubgraphFrame* TraceContext::frame_of(int g) {
+  for (SubgraphFrame& f : frames) {
+    if (f.graph == g) return &f;
   }
-  if (impl->ctx != nullptr) throw ExportError(StatusCode::kExportError, "a tensor from another export_program call was used");
-  int constant;
+  return nullptr;
+}
+
+void TraceContext::note_binding(int sym, int node) { binder[sym] = node; }
+
+int TraceContext::binding_graph(int sym) const {
+  for (std::size_t g = 0; g < program.graphs.size(); ++g) {
+    for (const ir::UnbackedBinding& b : program.graphs[g].bindings) {
+      if (b.symbol == sym) return static_cast<int>(g);
+    }
+  }
+  return -1;
+}
+
+namespace {
+
+// Small unnamed eager tensors (the 0-d constants operator expressions make from numbers) are
+// embedded as constants even inside subgraphs, and stored once per value, so that two traces
+// of one compile region compare equal.
+bool is_scalar_constant(const TensorImpl& impl) { return impl.param_name.empty() && impl.shape.empty(); }
+
+[[noreturn]] void leaked(const TensorImpl&) {
+  throw ExportError(StatusCode::kExportError,
+                    "a tensor traced inside a subgraph (a cond branch, a while_loop function or a compile region) was used "
+                    "outside it: return it from the function instead of capturing it");
+}
+
+}  // namespace
+
+int TraceContext::value_in(int g, const Tensor& t) {
+  TensorImpl* impl = t.impl().get();
+  if (impl->ctx != nullptr && impl->ctx != this) {
+    throw ExportError(StatusCode::kExportError, "a tensor from another export_program call was used");
+  }
+  if (impl->ctx == this && impl->graph == g) return impl->value;
+  SubgraphFrame* f = frame_of(g);
+  if (impl->ctx == this) {
+    // Only tensors of the graphs that (transitively) call `g` may be used in `g`.
+    bool enclosing = false;
+    for (SubgraphFrame* cur = f; cur != nullptr && !enclosing; cur = frame_of(cur->parent)) enclosing = cur->parent == impl->graph;
+    if (!enclosing) leaked(*impl);
+  } else if (f == nullptr || is_scalar_constant(*impl)) {
+    return constant_in(g, t);
+  }
+  // A free tensor of an enclosing graph (or a parameter): lifted to an input of `g`.
+  const int parent = f->parent;
+  const int outer = value_in(parent, t);
+  f = frame_of(g);
+  for (const auto& [o, inner] : f->lifted) {
+    if (o == outer) return inner;
+  }
+  const ir::Value pv = program.graphs[static_cast<std::size_t>(parent)].values[static_cast<std::size_t>(outer)];
+  ir::Graph& graph = program.graphs[static_cast<std::size_t>(g)];
+  const int v = graph.add_value({ir::ValueKind::kTensor, pv.dtype, pv.shape, {}, -1, pv.name});
+  graph.inputs.push_back(v);
+  f->lifted.emplace_back(outer, v);
+  return v;
+}
+
+int TraceContext::constant_in(int g, const Tensor& t) {
+  TensorImpl* impl = t.impl().get();
+  int constant = -1;
   auto it = lifted.find(impl);
   if (it != lifted.end()) {
     constant = it->second;
-  } else {
+  } else if (is_scalar_constant(*impl)) {
+    for (std::size_t k = 0; k < program.constants.size() && constant < 0; ++k) {
+      const ir::ConstantTensor& c = program.constants[k];
+      if (c.shape.empty() && c.dtype == impl->dtype && c.name.rfind("_constant", 0) == 0 && *c.data == *impl->data) {
+        constant = static_cast<int>(k);
+      }
+    }
+  }
+  if (constant < 0) {
     constant = static_cast<int>(program.constants.size());
     std::vector<std::int64_t> shape;
     for (const sym::Expr& d : impl->shape) shape.push_back(*d.constant_value());
     std::string name = impl->param_name.empty() ? "_constant" + std::to_string(constant) : impl->param_name;
     program.constants.push_back({name, impl->dtype, shape, impl->data});
+  }
+  if (!lifted.count(impl)) {
     lifted.emplace(impl, constant);
     lifted_alive.push_back(t.impl());
   }
   // One Constant value per constant per graph.
-  for (std::size_t v = 0; v < graph().values.size(); ++v) {
-    const ir::Value& val = graph().values[v];
+  ir::Graph& graph = program.graphs[static_cast<std::size_t>(g)];
+  for (std::size_t v = 0; v < graph.values.size(); ++v) {
+    const ir::Value& val = graph.values[v];
     if (val.kind == ir::ValueKind::kConstant && val.constant == constant) return static_cast<int>(v);
   }
-  return graph().add_value({ir::ValueKind::kConstant, impl->dtype, impl->shape, {}, constant,
-                            program.constants[static_cast<std::size_t>(constant)].name});
+  return graph.add_value({ir::ValueKind::kConstant, impl->dtype, impl->shape, {}, constant,
+                          program.constants[static_cast<std::size_t>(constant)].name});
+}
+
+void TraceContext::check_mutation(const Tensor& t, std::string_view op, const SourceLoc& loc) {
+  if (frames.empty()) return;
+  const SubgraphFrame& f = frames.back();
+  const TensorImpl* impl = t.impl().get();
+  const ir::Graph& g = program.graphs[static_cast<std::size_t>(f.graph)];
+  bool local = impl->ctx == this && impl->graph == f.graph;
+  if (local) {
+    for (int in : g.inputs) local = local && in != impl->value;
+  }
+  if (local) return;
+  std::string what = "a tensor it did not create";
+  if (impl->ctx == this && impl->graph == f.graph) what = "its input " + g.values[static_cast<std::size_t>(impl->value)].name;
+  else if (!impl->param_name.empty()) what = "parameter " + impl->param_name;
+  else if (impl->ctx == this) what = "a tensor of the enclosing graph";
+  throw ExportError(StatusCode::kExportError,
+                    "[" + f.op + "] Higher order ops do not support input mutation. Found in " + f.op + ": " + f.role +
+                        " updates " + what + " in place with " + std::string(op) + " (" + loc_text(loc) +
+                        "). Compute a new tensor instead (y = x + 1 rather than x.add_(1))");
 }
 
 ir::NodeMeta TraceContext::meta(const SourceLoc& loc, std::string user_op, const std::vector<Tensor>& inputs) const {

@@ -37,6 +37,18 @@ struct SymbolPolicy {
   const void* dim_id = nullptr;
 };
 
+/// A subgraph being traced (a cond branch, a while_loop body, a compile region): nested
+/// tracers push one frame each. Free tensors used inside are lifted to extra inputs of the
+/// subgraph, recorded here as (value id in the parent graph, input value id in this graph).
+struct SubgraphFrame {
+  int graph = -1;
+  int parent = -1;
+  std::size_t symbol_mark = 0;   // symbols with ids >= this were created inside (local)
+  std::vector<std::pair<int, int>> lifted;
+  std::string op;                // "cond", "while_loop", "invoke_subgraph": for messages
+  std::string role;              // "true_fn", "body_fn", ...
+};
+
 /// Output of an op before it exists: dtype and symbolic shape.
 struct OutSpec {
   DType dtype = DType::kF32;
@@ -54,6 +66,9 @@ class TraceContext {
   std::vector<std::shared_ptr<TensorImpl>> lifted_alive;  // keeps those addresses from being reused
   std::unordered_map<int, ir::NodeMeta> range_meta;       // symbol -> where its range was narrowed
   std::unordered_map<int, int> binder;                    // unbacked symbol -> binding node
+  std::vector<SubgraphFrame> frames;                      // nested subgraph traces, innermost last
+  std::unordered_map<const void*, std::vector<int>> regions;  // compile region -> its subgraphs
+  std::unordered_map<std::string, int> subgraph_counts;   // "cond" -> subgraphs named so far
   /// The shape environment right after the inputs were bound: declared ranges only.
   std::optional<sym::ShapeEnv> declared_env;
 
@@ -64,8 +79,22 @@ class TraceContext {
   bool guard(sym::Expr e, const SourceLoc& loc);
   /// check(): records a deferred runtime assert and narrows ranges.
   void check(sym::Expr e, const SourceLoc& loc);
-  /// Value id of `t` in the current graph (lifting eager tensors to constants).
+  /// Value id of `t` in the current graph (lifting eager tensors to constants, and tensors
+  /// of enclosing graphs to subgraph inputs).
   int value_of(const Tensor& t);
+  /// Value id of `t` in graph `g`, which is the current graph or one of its callers.
+  int value_in(int g, const Tensor& t);
+  /// The Constant value of eager tensor `t` in graph `g` (registering the constant).
+  int constant_in(int g, const Tensor& t);
+  /// The frame tracing graph `g`, or nullptr for the entry graph.
+  SubgraphFrame* frame_of(int g);
+  /// Records that node `node` of the current graph binds unbacked symbol `sym`.
+  void note_binding(int sym, int node);
+  /// The graph whose bindings bind `sym`, or -1.
+  int binding_graph(int sym) const;
+  /// Throws the higher-order-op input-mutation error when an in-place op at `loc` would
+  /// update `t` inside a subgraph that did not create it.
+  void check_mutation(const Tensor& t, std::string_view op, const SourceLoc& loc);
   ir::NodeMeta meta(const SourceLoc& loc, std::string user_op, const std::vector<Tensor>& inputs) const;
   /// Records a node and returns its outputs as traced tensors.
   std::vector<Tensor> add_node(OpKind op, const std::vector<Tensor>& inputs, std::vector<ir::Attr> attrs,

@@ -25,8 +25,10 @@ void simplify_attrs(std::vector<ir::Attr>& attrs, const sym::ShapeEnv& env) {
 }
 
 void add_unbacked_range_asserts(TraceContext& ctx) {
-  ir::Graph& g = ctx.graph();
   for (const auto& [s, node] : ctx.binder) {
+    const int graph = ctx.binding_graph(s);
+    if (graph < 0) continue;
+    ir::Graph& g = ctx.program.graphs[static_cast<std::size_t>(graph)];
     const sym::SymbolInfo& info = ctx.env().symbol(s);
     const sym::Expr u = sym::Expr::symbol(s);
     const ir::NodeMeta meta = ctx.range_meta.count(s) ? ctx.range_meta.at(s) : g.nodes[static_cast<std::size_t>(node)].meta;
@@ -39,13 +41,19 @@ void add_unbacked_range_asserts(TraceContext& ctx) {
       g.asserts.push_back({e, info.name + " <= " + std::to_string(info.range.hi), node, meta});
     }
   }
-  std::stable_sort(g.asserts.begin(), g.asserts.end(),
-                   [](const ir::RuntimeAssert& a, const ir::RuntimeAssert& b) { return a.after_node < b.after_node; });
+  for (ir::Graph& g : ctx.program.graphs) {
+    std::stable_sort(g.asserts.begin(), g.asserts.end(),
+                     [](const ir::RuntimeAssert& a, const ir::RuntimeAssert& b) { return a.after_node < b.after_node; });
+  }
 }
 
 void name_values(ir::Graph& g) {
   std::map<std::string, int> used;
   for (const ir::Value& v : g.values) if (!v.name.empty()) used[v.name]++;
+  for (std::size_t k = 0; k < g.inputs.size(); ++k) {
+    ir::Value& v = g.values[static_cast<std::size_t>(g.inputs[k])];
+    if (v.name.empty()) v.name = "arg" + std::to_string(k) + (used["arg" + std::to_string(k)]++ ? "_" : "");
+  }
   for (ir::Node& n : g.nodes) {
     for (int out : n.outputs) {
       ir::Value& v = g.values[static_cast<std::size_t>(out)];
@@ -162,10 +170,11 @@ void eliminate_dead_code(ir::Graph& g) {
 void finalize(TraceContext& ctx, const std::vector<std::pair<const Dim*, int>>& named_dims) {
   ir::Program& p = ctx.program;
   add_unbacked_range_asserts(ctx);
-  ir::Graph& main = ctx.graph();
-  simplify_graph(main, p.env);
-  eliminate_dead_code(main);
-  name_values(main);
+  for (ir::Graph& g : p.graphs) {  // the entry graph and the subgraphs of higher-order ops
+    simplify_graph(g, p.env);
+    eliminate_dead_code(g);
+    name_values(g);
+  }
   for (ir::InputSpec& in : p.inputs) {
     in.shape = simplified(in.shape, p.env);
     if (in.is_int && in.dynamism != ir::Dynamism::kStatic) {

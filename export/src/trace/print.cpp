@@ -92,6 +92,12 @@ void Printer::graph(std::ostream& os, const ir::Graph& g, int index) const {
     }
     for (int sg : node.subgraphs) args += (args.empty() ? "" : ", ") + ("graph " + std::to_string(sg));
     os << "    " << lhs << " = " << op_name(node.op) << "(" << args << ")" << where(node.meta) << "\n";
+    for (const ir::UnbackedBinding& b : g.bindings) {
+      if (b.node != static_cast<int>(n)) continue;
+      os << "    # binds " << e(sym::Expr::symbol(b.symbol)) << " = output " << b.output;
+      if (b.kind == ir::UnbackedBinding::Kind::kSize) os << " size " << b.dim << (b.divisor != 1 ? " / " + std::to_string(b.divisor) : "");
+      os << "\n";
+    }
     asserts(static_cast<int>(n));
   }
   os << "    return (";

@@ -122,3 +122,6 @@ Result<ExportedProgram> export_program(F fn, const std::vector<ExampleInput>& in
 }
 
 }  // namespace kiln
+
+// cond, while_loop and compile regions (after Values and the typed-call helpers they use).
+#include "kiln/export/control_flow.h"  // IWYU pragma: export

@@ -130,6 +130,15 @@ Tensor expand(const Tensor& x, std::vector<SymInt> shape, SourceLoc loc = Source
 Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index, SourceLoc loc = SourceLoc::current());
 Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index, SourceLoc loc = SourceLoc::current());
 
+// Copies and in-place updates. In-place ops are functional underneath: the handle `x` (and
+// every copy of it) refers to the new value; the result keeps x's dtype and shape. Updating
+// an eager tensor (a parameter) with a traced value, and updating an input inside a cond
+// branch, while_loop function or compile region, are export errors.
+Tensor clone(const Tensor& x, SourceLoc loc = SourceLoc::current());
+Tensor& add_(Tensor& x, const Operand& other, SourceLoc loc = SourceLoc::current());
+Tensor& mul_(Tensor& x, const Operand& other, SourceLoc loc = SourceLoc::current());
+Tensor& copy_(Tensor& x, const Tensor& src, SourceLoc loc = SourceLoc::current());
+
 // Data-dependent: sizes only known at run time (unbacked symbols)
 /// The value of a one-element tensor as a SymInt (an unbacked symbol while tracing).
 SymInt item(const Tensor& x, SourceLoc loc = SourceLoc::current());

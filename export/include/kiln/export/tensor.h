@@ -43,6 +43,7 @@ class ExportError : public std::runtime_error {
 };
 
 class SymBool;
+struct Operand;
 
 /// An integer that may be symbolic (during tracing) or concrete. Carries the source
 /// location where it was created (e.g. the `x.size(0)` call) for guard messages.
@@ -164,6 +165,16 @@ class Tensor {
   Tensor sum(std::vector<std::int64_t> dims = {}, bool keepdim = false, SourceLoc loc = SourceLoc::current()) const;
   Tensor mean(std::vector<std::int64_t> dims = {}, bool keepdim = false, SourceLoc loc = SourceLoc::current()) const;
   SymInt item(SourceLoc loc = SourceLoc::current()) const;
+  /// A copy: a new value with the same contents (`return x.clone()` from a cond branch
+  /// instead of returning its input).
+  Tensor clone(SourceLoc loc = SourceLoc::current()) const;
+
+  /// In-place updates (see ops.h): this tensor, and every copy of this handle, refers to
+  /// the result afterwards. Inside a cond branch, while_loop function or compile region
+  /// updating an input (or a captured tensor) is an export error.
+  Tensor& add_(const Operand& other, SourceLoc loc = SourceLoc::current());
+  Tensor& mul_(const Operand& other, SourceLoc loc = SourceLoc::current());
+  Tensor& copy_(const Tensor& src, SourceLoc loc = SourceLoc::current());
 
   const std::shared_ptr<detail::TensorImpl>& impl() const { return impl_; }
 

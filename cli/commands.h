@@ -17,6 +17,7 @@ Command add_inspect(CLI::App& app);
 Command add_run(CLI::App& app);
 Command add_validate(CLI::App& app);
 Command add_bench(CLI::App& app);
+Command add_import(CLI::App& app);
 
 }  // namespace kiln::cli
 
@@ -32,7 +33,7 @@ struct Program;
 namespace kiln::cli {
 
 /// Opens and loads a bundle (kInvalidBundle / kUnsupported with the path as context).
-Result<std::shared_ptr<const Program>> open_program(const std::string& path, bool verify_segments);
+Result<std::shared_ptr<const Program>> open_program(const std::string& path, bool verify_segments, const std::string& backend = "cpu");
 /// Parses `NAME=FILE.npy`, `NAME=INT` or positional values into signature order.
 Result<std::vector<HostValue>> parse_inputs(const fb::Program& program, const std::vector<std::string>& args);
 /// kUnavailable for `vulkan` (not in this build yet), a notice for `auto`.

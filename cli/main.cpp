@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
   bool version = false;
   app.add_flag("--version", version, "Print the tool version and the bundle format versions it reads and writes");
   std::map<CLI::App*, kiln::cli::Command> commands;
+  auto* import = app.add_subcommand("import", "Convert a torch.export archive (.pt2) into a bundle");
+  commands[import] = kiln::cli::add_import(*import);
   auto* inspect = app.add_subcommand("inspect", "Show everything in a bundle");
   commands[inspect] = kiln::cli::add_inspect(*inspect);
   auto* run = app.add_subcommand("run", "Run a bundle once on inputs from .npy files or integers");

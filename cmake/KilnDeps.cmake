@@ -27,6 +27,12 @@ if(KILN_VULKAN)
   endif()
 endif()
 
+# The .pt2 importer (export only): libzip for the archive, nlohmann-json for its JSON.
+if(KILN_BUILD_EXPORT)
+  pkg_check_modules(KILN_LIBZIP REQUIRED IMPORTED_TARGET libzip)
+  find_package(nlohmann_json CONFIG REQUIRED)
+endif()
+
 if(KILN_BUILD_CLI AND KILN_BUILD_EXPORT)
   find_package(CLI11 CONFIG REQUIRED)
   find_package(nlohmann_json CONFIG REQUIRED)

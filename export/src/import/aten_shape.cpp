@@ -1,0 +1,331 @@
+// aten data movement, creation, indexing and data-dependent ops.
+#include <algorithm>
+
+#include "import/importer.h"
+
+namespace kiln::pt2 {
+namespace {
+
+using sym::Expr;
+
+Expr c(std::int64_t v) { return Expr::constant(v); }
+
+// Ops that only reinterpret the shape: a reshape to the declared output shape.
+void as_reshape(Importer& im) {
+  const int x = im.tensor(0, "self");
+  im.define(0, im.reshape(x, im.out_shape()));
+}
+
+void expand(Importer& im) {
+  const int x = im.tensor(0, "self");
+  const Shape out = im.out_shape();
+  if (im.shape(x) == out) {
+    im.define(0, x);
+    return;
+  }
+  im.emit_out(OpKind::Expand, {x}, {out});
+}
+
+void permute(Importer& im) {
+  const int x = im.tensor(0, "self");
+  std::vector<std::int64_t> dims = im.int_list(1, "dims");
+  for (auto& d : dims) d = im.norm_dim(d, im.rank(x));
+  im.define(0, im.permute(x, dims));
+}
+
+void transpose(Importer& im) {
+  const int x = im.tensor(0, "self");
+  const std::int64_t r = im.rank(x);
+  if (r < 2) {
+    im.define(0, x);
+    return;
+  }
+  std::int64_t a = 0, b = 1;
+  if (im.target().rfind("aten.transpose", 0) == 0 || im.target().rfind("aten.swapaxes", 0) == 0 ||
+      im.target().rfind("aten.swapdims", 0) == 0) {
+    a = im.norm_dim(im.int_arg(1, "dim0"), r);
+    b = im.norm_dim(im.int_arg(2, "dim1"), r);
+  } else if (r != 2) {
+    im.bad("t() needs a tensor of rank <= 2");
+  }
+  std::vector<std::int64_t> perm;
+  for (std::int64_t i = 0; i < r; ++i) perm.push_back(i);
+  std::swap(perm[static_cast<std::size_t>(a)], perm[static_cast<std::size_t>(b)]);
+  im.define(0, im.permute(x, perm));
+}
+
+void slice(Importer& im) {
+  const int x = im.tensor(0, "self");
+  const std::int64_t d = im.norm_dim(im.int_arg(1, "dim", 0), im.rank(x));
+  const Expr start = im.opt_sym_int(2, "start").value_or(c(0));
+  const Expr end = im.opt_sym_int(3, "end").value_or(c(INT64_MAX));
+  const std::int64_t step = im.int_arg(4, "step", 1);
+  if (step < 1) im.unsupported("slice with step < 1");
+  im.emit_out(OpKind::Slice, {x}, {d, start, end, step});
+}
+
+// x.select(dim, i) == x[..., i:i+1, ...].reshape(out)
+void select(Importer& im) {
+  const int x = im.tensor(0, "self");
+  const std::int64_t d = im.norm_dim(im.int_arg(1, "dim"), im.rank(x));
+  Expr index = im.sym_int(2, "index");
+  const Expr size = im.shape(x)[static_cast<std::size_t>(d)];
+  if (auto k = index.constant_value(); k && *k < 0) index = im.simplify(size + index);
+  Shape s = im.shape(x);
+  s[static_cast<std::size_t>(d)] = c(1);
+  const int sl = im.emit(OpKind::Slice, {x}, {d, index, im.simplify(index + c(1)), std::int64_t{1}}, im.dtype(x), s);
+  im.define(0, im.reshape(sl, im.out_shape()));
+}
+
+void narrow(Importer& im) {
+  const int x = im.tensor(0, "self");
+  const std::int64_t d = im.norm_dim(im.int_arg(1, "dim"), im.rank(x));
+  Expr start = im.sym_int(2, "start");
+  const Expr length = im.sym_int(3, "length");
+  if (auto k = start.constant_value(); k && *k < 0) start = im.simplify(im.shape(x)[static_cast<std::size_t>(d)] + start);
+  im.emit_out(OpKind::Slice, {x}, {d, start, im.simplify(start + length), std::int64_t{1}});
+}
+
+void cat(Importer& im) {
+  const std::vector<int> xs = im.tensor_list(0, "tensors");
+  const DType dt = im.out_dtype();
+  const Shape out = im.out_shape();
+  std::vector<int> in;
+  for (int x : xs) {
+    // PyTorch skips 1-D empty tensors in cat.
+    if (im.rank(x) == 1 && static_cast<std::int64_t>(out.size()) != 1 && im.shape(x)[0].constant_value() == 0) continue;
+    in.push_back(im.cast(x, dt));
+  }
+  const std::int64_t d = im.norm_dim(im.int_arg(1, "dim", 0), static_cast<std::int64_t>(out.size()));
+  if (in.size() == 1) {
+    im.define(0, in[0]);
+    return;
+  }
+  im.emit_out(OpKind::Cat, in, {d});
+}
+
+void stack(Importer& im) {
+  const std::vector<int> xs = im.tensor_list(0, "tensors");
+  const DType dt = im.out_dtype();
+  const Shape out = im.out_shape();
+  const std::int64_t d = im.norm_dim(im.int_arg(1, "dim", 0), static_cast<std::int64_t>(out.size()));
+  std::vector<int> in;
+  for (int x : xs) in.push_back(im.unsqueeze(im.cast(x, dt), d));
+  if (in.size() == 1) {
+    im.define(0, im.reshape(in[0], out));
+    return;
+  }
+  im.emit_out(OpKind::Cat, in, {d});
+}
+
+void split(Importer& im) {
+  const int x = im.tensor(0, "self");
+  const std::int64_t d = im.norm_dim(im.int_arg(2, "dim", 0), im.rank(x));
+  std::vector<Expr> sizes;
+  std::vector<Shape> shapes;
+  for (std::size_t k = 0; k < im.num_outputs(); ++k) {
+    shapes.push_back(im.out_shape(k));
+    sizes.push_back(shapes.back()[static_cast<std::size_t>(d)]);
+  }
+  if (shapes.size() == 1) {
+    im.define(0, x);
+    return;
+  }
+  const std::vector<int> outs = im.emit_multi(OpKind::Split, {x}, {d, sizes}, im.dtype(x), shapes);
+  for (std::size_t k = 0; k < outs.size(); ++k) im.define(k, outs[k]);
+}
+
+void unbind(Importer& im) {
+  const int x = im.tensor(0, "self");
+  const std::int64_t d = im.norm_dim(im.int_arg(1, "dim", 0), im.rank(x));
+  std::vector<Expr> sizes;
+  std::vector<Shape> shapes;
+  for (std::size_t k = 0; k < im.num_outputs(); ++k) {
+    Shape s = im.shape(x);
+    s[static_cast<std::size_t>(d)] = c(1);
+    shapes.push_back(s);
+    sizes.push_back(c(1));
+  }
+  std::vector<int> outs = shapes.size() == 1 ? std::vector<int>{x} : im.emit_multi(OpKind::Split, {x}, {d, sizes}, im.dtype(x), shapes);
+  for (std::size_t k = 0; k < outs.size(); ++k) im.define(k, im.reshape(outs[k], im.out_shape(k)));
+}
+
+void pad(Importer& im) {
+  const int x = im.tensor(0, "self");
+  const std::string mode = im.string_arg(2, "mode", "constant");
+  if (mode != "constant") im.unsupported("pad mode '" + mode + "' (only constant padding)");
+  const auto pads = im.int_list(1, "pad");
+  const double value = im.target().rfind("aten.pad", 0) == 0 ? im.float_arg(3, "value", 0.0) : im.float_arg(2, "value", 0.0);
+  im.emit_out(OpKind::Pad, {x}, {pads, value});
+}
+
+void index(Importer& im) {
+  const int x = im.tensor(0, "self");
+  const auto idx = im.opt_tensor_list(1, "indices");
+  std::vector<std::int64_t> dims;
+  std::vector<int> in{x};
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    if (!idx[i]) continue;
+    dims.push_back(static_cast<std::int64_t>(i));
+    in.push_back(*idx[i]);
+  }
+  if (in.size() == 2 && (im.dtype(in[1]) == DType::kBool || im.dtype(in[1]) == DType::kU8)) {
+    const int mask = im.cast(in[1], DType::kBool);
+    if (dims[0] == 0 && im.rank(mask) == im.rank(x)) {
+      im.emit_out(OpKind::MaskedSelect, {x, mask});
+      return;
+    }
+    im.unsupported("boolean-mask indexing over part of the dims");
+  }
+  for (std::size_t k = 1; k < in.size(); ++k) {
+    if (im.dtype(in[k]) == DType::kBool) im.unsupported("mixing boolean masks with other indices");
+  }
+  for (std::size_t k = 1; k < dims.size(); ++k) {
+    if (dims[k] != dims[k - 1] + 1) im.unsupported("advanced indexing on non-adjacent dims");
+  }
+  if (dims.size() == 1 && im.rank(in[1]) == 1) {
+    im.emit_out(OpKind::IndexSelect, {x, in[1]}, {dims[0]});
+    return;
+  }
+  im.emit_out(OpKind::Index, in, {dims});
+}
+
+// repeat: [1]*(n-r) + shape, interleave each dim with its factor, merge.
+void repeat(Importer& im) {
+  const int x = im.tensor(0, "self");
+  const auto reps = im.sym_int_list(1, "repeats");
+  Shape s = im.shape(x);
+  if (reps.size() < s.size()) im.bad("repeat needs at least as many factors as dims");
+  while (s.size() < reps.size()) s.insert(s.begin(), c(1));
+  Shape split, expanded;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    split.push_back(c(1));
+    split.push_back(s[i]);
+    expanded.push_back(reps[i]);
+    expanded.push_back(s[i]);
+  }
+  const int r = im.reshape(x, split);
+  const int e = im.emit(OpKind::Expand, {r}, {expanded}, im.dtype(x), expanded);
+  im.define(0, im.reshape(e, im.out_shape()));
+}
+
+void full_like(Importer& im, std::optional<double> value, std::size_t value_pos) {
+  const DType dt = im.out_dtype();
+  const double v = value ? *value : im.float_arg(value_pos, "fill_value");
+  im.emit_out(OpKind::Full, {}, {im.out_shape(), v, dt});
+}
+
+void arange(Importer& im) {
+  Expr start = c(0), end, step = c(1);
+  const std::string& ov = im.overload();
+  for (const char* name : {"start", "end", "step"}) {
+    const json* a = im.arg(0, name);
+    if (a && a->contains("as_float")) im.unsupported("arange with float bounds");
+  }
+  if (ov == "default" || ov == "out") {
+    end = im.sym_int(0, "end");
+  } else {
+    start = im.sym_int(0, "start");
+    end = im.sym_int(1, "end");
+    if (ov == "start_step" || im.has(2, "step")) step = im.opt_sym_int(2, "step").value_or(c(1));
+  }
+  const DType dt = im.out_dtype();
+  im.emit_out(OpKind::Arange, {}, {start, end, step, dt});
+}
+
+}  // namespace
+
+void register_shape(HandlerTable& t) {
+  for (const char* name : {"aten.view", "aten.reshape", "aten._unsafe_view", "aten.view_copy", "aten._reshape_alias",
+                           "aten.unsqueeze", "aten.unsqueeze_copy", "aten.squeeze", "aten.squeeze_copy", "aten.flatten",
+                           "aten.unflatten", "aten.view_as", "aten.reshape_as", "aten.ravel", "aten.atleast_1d",
+                           "aten.atleast_2d"}) {
+    t[name] = as_reshape;
+  }
+  t["aten.expand"] = expand;
+  t["aten.expand_copy"] = expand;
+  t["aten.expand_as"] = expand;
+  t["aten.broadcast_to"] = expand;
+  t["aten.permute"] = permute;
+  t["aten.permute_copy"] = permute;
+  t["aten.transpose"] = transpose;
+  t["aten.transpose_copy"] = transpose;
+  t["aten.swapaxes"] = transpose;
+  t["aten.swapdims"] = transpose;
+  t["aten.t"] = transpose;
+  t["aten.numpy_T"] = [](Importer& im) {
+    const int x = im.tensor(0, "self");
+    std::vector<std::int64_t> perm;
+    for (std::int64_t d = im.rank(x) - 1; d >= 0; --d) perm.push_back(d);
+    im.define(0, im.permute(x, perm));
+  };
+  t["aten.slice"] = slice;
+  t["aten.slice_copy"] = slice;
+  t["aten.select"] = select;
+  t["aten.select_copy"] = select;
+  t["aten.narrow"] = narrow;
+  t["aten.cat"] = cat;
+  t["aten.concat"] = cat;
+  t["aten.concatenate"] = cat;
+  t["aten.stack"] = stack;
+  t["aten.split"] = split;
+  t["aten.split_with_sizes"] = split;
+  t["aten.split_copy"] = split;
+  t["aten.split_with_sizes_copy"] = split;
+  t["aten.chunk"] = split;
+  t["aten.unsafe_split"] = split;
+  t["aten.unbind"] = unbind;
+  t["aten.unbind_copy"] = unbind;
+  t["aten.constant_pad_nd"] = pad;
+  t["aten.pad"] = pad;
+  t["aten.flip"] = [](Importer& im) {
+    const int x = im.tensor(0, "self");
+    auto dims = im.int_list(1, "dims");
+    for (auto& d : dims) d = im.norm_dim(d, im.rank(x));
+    im.emit_out(OpKind::Flip, {x}, {dims});
+  };
+  t["aten.gather"] = [](Importer& im) {
+    const int x = im.tensor(0, "self");
+    im.emit_out(OpKind::Gather, {x, im.tensor(2, "index")}, {im.norm_dim(im.int_arg(1, "dim"), im.rank(x))});
+  };
+  t["aten.index_select"] = [](Importer& im) {
+    const int x = im.tensor(0, "self");
+    im.emit_out(OpKind::IndexSelect, {x, im.tensor(2, "index")}, {im.norm_dim(im.int_arg(1, "dim"), im.rank(x))});
+  };
+  t["aten.index"] = index;
+  t["aten.repeat"] = repeat;
+  t["aten.tril"] = [](Importer& im) { im.emit_out(OpKind::Tril, {im.tensor(0, "self")}, {im.int_arg(1, "diagonal", 0)}); };
+  t["aten.triu"] = [](Importer& im) { im.emit_out(OpKind::Triu, {im.tensor(0, "self")}, {im.int_arg(1, "diagonal", 0)}); };
+
+  t["aten.full"] = [](Importer& im) { full_like(im, std::nullopt, 1); };
+  t["aten.new_full"] = [](Importer& im) { full_like(im, std::nullopt, 2); };
+  t["aten.full_like"] = [](Importer& im) { full_like(im, std::nullopt, 1); };
+  t["aten.scalar_tensor"] = [](Importer& im) { full_like(im, im.float_arg(0, "s"), 0); };
+  for (const char* name : {"aten.zeros", "aten.new_zeros", "aten.zeros_like", "aten.empty", "aten.new_empty", "aten.empty_like",
+                           "aten.empty_strided", "aten.new_empty_strided", "aten.empty_permuted"}) {
+    t[name] = [](Importer& im) { full_like(im, 0.0, 0); };
+  }
+  for (const char* name : {"aten.ones", "aten.new_ones", "aten.ones_like"}) {
+    t[name] = [](Importer& im) { full_like(im, 1.0, 0); };
+  }
+  t["aten.arange"] = arange;
+
+  t["aten.nonzero"] = [](Importer& im) { im.emit_out(OpKind::Nonzero, {im.tensor(0, "self")}); };
+  t["aten.masked_select"] = [](Importer& im) {
+    im.emit_out(OpKind::MaskedSelect, {im.tensor(0, "self"), im.cast(im.tensor(1, "mask"), DType::kBool)});
+  };
+  auto item_handler = [](Importer& im) {
+    const int x = im.tensor(0, "self");
+    if (dtype_is_floating(im.dtype(x))) im.unsupported("item() of a floating tensor (symbolic floats)");
+    Shape one;
+    const int v = im.emit(OpKind::Item, {x}, {}, im.dtype(x), one);
+    (void)v;
+    const int node = static_cast<int>(im.graph().nodes.size()) - 1;
+    im.define_declared_sym(0);
+    im.bind_scalar(im.declared_sym(0), node, 0);
+  };
+  t["aten.item"] = item_handler;
+  t["aten._local_scalar_dense"] = item_handler;
+}
+
+}  // namespace kiln::pt2

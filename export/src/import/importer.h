@@ -1,0 +1,194 @@
+// The .pt2 importer's internals: the Importer walks the serialized graphs and emits
+// ir::Program nodes; aten.cpp maps each aten op with the helpers declared here.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "import/archive.h"
+#include "kiln/export/import_pt2.h"
+#include "kiln/export/ir.h"
+
+namespace kiln::pt2 {
+
+using json = nlohmann::json;
+using Shape = std::vector<sym::Expr>;
+
+/// Thrown inside the importer; import_pt2 returns it as a Status.
+class ImportError : public std::runtime_error {
+ public:
+  ImportError(StatusCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  StatusCode code() const { return code_; }
+
+ private:
+  StatusCode code_;
+};
+
+[[noreturn]] void fail(StatusCode code, const std::string& message);
+
+/// PyTorch ScalarType code (serde schema) -> DType; nullopt for complex / float8 / unknown.
+std::optional<DType> dtype_from_torch(std::int64_t code);
+/// PyTorch's promotion of two tensor dtypes (bool < integers < floating, wider wins).
+DType promote_types(DType a, DType b);
+
+/// A scalar-or-tensor operand of an aten op.
+struct Operand {
+  int value = -1;  // a tensor value id, or -1 for a scalar
+  double number = 0;
+  bool is_int = false;   // int (or bool) literal
+  bool is_bool = false;  // bool literal
+  std::optional<sym::Expr> symbolic;  // a SymInt / SymBool scalar
+  bool is_tensor() const { return value >= 0; }
+};
+
+/// One pt2 graph being emitted into one ir::Graph.
+struct Scope {
+  int graph = -1;
+  const json* jgraph = nullptr;
+  std::unordered_map<std::string, int> tensors;     // pt2 tensor name -> value id
+  std::unordered_map<std::string, sym::Expr> syms;  // pt2 SymInt/SymBool name -> expression
+  std::unordered_map<int, int> constant_values;     // program constant -> value id
+  std::unordered_map<int, int> binder;              // unbacked symbol -> binding node
+  std::set<sym::Expr, sym::ExprLess> asserted;      // asserts already added
+};
+
+class Importer;
+using Handler = std::function<void(Importer&)>;
+/// The aten op table (aten.cpp), keyed by packet name ("aten.add"); the handler sees the
+/// overload through Importer::overload().
+using HandlerTable = std::unordered_map<std::string, Handler>;
+const HandlerTable& aten_handlers();
+void register_elementwise(HandlerTable& t);  // aten_elementwise.cpp
+void register_nn(HandlerTable& t);           // aten_nn.cpp
+void register_shape(HandlerTable& t);        // aten_shape.cpp
+
+class Importer {
+ public:
+  ir::Program program;
+
+  // ---- building ---------------------------------------------------------------------
+  Status run(const std::string& path, const ImportOptions& options);
+
+  // ---- the node being mapped (valid inside a handler) ---------------------------------
+  const std::string& target() const { return target_; }      // "aten.add.Tensor"
+  const std::string& overload() const { return overload_; }  // "Tensor"
+  ir::Graph& graph() { return program.graphs[static_cast<std::size_t>(scope_->graph)]; }
+  const ir::Value& value(int id) { return graph().values[static_cast<std::size_t>(id)]; }
+  Shape shape(int id) { return value(id).shape; }
+  DType dtype(int id) { return value(id).dtype; }
+  std::int64_t rank(int id) { return static_cast<std::int64_t>(value(id).shape.size()); }
+
+  /// The argument by schema name, else by position; nullptr when absent or None.
+  const json* arg(std::size_t pos, const char* name) const;
+  bool has(std::size_t pos, const char* name) const { return arg(pos, name) != nullptr; }
+  int tensor(std::size_t pos, const char* name);
+  std::optional<int> opt_tensor(std::size_t pos, const char* name);
+  std::vector<int> tensor_list(std::size_t pos, const char* name);
+  std::vector<std::optional<int>> opt_tensor_list(std::size_t pos, const char* name);
+  sym::Expr sym_int(std::size_t pos, const char* name);
+  std::optional<sym::Expr> opt_sym_int(std::size_t pos, const char* name);
+  std::vector<sym::Expr> sym_int_list(std::size_t pos, const char* name);
+  std::int64_t int_arg(std::size_t pos, const char* name, std::optional<std::int64_t> fallback = std::nullopt);
+  std::vector<std::int64_t> int_list(std::size_t pos, const char* name, std::vector<std::int64_t> fallback = {});
+  double float_arg(std::size_t pos, const char* name, std::optional<double> fallback = std::nullopt);
+  bool bool_arg(std::size_t pos, const char* name, bool fallback = false);
+  std::string string_arg(std::size_t pos, const char* name, const std::string& fallback = "");
+  std::optional<DType> dtype_arg(std::size_t pos, const char* name);
+  Operand operand(std::size_t pos, const char* name);
+  sym::Expr sym_expr_of(const json& a);  // as_sym_int / as_sym_bool / as_int / as_bool
+  std::size_t num_args() const { return args_.size(); }
+
+  std::size_t num_outputs() const;
+  /// Declared dtype / shape of tensor output k (flattening as_tensors lists).
+  DType out_dtype(std::size_t k = 0);
+  Shape out_shape(std::size_t k = 0);
+  bool output_used(std::size_t k) const;
+  /// Binds output k's name to `value`.
+  void define(std::size_t k, int value);
+  /// The expression the archive records for symbolic output k (sym_int_values /
+  /// sym_bool_values), and binding output k's name to it.
+  sym::Expr declared_sym(std::size_t k);
+  void define_declared_sym(std::size_t k) { define_sym(k, declared_sym(k)); }
+  /// Binds a SymInt/SymBool output to an expression.
+  void define_sym(std::size_t k, sym::Expr e);
+
+  // ---- emitting -------------------------------------------------------------------------
+  int emit(OpKind op, std::vector<int> inputs, std::vector<ir::Attr> attrs, DType dtype, Shape shape);
+  std::vector<int> emit_multi(OpKind op, std::vector<int> inputs, std::vector<ir::Attr> attrs, DType dtype,
+                              std::vector<Shape> shapes);
+  /// emit() with output k's declared dtype and shape, then define(k).
+  int emit_out(OpKind op, std::vector<int> inputs, std::vector<ir::Attr> attrs = {}, std::size_t k = 0);
+  int cast(int v, DType dtype);
+  int reshape(int v, Shape shape);
+  int permute(int v, std::vector<std::int64_t> dims);
+  int unsqueeze(int v, std::int64_t dim);
+  /// A 0-d constant of `dtype` holding `v`.
+  int scalar(double v, DType dtype);
+  /// An operand as a tensor of `dtype` (casts tensors; scalars become 0-d constants,
+  /// SymInts a computed 0-d tensor).
+  int as_tensor(const Operand& o, DType dtype);
+  int constant(DType dtype, std::vector<std::int64_t> shape, std::vector<std::uint8_t> bytes, const std::string& name);
+  int constant_value(int constant_index);
+  /// An absent optional operand.
+  int none_value();
+  /// An int32/int64 index constant (1-D).
+  int index_constant(const std::vector<std::int64_t>& values);
+  /// Normalizes a possibly negative dim against `rank`.
+  std::int64_t norm_dim(std::int64_t d, std::int64_t rank);
+  sym::Expr simplify(sym::Expr e) { return program.env.simplify(e); }
+  /// Binds the unbacked symbol `e` (if it is one and unbound) to a scalar output.
+  void bind_scalar(sym::Expr e, int node_index, int output);
+  [[noreturn]] void unsupported(const std::string& why);
+  [[noreturn]] void bad(const std::string& why);
+
+ private:
+  friend struct ImporterAccess;
+  void read_archive(const std::string& path);
+  void load_tensors(const std::string& config_suffix, const std::string& folder, std::map<std::string, int>& out);
+  void create_symbols();
+  sym::Expr parse_sym(const std::string& srepr);
+  Shape tensor_shape(const json& meta);
+  void check_supported();
+  void build_signature();
+  int build_graph(const json& jgraph, const std::string& name, bool entry);
+  void map_node(const json& node);
+  void map_hop();
+  int subgraph(const json& arg);
+  void bind_unbacked(int node_index);
+  void add_assert(sym::Expr e, const std::string& message);
+  void add_range_asserts(int symbol, int node_index);
+  void apply_options(const ImportOptions& options);
+  ir::NodeMeta node_meta(const json& node) const;
+  const json& tensor_meta(const std::string& name) const;
+  std::optional<int> resolve_name(std::string_view name) const;
+
+  std::unique_ptr<ZipArchive> archive_;
+  json model_;
+  std::string path_;
+  std::map<std::string, int> weights_;    // parameter / buffer name -> constant index
+  std::map<std::string, int> constants_;  // tensor constant name -> constant index
+  std::map<std::string, int> symbols_;    // archive symbol name -> symbol id
+  std::map<std::string, std::int64_t> hints_;
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> ranges_;
+  std::map<std::string, int> subgraphs_;  // pt2 subgraph name -> graph index
+  std::vector<std::pair<std::string, std::string>> input_dims_;  // "x.0" -> archive symbol
+  Scope* scope_ = nullptr;
+  const json* node_ = nullptr;
+  std::string target_, overload_;
+  ir::NodeMeta meta_;
+  std::vector<const json*> args_;
+  std::map<std::string, const json*> kwargs_;
+  std::vector<const json*> outputs_;  // flattened output arguments
+  std::set<std::string> used_names_;  // tensor names used by any node or output (dead outputs)
+};
+
+}  // namespace kiln::pt2

@@ -13,9 +13,12 @@
 #include "kiln/format/kiln_generated.h"
 #include "kiln/runtime/bundle.h"
 #include "kiln/runtime/expr.h"
+#include "control_flow_models.h"
 
 namespace kiln {
 namespace {
+
+using namespace cf_models;
 
 std::string text(const ExportedProgram& ep, sym::Expr e) { return sym::to_string(e, &ep.program().env); }
 
@@ -61,10 +64,6 @@ void expect_near(const std::vector<float>& a, const std::vector<float>& b) {
 // ---------------------------------------------------------------------------------------
 // cond
 
-Tensor case4_model(Tensor x) {
-  return cond(gt(sum(x), 0.0), [](Tensor v) { return sin(v); }, [](Tensor v) { return cos(slice(v, 0, 0, 2)); }, {x});
-}
-
 TEST(ControlFlow, Case4CondWithDifferingSizesGetsAnUnbackedSymbol) {
   auto ep = export_program([](Tensor x) { return case4_model(x); }, {input("x", Tensor::randn({6}))});
   ASSERT_TRUE(ep.ok()) << ep.status().message();
@@ -101,9 +100,10 @@ TEST(ControlFlow, Case4CondWithDifferingSizesGetsAnUnbackedSymbol) {
   EXPECT_EQ(nodes(*ep, 1, OpKind::Sin).size(), 1u);
   EXPECT_EQ(nodes(*ep, 2, OpKind::Cos).size(), 1u);
   // Source locations and user ops are kept on the cond and inside the branches.
-  EXPECT_EQ(c.meta.location.file, "control_flow_test.cpp");
+  EXPECT_EQ(c.meta.location.file, "control_flow_models.h");
+  EXPECT_EQ(c.meta.location.line, 17u);
   EXPECT_EQ(c.meta.user_op, "cond");
-  EXPECT_EQ(nodes(*ep, 1, OpKind::Sin)[0]->meta.location.file, "control_flow_test.cpp");
+  EXPECT_EQ(nodes(*ep, 1, OpKind::Sin)[0]->meta.location.file, "control_flow_models.h");
 }
 
 TEST(ControlFlow, CondRunsEagerlyOutsideAnExport) {
@@ -236,27 +236,6 @@ TEST(ControlFlow, BranchesMustAgreeOnStructureDtypesAndRanks) {
       << pred.status().message();
 }
 
-struct Affine : Module {
-  Tensor weight, bias;
-  explicit Affine(int n, std::uint64_t seed = 1) {
-    weight = register_parameter("weight", Tensor::randn({n, n}, seed));
-    bias = register_parameter("bias", Tensor::randn({n}, seed + 100));
-  }
-  Tensor operator()(const Tensor& x) const {
-    ModuleScope scope(*this);
-    return linear(x, weight, bias);
-  }
-};
-
-struct CondDyn : Module {
-  Affine l{8};
-  CondDyn() { register_module("l", l); }
-  Tensor operator()(const Tensor& x, const Tensor& y) const {
-    return cond(x.size(0) > 4, [&](Tensor a, Tensor b) { return l(a) + sum(b); },
-                [&](Tensor a, Tensor b) { return a * 2.0 - mean(b); }, {x, y});
-  }
-};
-
 TEST(ControlFlow, SymbolicPredicateAndLiftedParameters) {
   CondDyn model;
   auto ep = export_program([&](Tensor x, Tensor y) { return model(x, y); },
@@ -316,15 +295,7 @@ TEST(ControlFlow, PredicateOnAnUnbackedValue) {
 }
 
 TEST(ControlFlow, NestedCondLiftsFreeTensorsAndSymbolsThroughEveryLevel) {
-  auto model = [](Tensor x, Tensor y, SymInt n) {
-    return cond(gt(sum(x), 0.0),
-                [&](Tensor a) {
-                  // Inner cond: uses y (captured from the entry graph, two levels up) and n.
-                  return cond(gt(sum(a), 1.0), [&](Tensor b) { return b + y * 2.0 + full({n}, 1.0).sum(); },
-                              [&](Tensor b) { return b - y; }, {a});
-                },
-                [&](Tensor a) { return a * 3.0; }, {x});
-  };
+  auto model = [](Tensor x, Tensor y, SymInt n) { return nested_model(x, y, n); };
   auto ep = export_program(model, {input("x", Tensor::randn({4})), input("y", Tensor::randn({4})),
                                    int_input("n", 3, Dim::DYNAMIC)});
   ASSERT_TRUE(ep.ok()) << ep.status().message();
@@ -354,11 +325,6 @@ TEST(ControlFlow, NestedCondLiftsFreeTensorsAndSymbolsThroughEveryLevel) {
 
 // ---------------------------------------------------------------------------------------
 // while_loop
-
-auto loop_model(Tensor x) {
-  return while_loop([](SymInt i, Tensor) { return i < 5; },
-                    [](SymInt i, Tensor v) { return std::make_tuple(i + 1, v * 1.5 + 1.0); }, {SymInt(0), x});
-}
 
 TEST(ControlFlow, WhileLoopWithAnIntAndATensorCarry) {
   auto ep = export_program(
@@ -502,38 +468,6 @@ TEST(ControlFlow, Case14CompileRegionCalledTwiceIsOneSubgraph) {
   EXPECT_EQ(shape(*ep, val(*ep, 0, graph(*ep, 0).outputs[0])), "f32[s0, 16]");
 }
 
-struct Layer : Module {
-  Affine fc;
-  explicit Layer(std::uint64_t seed) : fc(16, seed) { register_module("fc", fc); }
-};
-
-struct Stack : Module {
-  std::vector<std::unique_ptr<Layer>> layers;
-  explicit Stack(int n) {
-    for (int i = 0; i < n; ++i) {
-      layers.push_back(std::make_unique<Layer>(static_cast<std::uint64_t>(i + 1)));
-      register_module("layers." + std::to_string(i), *layers.back());
-    }
-  }
-};
-
-// Each layer's weights are captured by the region's function and lifted to subgraph inputs.
-Tensor run_stack(const Stack& s, Tensor x, int calls, bool use_region) {
-  auto body = [](Tensor h, Tensor w, Tensor b) {
-    Tensor y = tanh(linear(h, w, b));
-    y = y * sigmoid(y) + h;
-    return layer_norm(y, 1) * 0.5 + relu(y) * 0.5;
-  };
-  CompileRegion block("block", body);
-  for (int i = 0; i < calls; ++i) {
-    const Affine& fc = s.layers[static_cast<std::size_t>(i) % s.layers.size()]->fc;
-    x = use_region ? block(x, fc.weight, fc.bias) : body(x, fc.weight, fc.bias);
-  }
-  return x;
-}
-
-// The size of the serialized program (the FlatBuffer): the file itself is padded to
-// 4096-byte segment boundaries.
 std::size_t bundle_size(const ExportedProgram& ep) {
   auto bytes = serialize_bundle(ep.program());
   EXPECT_TRUE(bytes.ok()) << bytes.status().message();
@@ -619,7 +553,7 @@ TEST(ControlFlow, PrintShowsSubgraphs) {
   auto ep = export_program([](Tensor x) { return case4_model(x); }, {input("x", Tensor::randn({6}))});
   ASSERT_TRUE(ep.ok()) << ep.status().message();
   const std::string out = ep->print();
-  EXPECT_NE(out.find("cond: \"f32[u0]\" = cond(gt, x, graph 1, graph 2)  # control_flow_test.cpp:"), std::string::npos) << out;
+  EXPECT_NE(out.find("cond: \"f32[u0]\" = cond(gt, x, graph 1, graph 2)  # control_flow_models.h:17"), std::string::npos) << out;
   EXPECT_NE(out.find("graph 1 cond_0_true(x: \"f32[6]\"):"), std::string::npos) << out;
   EXPECT_NE(out.find("graph 2 cond_0_false(x: \"f32[6]\"):"), std::string::npos) << out;
   EXPECT_NE(out.find("binds u0 = output 0 size 0"), std::string::npos) << out;
@@ -713,14 +647,7 @@ TEST(ControlFlow, EveryCaseRoundTripsThroughTheBundle) {
   }
   {
     auto ep = export_program(
-        [](Tensor x, Tensor y, SymInt n) {
-          return cond(gt(sum(x), 0.0),
-                      [&](Tensor a) {
-                        return cond(gt(sum(a), 1.0), [&](Tensor b) { return b + y * 2.0 + full({n}, 1.0).sum(); },
-                                    [&](Tensor b) { return b - y; }, {a});
-                      },
-                      [&](Tensor a) { return a * 3.0; }, {x});
-        },
+        [](Tensor x, Tensor y, SymInt n) { return nested_model(x, y, n); },
         {input("x", Tensor::randn({4})), input("y", Tensor::randn({4})), int_input("n", 3, Dim::DYNAMIC)});
     ASSERT_TRUE(ep.ok()) << ep.status().message();
     expect_same_in_bundle(*ep);

@@ -1,0 +1,167 @@
+// Exported cond / while_loop / compile-region programs run by kiln::Session against eager
+// execution of the same model code (export -> bundle -> run).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "control_flow_models.h"
+#include "kiln/runtime/program.h"
+
+namespace kiln {
+namespace {
+
+using namespace cf_models;
+
+HostValue host(const Tensor& t) {
+  HostTensor h;
+  h.dtype = t.dtype();
+  h.shape = t.concrete_shape();
+  h.data = t.bytes();
+  return HostValue::of(std::move(h));
+}
+
+// Loads the exported program; a runtime without control-flow support skips the test
+// (kUnsupported names what is missing).
+#define LOAD_OR_SKIP(var, ep)                                                                        \
+  std::shared_ptr<const Program> var;                                                                \
+  {                                                                                                  \
+    auto bytes_ = serialize_bundle((ep).program());                                                  \
+    ASSERT_TRUE(bytes_.ok()) << bytes_.status().message();                                           \
+    auto bundle_ = Bundle::from_bytes(*bytes_);                                                      \
+    ASSERT_TRUE(bundle_.ok()) << bundle_.status().message();                                         \
+    auto program_ = Program::load(std::move(bundle_).value());                                       \
+    if (!program_.ok() && program_.status().code() == StatusCode::kUnsupported) {                    \
+      GTEST_SKIP() << "the runtime cannot run this program yet: " << program_.status().message();    \
+    }                                                                                                \
+    ASSERT_TRUE(program_.ok()) << program_.status().message();                                       \
+    var = *program_;                                                                                 \
+  }
+
+#define RUN_OR_SKIP(var, session, inputs)                                                            \
+  auto var = (session).run(inputs);                                                                  \
+  if (!var.ok() && var.status().code() == StatusCode::kUnsupported) {                                \
+    GTEST_SKIP() << "the runtime cannot run this program yet: " << var.status().message();           \
+  }                                                                                                  \
+  ASSERT_TRUE(var.ok()) << var.status().message()
+
+void expect_close(const HostValue& got, const Tensor& want) {
+  ASSERT_FALSE(got.is_int);
+  ASSERT_EQ(got.tensor.shape, want.concrete_shape());
+  ASSERT_EQ(got.tensor.dtype, want.dtype());
+  const auto w = want.to_vector<float>();
+  std::vector<float> g(w.size());
+  std::memcpy(g.data(), got.tensor.data.data(), g.size() * 4);
+  for (std::size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(g[i], w[i], 1e-5f + 1e-4f * std::fabs(w[i])) << "element " << i;
+}
+
+Tensor floats(std::vector<std::int64_t> shape, std::vector<float> v) { return Tensor::from_floats(std::move(shape), v); }
+
+TEST(ControlFlowRun, Case4CondTakesEitherBranchAndBindsTheSize) {
+  auto ep = export_program([](Tensor x) { return case4_model(x); }, {input("x", Tensor::randn({6}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  for (const Tensor& x : {floats({6}, {1, 2, 3, 4, 5, 6}), floats({6}, {-1, -2, -3, -4, -5, -6})}) {
+    RUN_OR_SKIP(r, session, std::vector<HostValue>{host(x)});
+    expect_close(r->outputs[0], case4_model(x));  // 6 elements, then 2
+  }
+}
+
+TEST(ControlFlowRun, SymbolicPredicateWithLiftedParameters) {
+  CondDyn model;
+  auto ep = export_program([&](Tensor x, Tensor y) { return model(x, y); },
+                           {input("x", Tensor::randn({6, 8}), {Dim::DYNAMIC}), input("y", Tensor::randn({3}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  const Tensor y = Tensor::randn({3}, 9);
+  for (std::int64_t rows : {2, 4, 5, 11}) {
+    const Tensor x = Tensor::randn({rows, 8}, static_cast<std::uint64_t>(rows));
+    RUN_OR_SKIP(r, session, (std::vector<HostValue>{host(x), host(y)}));
+    expect_close(r->outputs[0], model(x, y));
+  }
+}
+
+TEST(ControlFlowRun, NestedCondWithCapturedTensorAndSymbol) {
+  auto ep = export_program([](Tensor x, Tensor y, SymInt n) { return nested_model(x, y, n); },
+                           {input("x", Tensor::randn({4})), input("y", Tensor::randn({4})), int_input("n", 3, Dim::DYNAMIC)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  const Tensor y = floats({4}, {1, 2, 3, 4});
+  for (const Tensor& x : {floats({4}, {1, 1, 1, 1}), floats({4}, {0.1f, 0.1f, 0.1f, 0.1f}), floats({4}, {-1, -1, -1, -1})}) {
+    for (std::int64_t n : {2, 7}) {
+      RUN_OR_SKIP(r, session, (std::vector<HostValue>{host(x), host(y), HostValue::integer(n)}));
+      expect_close(r->outputs[0], nested_model(x, y, SymInt(n)));
+    }
+  }
+}
+
+TEST(ControlFlowRun, WhileLoopWithIntAndTensorCarries) {
+  auto ep = export_program(
+      [](Tensor x) {
+        auto [i, v] = loop_model(x);
+        return std::make_tuple(i, v);
+      },
+      {input("x", Tensor::randn({4}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  const Tensor x = floats({4}, {0, 1, 2, -3});
+  RUN_OR_SKIP(r, session, std::vector<HostValue>{host(x)});
+  auto [i, v] = loop_model(x);
+  ASSERT_TRUE(r->outputs[0].is_int);
+  EXPECT_EQ(r->outputs[0].int_value, *i.maybe_int());
+  expect_close(r->outputs[1], v);
+}
+
+TEST(ControlFlowRun, WhileLoopWithTensorPredicateAndLiftedTensor) {
+  auto model = [](Tensor x, Tensor step) {
+    return while_loop([](Tensor v) { return lt(sum(v), 100.0); }, [&](Tensor v) { return v + step; }, {x});
+  };
+  auto ep = export_program(model, {input("x", floats({2}, {1, 2})), input("step", floats({2}, {3, 4}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  for (const Tensor& step : {floats({2}, {3, 4}), floats({2}, {10, 20}), floats({2}, {0.5f, 0.25f})}) {
+    const Tensor x = floats({2}, {1, 2});
+    RUN_OR_SKIP(r, session, (std::vector<HostValue>{host(x), host(step)}));
+    expect_close(r->outputs[0], model(x, step));
+  }
+}
+
+TEST(ControlFlowRun, CompileRegionOverTwentyFourLayers) {
+  Stack stack(24);
+  auto ep = export_program([&](Tensor x) { return run_stack(stack, x, 24, true); },
+                           {input("x", Tensor::randn({4, 16}), {Dim("batch", 1, 256)})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  ASSERT_EQ(ep->program().graphs.size(), 2u);
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  for (std::int64_t batch : {1, 3, 9}) {
+    const Tensor x = Tensor::randn({batch, 16}, static_cast<std::uint64_t>(batch + 40));
+    RUN_OR_SKIP(r, session, std::vector<HostValue>{host(x)});
+    expect_close(r->outputs[0], run_stack(stack, x, 24, false));  // eager, inlined
+  }
+}
+
+TEST(ControlFlowRun, CondOnAnUnbackedValue) {
+  auto model = [](Tensor x, Tensor n_t) {
+    SymInt n = n_t.item();
+    return cond(n > 0, [](Tensor v) { return v * 2.0; }, [](Tensor v) { return -v; }, {x});
+  };
+  auto ep = export_program(model, {input("x", Tensor::randn({4})), input("n_t", Tensor::from_ints({}, std::vector<std::int64_t>{3}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  const Tensor x = floats({4}, {1, -2, 3, -4});
+  for (std::int64_t n : {3, 0, -5}) {
+    const Tensor n_t = Tensor::from_ints({}, std::vector<std::int64_t>{n});
+    RUN_OR_SKIP(r, session, (std::vector<HostValue>{host(x), host(n_t)}));
+    expect_close(r->outputs[0], model(x, n_t));
+  }
+}
+
+}  // namespace
+}  // namespace kiln

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cstring>
 #include <map>
 
 #include "import/importer.h"
@@ -142,6 +143,60 @@ Result<ExportedProgram> import_pt2(const std::string& path, const ImportOptions&
   return ExportedProgram(std::move(importer.program));
 }
 
+// ---- .npy in either order -----------------------------------------------------------------
+
+Result<HostTensor> read_npy_any_order(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return read_npy(path);
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string head(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(bytes.size(), 512)));
+  const std::string key = "'fortran_order': True";
+  const std::size_t at = head.find(key);
+  if (at == std::string::npos) return read_npy(path);
+  const std::string c_order = "'fortran_order':False";
+  std::copy(c_order.begin(), c_order.end(), bytes.begin() + static_cast<std::ptrdiff_t>(at));
+  // Reverse the shape tuple in place: Fortran data of shape S is C data of reversed S.
+  const std::size_t open = head.find('(', head.find("'shape'")), close = head.find(')', open);
+  if (open == std::string::npos || close == std::string::npos) return read_npy(path);
+  std::vector<std::int64_t> dims;
+  for (std::size_t i = open + 1; i < close;) {
+    while (i < close && !std::isdigit(static_cast<unsigned char>(head[i]))) ++i;
+    if (i >= close) break;
+    std::size_t j = i;
+    while (j < close && std::isdigit(static_cast<unsigned char>(head[j]))) ++j;
+    dims.push_back(std::stoll(head.substr(i, j - i)));
+    i = j;
+  }
+  std::string reversed = "(";
+  for (std::size_t k = dims.size(); k-- > 0;) reversed += std::to_string(dims[k]) + (dims.size() == 1 ? "," : k ? ", " : "");
+  reversed += ")";
+  if (reversed.size() != close - open + 1) return read_npy(path);
+  std::copy(reversed.begin(), reversed.end(), bytes.begin() + static_cast<std::ptrdiff_t>(open));
+  auto t = parse_npy(bytes, path);
+  if (!t.ok() || dims.size() < 2) return t;
+  // Transpose (reverse all axes) back to `dims`.
+  HostTensor out;
+  out.dtype = t->dtype;
+  out.shape = dims;
+  out.data.resize(t->data.size());
+  const std::size_t es = dtype_size(t->dtype);
+  const std::size_t r = dims.size();
+  std::vector<std::int64_t> idx(r, 0), src_strides(r, 1);
+  // Source (C order over reversed dims): stride of original axis d is prod(dims[0..d-1]).
+  for (std::size_t d = 1; d < r; ++d) src_strides[d] = src_strides[d - 1] * dims[d - 1];
+  const std::int64_t n = out.numel();
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::int64_t src = 0;
+    for (std::size_t d = 0; d < r; ++d) src += idx[d] * src_strides[d];
+    std::memcpy(out.data.data() + static_cast<std::size_t>(i) * es, t->data.data() + static_cast<std::size_t>(src) * es, es);
+    for (std::size_t d = r; d-- > 0;) {
+      if (++idx[d] < dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
 // ---- self-tests --------------------------------------------------------------------------
 
 namespace {
@@ -160,7 +215,7 @@ Result<ir::TestValue> test_value(const std::string& file, bool is_int, double rt
     } catch (const std::exception&) {
     }
   }
-  auto npy = read_npy(file);
+  auto npy = read_npy_any_order(file);
   if (!npy.ok()) return npy.status();
   if (is_int) {
     if (npy->numel() != 1 || (npy->dtype != DType::kI64 && npy->dtype != DType::kI32)) {

@@ -572,12 +572,12 @@ Shape Importer::tensor_shape(const json& meta) {
 }
 
 void Importer::create_symbols() {
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> derived_ranges;
   if (const json* rc = member(model_, "range_constraints")) {
     for (auto it = rc->begin(); it != rc->end(); ++it) {
       const std::string key = it.key();
       bool plain = !key.empty();
       for (char c : key) plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
-      if (!plain) continue;  // e.g. "32*s39": implied by its symbol's range
       const json* lo = member(*it, "min_val");
       const json* hi = member(*it, "max_val");
       auto bound = [&](const json* b, std::int64_t inf) -> std::int64_t {
@@ -588,8 +588,23 @@ void Importer::create_symbols() {
         if (v <= -(std::int64_t{1} << 62)) return sym::kNegInf;
         return v;
       };
-      ranges_[key] = {bound(lo, sym::kNegInf), bound(hi, sym::kPosInf)};
+      if (plain) {
+        ranges_[key] = {bound(lo, sym::kNegInf), bound(hi, sym::kPosInf)};
+        continue;
+      }
+      // A derived dim ("32*s39", "s3 + 1"): PyTorch checks the input size against this
+      // range, not its root's (which keeps the internal min 2), so the root's range
+      // becomes the one this implies.
+      static const std::regex linear(R"(^\s*(?:(\d+)\*)?([A-Za-z_]\w*)(?:\s*\+\s*(\d+))?\s*$)");
+      std::smatch m;
+      if (!std::regex_match(key, m, linear)) continue;
+      const std::int64_t a = m[1].matched ? std::stoll(m[1].str()) : 1, b = m[3].matched ? std::stoll(m[3].str()) : 0;
+      const std::int64_t dlo = bound(lo, sym::kNegInf), dhi = bound(hi, sym::kPosInf);
+      auto floor_div = [](std::int64_t x, std::int64_t y) { return x >= 0 ? x / y : -((-x + y - 1) / y); };
+      derived_ranges[m[2].str()] = {dlo == sym::kNegInf ? sym::kNegInf : -floor_div(-(dlo - b), a),
+                                    dhi == sym::kPosInf ? sym::kPosInf : floor_div(dhi - b, a)};
     }
+    for (const auto& [name, r] : derived_ranges) ranges_[name] = r;
   }
   // Hints: example values of bare symbols in the entry graph's metadata.
   const json& g = need(need(model_, "graph_module", "model"), "graph", "graph_module");

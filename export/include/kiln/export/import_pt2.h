@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "kiln/export/export.h"
+#include "kiln/runtime/program.h"
 #include "kiln/runtime/status.h"
 
 namespace kiln {
@@ -66,5 +67,9 @@ Status add_self_tests_from_manifest(ir::Program& program, const std::string& man
 /// `FILE.npy`; ints may be a literal integer), `outputs` in signature order.
 Status add_self_test_case(ir::Program& program, const std::string& name, const std::vector<std::string>& inputs,
                           const std::vector<std::string>& outputs, double rtol = 1e-4, double atol = 1e-5);
+
+/// read_npy that also accepts Fortran-order arrays (NumPy writes transposed results that
+/// way), returning them C-contiguous. Errors as read_npy.
+Result<HostTensor> read_npy_any_order(const std::string& path);
 
 }  // namespace kiln

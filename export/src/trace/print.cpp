@@ -27,6 +27,8 @@ class Printer {
   std::string name(const ir::Graph& g, int id) const {
     const ir::Value& v = g.values[static_cast<std::size_t>(id)];
     if (v.kind == ir::ValueKind::kNone) return "None";
+    // An unnamed symbolic value (a cond predicate, an int operand) reads best as its expression.
+    if (v.name.empty() && (v.kind == ir::ValueKind::kSymInt || v.kind == ir::ValueKind::kSymBool)) return e(v.expr);
     return v.name.empty() ? "%" + std::to_string(id) : v.name;
   }
   static std::string where(const ir::NodeMeta& m) {

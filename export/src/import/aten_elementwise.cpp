@@ -235,7 +235,7 @@ void composite(Importer& im, F f) {
 }
 
 void cast_like(Importer& im) {
-  const int x = im.tensor(0, "self");
+  const int x = im.has(0, "self") ? im.tensor(0, "self") : im.tensor(0, "input");
   im.define(0, im.cast(x, im.out_dtype()));
 }
 

@@ -209,6 +209,36 @@ void repeat(Importer& im) {
   im.define(0, im.reshape(e, im.out_shape()));
 }
 
+// topk / sort / argsort through the topk kernel (k = the dim's size for sorts).
+void topk(Importer& im, bool is_sort, bool indices_only) {
+  const int x = im.tensor(0, "self");
+  const std::int64_t r = im.rank(x);
+  std::int64_t k, d;
+  bool largest;
+  if (is_sort) {
+    d = im.norm_dim(im.int_arg(indices_only ? 1 : 2, "dim", -1), r);
+    largest = im.bool_arg(indices_only ? 2 : 3, "descending", false);
+    auto n = im.simplify(im.shape(x)[static_cast<std::size_t>(r == 0 ? 0 : d)]).constant_value();
+    if (r > 0 && !n) im.unsupported("sorting along a dynamic dim");
+    k = r == 0 ? 1 : *n;
+  } else {
+    k = im.int_arg(1, "k");
+    d = im.norm_dim(im.int_arg(2, "dim", -1), r);
+    largest = im.bool_arg(3, "largest", true);
+  }
+  Shape s = im.shape(x);
+  if (r > 0) s[static_cast<std::size_t>(d)] = c(k);
+  const auto outs = im.emit_multi(OpKind::Topk, {x}, {k, d, largest, true}, im.dtype(x), {s, s});
+  // emit_multi gives every output x's dtype; the indices are i64.
+  im.graph().values[static_cast<std::size_t>(outs[1])].dtype = DType::kI64;
+  if (indices_only) {
+    im.define(0, outs[1]);
+  } else {
+    im.define(0, outs[0]);
+    if (im.num_outputs() > 1) im.define(1, outs[1]);
+  }
+}
+
 void full_like(Importer& im, std::optional<double> value, std::size_t value_pos) {
   const DType dt = im.out_dtype();
   const double v = value ? *value : im.float_arg(value_pos, "fill_value");
@@ -309,6 +339,9 @@ void register_shape(HandlerTable& t) {
     t[name] = [](Importer& im) { full_like(im, 1.0, 0); };
   }
   t["aten.arange"] = arange;
+  t["aten.topk"] = [](Importer& im) { topk(im, false, false); };
+  t["aten.sort"] = [](Importer& im) { topk(im, true, false); };
+  t["aten.argsort"] = [](Importer& im) { topk(im, true, true); };
 
   t["aten.nonzero"] = [](Importer& im) { im.emit_out(OpKind::Nonzero, {im.tensor(0, "self")}); };
   t["aten.masked_select"] = [](Importer& im) {

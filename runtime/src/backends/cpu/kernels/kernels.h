@@ -154,6 +154,10 @@ KILN_DECLARE_KERNEL(LayerNorm);
 KILN_DECLARE_KERNEL(Softmax);
 KILN_DECLARE_KERNEL(LogSoftmax);
 
+// topk(x; k, dim, largest, sorted) -> (values [.., k, ..], i64 indices) along dim, sorted
+// by value (ties: lower index first; NaN is the largest); numeric dtypes (topk.cpp).
+KILN_DECLARE_KERNEL(Topk);
+
 // 2-D pooling over [N, C, H, W] or [C, H, W], PyTorch's output sizes and windows
 // (pool.cpp). max pools: numeric dtypes, NaN propagates; average pools: f32 f64.
 //   max_pool2d(kernel, stride (empty = kernel), padding <= kernel / 2, dilation, ceil_mode)

@@ -195,8 +195,9 @@ std::vector<Case> all_cases() {
   struct Conv { std::int64_t n, c, h, w, o, k, s, p, d, groups; bool bias; };
   for (const Conv cv : {Conv{2, 3, 9, 11, 4, 3, 1, 1, 1, 1, true}, Conv{1, 4, 10, 7, 6, 3, 2, 0, 1, 2, false},
                         Conv{1, 6, 8, 9, 6, 3, 1, 2, 2, 6, true}, Conv{0, 2, 5, 5, 3, 1, 1, 0, 1, 1, true},
-                        Conv{3, 5, 7, 7, 2, 5, 2, 2, 1, 1, true}}) {
-    c.push_back({"conv2d_c" + std::to_string(cv.c) + "_g" + std::to_string(cv.groups) + "_s" + std::to_string(cv.s) +
+                        Conv{3, 5, 7, 7, 2, 5, 2, 2, 1, 1, true}, Conv{2, 5, 9, 10, 12, 3, 1, 1, 1, 1, true},
+                        Conv{1, 16, 11, 9, 70, 3, 2, 1, 2, 1, false}, Conv{2, 8, 7, 6, 16, 3, 1, 1, 1, 2, true}}) {
+    c.push_back({"conv2d_c" + std::to_string(cv.c) + "_o" + std::to_string(cv.o) + "_g" + std::to_string(cv.groups) + "_s" + std::to_string(cv.s) +
                      "_d" + std::to_string(cv.d) + (cv.n == 0 ? "_unbatched" : ""),
                  [cv](std::mt19937& rng) {
                    Graph g;

@@ -440,6 +440,31 @@ Status Lowerer::conv2d() {
   if (bias != nullptr && bias->shape != Shape{w[0]}) return invalid("bias.shape=", shape_text(bias->shape));
   const std::int64_t n = numel(expect);
   if (n == 0) return Status::Ok();
+  const std::int64_t cpg = x[1] / groups, opg = w[0] / groups, kdim = cpg * w[2] * w[3];
+  const std::int64_t cols = x[0] * oh * ow;
+  if (kdim >= 16 && opg >= 8) {
+    // Implicit GEMM per group: tiles of output channels x output pixels through shared memory.
+    const bool big = opg >= 64 && cols >= 64;
+    const std::int64_t tile = big ? 64 : 32;
+    Dispatch& d = add(big ? "conv2d_gemm_f32_t64" : "conv2d_gemm_f32_t32", {in_id(0), in_id(1)}, {out_id()});
+    if (bias != nullptr) d.reads.push_back(in_id(2));
+    const std::int64_t p[] = {opg, cols, kdim, bias != nullptr ? 1 : 0, x[1], x[2], x[3], oh, ow, w[2], w[3],
+                              stride[0], stride[1], pad[0], pad[1], dil[0], dil[1], w[0]};
+    for (std::size_t i = 0; i < std::size(p); ++i) d.push[i] = static_cast<std::int32_t>(p[i]);
+    d.bindings[0] = T(in_id(0));
+    d.bindings[1] = T(in_id(1));
+    d.bindings[2] = T(out_id());
+    if (bias != nullptr) d.bindings[3] = T(in_id(2));
+    d.groups[0] = static_cast<std::uint32_t>((cols + tile - 1) / tile);
+    d.groups[1] = static_cast<std::uint32_t>((opg + tile - 1) / tile);
+    d.groups[2] = static_cast<std::uint32_t>(groups);
+    if (d.groups[0] > limits_.maxComputeWorkGroupCount[0] || d.groups[1] > limits_.maxComputeWorkGroupCount[1] ||
+        d.groups[2] > limits_.maxComputeWorkGroupCount[2]) {
+      return unsupported("convolution too large for the dispatch grid");
+    }
+    return Status::Ok();
+  }
+  // Direct convolution (depthwise and other thin groups): one invocation per output.
   Dispatch& d = add("conv2d_f32", {in_id(0), in_id(1)}, {out_id()});
   if (bias != nullptr) d.reads.push_back(in_id(2));
   const std::int64_t p[] = {n, x[1], x[2], x[3], w[0], oh, ow, w[2], w[3], stride[0], stride[1],

@@ -163,5 +163,96 @@ TEST(ControlFlowRun, CondOnAnUnbackedValue) {
   }
 }
 
+TEST(ControlFlowRun, DataDependentSizesInsideBranches) {
+  auto model = [](Tensor x) {
+    return cond(gt(sum(x), 0.0), [](Tensor v) { return nonzero(v); }, [](Tensor v) { return nonzero(relu(v)); }, {x});
+  };
+  auto ep = export_program(model, {input("x", Tensor::randn({3, 4}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  for (std::uint64_t seed : {1u, 2u, 3u, 4u}) {
+    const Tensor x = Tensor::randn({3, 4}, seed);
+    RUN_OR_SKIP(r, session, std::vector<HostValue>{host(x)});
+    const Tensor want = model(x);
+    ASSERT_EQ(r->outputs[0].tensor.shape, want.concrete_shape());
+    EXPECT_EQ(r->outputs[0].tensor.data, want.bytes());
+  }
+}
+
+TEST(ControlFlowRun, SymIntOutputsAndOperands) {
+  auto model = [](Tensor x, SymInt n) {
+    auto [a, b] = cond(gt(sum(x), 0.0), [](Tensor v, SymInt k) { return std::make_tuple(v.size(0) * 2, k + 1); },
+                       [](Tensor v, SymInt k) { return std::make_tuple(v.size(0) * 2, k * 3); }, {x, n});
+    return std::make_tuple(a, b);
+  };
+  auto ep = export_program(model, {input("x", Tensor::randn({5}), {Dim::DYNAMIC}), int_input("n", 4, Dim::DYNAMIC)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  for (const Tensor& x : {floats({3}, {1, 2, 3}), floats({6}, {-1, -2, -3, -4, -5, -6})}) {
+    RUN_OR_SKIP(r, session, (std::vector<HostValue>{host(x), HostValue::integer(7)}));
+    auto [a, b] = model(x, SymInt(7));
+    EXPECT_EQ(r->outputs[0].int_value, *a.maybe_int());
+    EXPECT_EQ(r->outputs[1].int_value, *b.maybe_int());
+  }
+}
+
+TEST(ControlFlowRun, GuardInsideABranchIsCheckedOnTheInputs) {
+  auto model = [](Tensor x) {
+    return cond(gt(sum(x), 0.0),
+                [](Tensor v) {
+                  if (v.size(0) % 2 == 0) return v.reshape({-1, 2}).sum({1});
+                  return v * 2.0;
+                },
+                [](Tensor v) { return v * 3.0; }, {x});
+  };
+  auto ep = export_program(model, {input("x", Tensor::randn({8}), {Dim::DYNAMIC})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  const Tensor pos = floats({4}, {1, 2, 3, 4}), neg = floats({6}, {-1, -2, -3, -4, -5, -6});
+  for (const Tensor& x : {pos, neg}) {
+    RUN_OR_SKIP(r, session, std::vector<HostValue>{host(x)});
+    expect_close(r->outputs[0], model(x));
+  }
+  auto odd = session.run(std::vector<HostValue>{host(floats({5}, {1, 2, 3, 4, 5}))});
+  ASSERT_FALSE(odd.ok());
+  EXPECT_EQ(odd.status().code(), StatusCode::kInvalidInput);
+}
+
+TEST(ControlFlowRun, SpecializedEntryGraphCallsTheSubgraphs) {
+  Dim b("b", 1, 64);
+  b.specialize_on({"b == 1"});
+  CompileRegion block("block", [](Tensor v) { return relu(v) + 1.0; });
+  auto model = [&](Tensor x) {
+    return cond(x.size(0) > 4, [&](Tensor v) { return block(v); }, [](Tensor v) { return v * 2.0; }, {x});
+  };
+  auto ep = export_program(model, {input("x", Tensor::randn({6, 3}), {b})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  for (std::int64_t rows : {1, 3, 6}) {
+    const Tensor x = Tensor::randn({rows, 3}, static_cast<std::uint64_t>(rows));
+    RUN_OR_SKIP(r, session, std::vector<HostValue>{host(x)});
+    EXPECT_EQ(r->variant, rows == 1 ? "b == 1" : "generic");
+    expect_close(r->outputs[0], model(x));
+  }
+}
+
+TEST(ControlFlowRun, RegionWithAnIntOperand) {
+  CompileRegion block("block", [](Tensor v, SymInt k) { return v * 2.0 + full({k}, 1.0).sum(); });
+  auto model = [&](Tensor x, SymInt n) { return block(block(x, n), n + 1); };
+  auto ep = export_program(model, {input("x", Tensor::randn({4})), int_input("n", 3, Dim::DYNAMIC)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  const Tensor x = floats({4}, {1, 2, 3, 4});
+  for (std::int64_t n : {0, 5}) {
+    RUN_OR_SKIP(r, session, (std::vector<HostValue>{host(x), HostValue::integer(n)}));
+    expect_close(r->outputs[0], model(x, SymInt(n)));
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -676,3 +676,152 @@ TEST(ControlFlow, BundleWithARegionCallingItselfIsRejected) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+using namespace cf_models;
+
+// ---------------------------------------------------------------------------------------
+// More shapes of the same machinery
+
+TEST(ControlFlowMore, SymIntOutputsMergeLikeSizes) {
+  auto ep = export_program(
+      [](Tensor x, SymInt n) {
+        auto [a, b] = cond(
+            gt(sum(x), 0.0), [](Tensor v, SymInt k) { return std::make_tuple(v.size(0) * 2, k + 1); },
+            [](Tensor v, SymInt k) { return std::make_tuple(v.size(0) * 2, k * 3); }, {x, n});
+        return std::make_tuple(a, b);
+      },
+      {input("x", Tensor::randn({5}), {Dim::DYNAMIC}), int_input("n", 4, Dim::DYNAMIC)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const ir::Graph& g = ep->program().graphs[0];
+  // The same expression in both branches stays; differing ones become a Scalar-bound symbol.
+  EXPECT_EQ(text(*ep, ep->program().outputs[0].expr), "2*s0");
+  const sym::Expr b = ep->program().outputs[1].expr;
+  ASSERT_TRUE(b.is_symbol()) << text(*ep, b);
+  EXPECT_EQ(ep->program().env.symbol(b.symbol_id()).kind, sym::SymbolKind::Unbacked);
+  ASSERT_EQ(g.bindings.size(), 1u);
+  EXPECT_EQ(g.bindings[0].kind, ir::UnbackedBinding::Kind::kScalar);
+  EXPECT_EQ(g.bindings[0].output, 1);
+  // The branches take [x, n] with the int operand as a SymInt input binding s1.
+  EXPECT_EQ(input_types(*ep, 1), "f32[s0], Sym(s1)");
+  ASSERT_EQ(ep->program().self_tests.size(), 1u);
+  EXPECT_EQ(ep->program().self_tests[0].outputs[0].int_value, 10);
+}
+
+TEST(ControlFlowMore, DataDependentSizesInsideBranchesGetFreshSymbols) {
+  auto ep = export_program(
+      [](Tensor x) {
+        return cond(gt(sum(x), 0.0), [](Tensor v) { return nonzero(v); }, [](Tensor v) { return nonzero(relu(v)); }, {x});
+      },
+      {input("x", Tensor::randn({3, 4}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const ir::Graph& g = ep->program().graphs[0];
+  // Each branch binds its own row count (with its asserts, in the branch); the cond binds a
+  // third symbol covering both: [0, 12].
+  const ir::Value& out = g.values[static_cast<std::size_t>(g.outputs[0])];
+  ASSERT_TRUE(out.shape[0].is_symbol());
+  const int u = out.shape[0].symbol_id();
+  EXPECT_EQ(ep->program().env.symbol(u).range.lo, 0);
+  EXPECT_EQ(ep->program().env.symbol(u).range.hi, 12);
+  ASSERT_EQ(g.bindings.size(), 1u);
+  EXPECT_EQ(g.bindings[0].symbol, u);
+  for (int branch : {1, 2}) {
+    const ir::Graph& b = ep->program().graphs[static_cast<std::size_t>(branch)];
+    ASSERT_EQ(b.bindings.size(), 1u);
+    EXPECT_NE(b.bindings[0].symbol, u);
+    EXPECT_EQ(assert_messages(b).size(), 2u) << ep->print();  // u >= 0, u <= 12 after the nonzero
+  }
+  EXPECT_EQ(assert_messages(g), (std::vector<std::string>{text(*ep, sym::Expr::symbol(u)) + " >= 0",
+                                                           text(*ep, sym::Expr::symbol(u)) + " <= 12"}));
+}
+
+TEST(ControlFlowMore, GuardsInsideABranchAreInputPreconditions) {
+  auto ep = export_program(
+      [](Tensor x) {
+        return cond(gt(sum(x), 0.0),
+                    [](Tensor v) {
+                      if (v.size(0) % 2 == 0) return v.reshape({-1, 2}).sum({1});
+                      return v * 2.0;
+                    },
+                    [](Tensor v) { return v * 3.0; }, {x});
+      },
+      {input("x", Tensor::randn({8}), {Dim::DYNAMIC})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const ir::Graph& g = ep->program().graphs[0];
+  // The guard: a precondition on the inputs of the entry graph (as in PyTorch).
+  ASSERT_FALSE(g.asserts.empty()) << ep->print();
+  EXPECT_EQ(g.asserts[0].after_node, -1);
+  EXPECT_NE(g.asserts[0].message.find("% 2"), std::string::npos) << g.asserts[0].message;
+  EXPECT_EQ(g.asserts[0].meta.location.file, "control_flow_test.cpp");
+  EXPECT_TRUE(ep->program().graphs[1].asserts.empty());
+  // The branches return s0//2 and s0 elements: a fresh symbol in [1, inf).
+  EXPECT_EQ(shape(*ep, val(*ep, 0, g.outputs[0])), "f32[u0]");
+  EXPECT_EQ(assert_messages(g), (std::vector<std::string>{g.asserts[0].message, "u0 >= 1"}));
+}
+
+TEST(ControlFlowMore, ChecksInsideABranchStayInTheBranch) {
+  auto ep = export_program(
+      [](Tensor x, Tensor n_t) {
+        SymInt n = n_t.item();
+        return cond(gt(sum(x), 0.0),
+                    [&](Tensor v) {
+                      check(n + v.size(0) <= 100);
+                      return v * 2.0;
+                    },
+                    [](Tensor v) { return v * 3.0; }, {x});
+      },
+      {input("x", Tensor::randn({4})), input("n_t", Tensor::from_ints({}, std::vector<std::int64_t>{3}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const ir::Graph& t = ep->program().graphs[1];
+  ASSERT_EQ(t.asserts.size(), 1u) << ep->print();
+  EXPECT_EQ(t.asserts[0].after_node, -1);  // u0 is a (lifted) input of the branch
+  EXPECT_EQ(t.asserts[0].meta.location.file, "control_flow_test.cpp");
+  EXPECT_EQ(input_types(*ep, 1), "f32[4], Sym(u0)");
+  // Not a fact outside the branch: u0 keeps its range and main has no assert on it.
+  EXPECT_EQ(ep->program().env.symbol(0).range.hi, sym::kPosInf);
+  EXPECT_TRUE(ep->program().graphs[0].asserts.empty()) << ep->print();
+}
+
+TEST(ControlFlowMore, BranchesWithoutOperandsCaptureEverything) {
+  auto ep = export_program(
+      [](Tensor x) { return cond(x.size(0) > 3, [&] { return x * 2.0; }, [&] { return x - 1.0; }); },
+      {input("x", Tensor::randn({5}), {Dim::DYNAMIC})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto conds = nodes(*ep, 0, OpKind::Cond);
+  ASSERT_EQ(conds.size(), 1u);
+  EXPECT_EQ(conds[0]->inputs.size(), 2u);  // [pred, x (lifted)]
+  EXPECT_EQ(input_types(*ep, 1), "f32[s0]");
+  EXPECT_EQ(shape(*ep, val(*ep, 0, graph(*ep, 0).outputs[0])), "f32[s0]");
+}
+
+TEST(ControlFlowMore, SpecializedEntryGraphsCallTheSameSubgraphs) {
+  Dim b("b", 1, 64);
+  b.specialize_on({"b == 1"});
+  CompileRegion block("block", [](Tensor v) { return relu(v) + 1.0; });
+  auto ep = export_program([&](Tensor x) { return cond(x.size(0) > 4, [&](Tensor v) { return block(v); },
+                                                       [](Tensor v) { return v * 2.0; }, {x}); },
+                           {input("x", Tensor::randn({6, 3}), {b})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  ASSERT_EQ(ep->program().specializations.size(), 1u);
+  const ir::Graph& spec = graph(*ep, ep->program().specializations[0].graph);
+  auto conds = std::count_if(spec.nodes.begin(), spec.nodes.end(), [](const ir::Node& n) { return n.op == OpKind::Cond; });
+  EXPECT_EQ(conds, 1);
+  auto bytes = serialize_bundle(ep->program());
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  EXPECT_TRUE(Bundle::from_bytes(*bytes).ok());
+}
+
+TEST(ControlFlowMore, RegionWithAnIntOperand) {
+  CompileRegion block("block", [](Tensor v, SymInt k) { return v * 2.0 + full({k}, 1.0).sum(); });
+  auto ep = export_program([&](Tensor x, SymInt n) { return block(block(x, n), n + 1); },
+                           {input("x", Tensor::randn({4})), int_input("n", 3, Dim::DYNAMIC)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  // Both calls bind k from their int operand: n and n + 1 are one signature (a bare symbol).
+  EXPECT_EQ(nodes(*ep, 0, OpKind::InvokeSubgraph).size(), 2u);
+  EXPECT_EQ(input_types(*ep, 1), "f32[4], Sym(s0)");
+}
+
+}  // namespace
+}  // namespace kiln

@@ -8,6 +8,7 @@ namespace kiln::detail {
 namespace {
 thread_local TraceContext* g_trace = nullptr;
 
+
 std::string bound_text(std::int64_t v) {
   if (v == sym::kPosInf) return "inf";
   if (v == sym::kNegInf) return "-inf";
@@ -155,6 +156,21 @@ void TraceContext::check(sym::Expr e, const SourceLoc& loc) {
   if (auto known = env().statically_known(e)) {
     if (*known) return;
     throw ExportError(StatusCode::kExportError, "check failed: " + symbol_text(e) + " is always false (" + loc_text(loc) + ")");
+  }
+  if (!frames.empty()) {
+    // Inside a subgraph, a condition on symbols from outside it holds only when the subgraph
+    // runs: it stays an assert of the subgraph and teaches the shape engine nothing.
+    bool outer = false;
+    for (int s : env().free_symbols(e)) outer = outer || static_cast<std::size_t>(s) < frames.back().symbol_mark;
+    if (outer) {
+      int after = -1;
+      for (int s : env().free_symbols(e)) {
+        auto it = binder.find(s);
+        if (it != binder.end() && binding_graph(s) == graph_index) after = std::max(after, it->second);
+      }
+      graph().asserts.push_back({e, symbol_text(e), after, ir::NodeMeta{to_ir(loc), module_stack.empty() ? "" : module_stack.back(), "check"}});
+      return;
+    }
   }
   const sym::GuardAnalysis a = env().analyze_guard(e);
   if (a.kind == sym::GuardKind::Range && env().symbol(a.symbol).kind == sym::SymbolKind::Unbacked) {

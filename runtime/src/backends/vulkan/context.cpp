@@ -118,6 +118,7 @@ Status Context::init(bool validation) {
 
   std::vector<const char*> layers;
   std::vector<const char*> extensions;
+  bool sync_validation = false;
   if (validation) {
     std::uint32_t n = 0;
     api_.vkEnumerateInstanceLayerProperties(&n, nullptr);
@@ -129,6 +130,17 @@ Status Context::init(bool validation) {
     if (!have) return unavailable("validation requested but VK_LAYER_KHRONOS_validation is not installed");
     layers.push_back("VK_LAYER_KHRONOS_validation");
     extensions.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+    // Synchronization validation too (missing or wrong barriers), when the layer offers it.
+    std::uint32_t ne = 0;
+    api_.vkEnumerateInstanceExtensionProperties("VK_LAYER_KHRONOS_validation", &ne, nullptr);
+    std::vector<VkExtensionProperties> exts(ne);
+    api_.vkEnumerateInstanceExtensionProperties("VK_LAYER_KHRONOS_validation", &ne, exts.data());
+    for (const VkExtensionProperties& e : exts) {
+      if (std::strcmp(e.extensionName, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME) == 0) {
+        extensions.push_back(VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);
+        sync_validation = true;
+      }
+    }
   }
   VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
   app.pApplicationName = "kiln";
@@ -140,6 +152,11 @@ Status Context::init(bool validation) {
   ci.ppEnabledLayerNames = layers.data();
   ci.enabledExtensionCount = static_cast<std::uint32_t>(extensions.size());
   ci.ppEnabledExtensionNames = extensions.data();
+  const VkValidationFeatureEnableEXT enables[] = {VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT};
+  VkValidationFeaturesEXT features{VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT};
+  features.enabledValidationFeatureCount = 1;
+  features.pEnabledValidationFeatures = enables;
+  if (sync_validation) ci.pNext = &features;
   VkResult r = api_.vkCreateInstance(&ci, nullptr, &instance_);
   if (r == VK_ERROR_INCOMPATIBLE_DRIVER) return unavailable("no Vulkan driver (VK_ERROR_INCOMPATIBLE_DRIVER)");
   if (r != VK_SUCCESS) return unavailable(std::string("vkCreateInstance failed: ") + vk_result_name(r));

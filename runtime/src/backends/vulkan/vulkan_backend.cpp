@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <set>
+#include <utility>
 #include <unordered_map>
 
 #include "backends/vulkan/context.h"
@@ -82,6 +85,7 @@ class VulkanSegment final : public PreparedSegment {
   std::uint64_t bytes_downloaded() const override { return downloaded_; }
 
  private:
+  Status place_internals(const SegmentDesc& desc, const LoweredSegment& lowered);
   Status record(const LoweredSegment& lowered);
 
   VulkanBackend& backend_;
@@ -231,6 +235,7 @@ Status VulkanSegment::build(const SegmentDesc& desc, const ConstantSource& const
       KILN_ASSIGN_OR_RETURN(tensor_alloc_[i], backend_.constant(t, constants));
       continue;
     }
+    if (t.role == Role::kInternal) continue;  // placed below, sharing memory by lifetime
     KILN_ASSIGN_OR_RETURN(Allocation a, ctx_.allocate(device_bytes(n), MemoryKind::kDevice));
     owned_.push_back(a);
     tensor_alloc_[i] = a;
@@ -243,6 +248,7 @@ Status VulkanSegment::build(const SegmentDesc& desc, const ConstantSource& const
       staging_size += device_bytes(n);
     }
   }
+  KILN_RETURN_IF_ERROR(place_internals(desc, lowered));
   for (std::uint32_t s : inputs_) {
     if (s == UINT32_MAX) return Status(StatusCode::kInvalidBundle, "Vulkan: a segment input has no tensor");
   }
@@ -264,6 +270,51 @@ Status VulkanSegment::build(const SegmentDesc& desc, const ConstantSource& const
   }
   for (const Dispatch& d : lowered.dispatches) KILN_RETURN_IF_ERROR(ctx_.pipeline(d.variant).status());
   return record(lowered);
+}
+
+// Internal tensors share buffers: an internal's buffer returns to a free list after the
+// last dispatch that touches it, and a later internal of at most that size reuses it
+// (best fit). The barrier logic in record() tracks buffers, not tensors, so the
+// write-after-read this creates is ordered.
+Status VulkanSegment::place_internals(const SegmentDesc& desc, const LoweredSegment& lowered) {
+  const std::size_t nt = desc.tensors.size();
+  std::vector<std::int64_t> first(nt, -1), last(nt, -1);
+  for (std::size_t i = 0; i < lowered.dispatches.size(); ++i) {
+    const Dispatch& d = lowered.dispatches[i];
+    auto touch = [&](std::uint32_t t) {
+      if (first[t] < 0) first[t] = static_cast<std::int64_t>(i);
+      last[t] = static_cast<std::int64_t>(i);
+    };
+    for (std::uint32_t t : d.reads) touch(t);
+    for (std::uint32_t t : d.writes) touch(t);
+    for (const BindingRef& b : d.bindings) {
+      if (b.kind == BindingRef::kTensor) touch(b.tensor);
+    }
+  }
+  std::multimap<VkDeviceSize, Allocation> free_list;  // by size
+  std::vector<std::vector<std::uint32_t>> ends(lowered.dispatches.size());
+  std::vector<std::vector<std::uint32_t>> starts(lowered.dispatches.size());
+  for (std::uint32_t t = 0; t < nt; ++t) {
+    if (desc.tensors[t].role != SegmentTensor::Role::kInternal || first[t] < 0) continue;
+    starts[static_cast<std::size_t>(first[t])].push_back(t);
+    ends[static_cast<std::size_t>(last[t])].push_back(t);
+  }
+  for (std::size_t i = 0; i < lowered.dispatches.size(); ++i) {
+    for (std::uint32_t t : starts[i]) {
+      const VkDeviceSize need = device_bytes(numel(desc.tensors[t].shape));
+      auto it = free_list.lower_bound(need);
+      if (it != free_list.end() && it->first <= 4 * need + 4096) {
+        tensor_alloc_[t] = it->second;
+        free_list.erase(it);
+      } else {
+        KILN_ASSIGN_OR_RETURN(Allocation a, ctx_.allocate(need, MemoryKind::kDevice));
+        owned_.push_back(a);
+        tensor_alloc_[t] = a;
+      }
+    }
+    for (std::uint32_t t : ends[i]) free_list.emplace(tensor_alloc_[t].size, tensor_alloc_[t]);
+  }
+  return Status::Ok();
 }
 
 Status VulkanSegment::record(const LoweredSegment& lowered) {
@@ -338,18 +389,23 @@ Status VulkanSegment::record(const LoweredSegment& lowered) {
   // Dispatches, with a barrier before any that touches a tensor written since the last one
   // (read-after-write and write-after-write; buffers are never reused, so no
   // write-after-read across nodes).
-  std::vector<bool> dirty(desc_.tensors.size(), false);
-  bool any_dirty = false;
+  // Hazards are tracked per buffer range (internals share ranges): a barrier goes before a
+  // dispatch that reads or writes a range written since the last barrier, or writes a
+  // range read since then.
+  using Range = std::pair<VkBuffer, VkDeviceSize>;
+  auto range_of = [&](std::uint32_t t) { return Range{tensor_alloc_[t].buffer, tensor_alloc_[t].offset}; };
+  std::set<Range> written, read;
   VkPipeline bound = VK_NULL_HANDLE;
   for (std::size_t i = 0; i < lowered.dispatches.size(); ++i) {
     const Dispatch& d = lowered.dispatches[i];
     bool hazard = false;
-    for (std::uint32_t t : d.reads) hazard = hazard || dirty[t];
-    for (std::uint32_t t : d.writes) hazard = hazard || dirty[t];
+    for (std::uint32_t t : d.reads) hazard = hazard || written.count(range_of(t)) != 0;
+    for (std::uint32_t t : d.writes) hazard = hazard || written.count(range_of(t)) != 0 || read.count(range_of(t)) != 0;
     if (hazard) {
-      barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-              VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
-      std::fill(dirty.begin(), dirty.end(), false);
+      barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+              VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+      written.clear();
+      read.clear();
     }
     KILN_ASSIGN_OR_RETURN(VkPipeline p, ctx_.pipeline(d.variant));
     if (p != bound) {
@@ -359,10 +415,9 @@ Status VulkanSegment::record(const LoweredSegment& lowered) {
     api.vkCmdBindDescriptorSets(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, ctx_.pipeline_layout(), 0, 1, &ds[i], 0, nullptr);
     api.vkCmdPushConstants(cmd_, ctx_.pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushWords * 4, d.push.data());
     api.vkCmdDispatch(cmd_, d.groups[0], d.groups[1], d.groups[2]);
-    for (std::uint32_t t : d.writes) dirty[t] = true;
-    any_dirty = true;
+    for (std::uint32_t t : d.writes) written.insert(range_of(t));
+    for (std::uint32_t t : d.reads) read.insert(range_of(t));
   }
-  (void)any_dirty;
   barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
           VK_ACCESS_TRANSFER_READ_BIT);
   for (std::size_t i = 0; i < outputs_.size(); ++i) {

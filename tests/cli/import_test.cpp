@@ -1,0 +1,149 @@
+// `kiln import` end to end: import -> validate -> run on PyTorch fixtures, exit codes for
+// unsupported ops (6), corrupt archives (2) and wrong goldens (5), and no partial output.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zip.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "kiln/export/import_pt2.h"
+#include "kiln/runtime/npy.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Cmd {
+  int code;
+  std::string out;
+};
+
+Cmd kiln_cmd(const std::string& args) {
+  FILE* pipe = popen((std::string(KILN_BIN) + " " + args + " 2>&1").c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string fixture(const std::string& rel) { return (fs::path(KILN_SOURCE_DIR) / "tests/fixtures/torch_export" / rel).string(); }
+
+class ImportCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("kiln_import_cli_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& n) const { return (dir_ / n).string(); }
+  fs::path dir_;
+};
+
+TEST_F(ImportCli, ImportValidateAndRunTheDecoder) {
+  const std::string out = path("decoder.kiln");
+  Cmd r = kiln_cmd("import " + fixture("decoder/model.pt2") + " -o " + out + " --self-test-dir " + fixture("decoder") + " --compress zstd");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("3 self-test(s)"), std::string::npos) << r.out;
+  r = kiln_cmd("validate " + out);
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = kiln_cmd("run " + out + " --input ids=" + fixture("decoder/cases/valid1.in.ids.npy") + " --output-dir " + path("o"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto got = read_npy(path("o/out0.npy"));
+  auto want = read_npy(fixture("decoder/cases/valid1.out.0.npy"));
+  ASSERT_TRUE(got.ok() && want.ok());
+  ASSERT_EQ(got->shape, want->shape);
+  const float* g = reinterpret_cast<const float*>(got->data.data());
+  const float* w = reinterpret_cast<const float*>(want->data.data());
+  for (std::int64_t i = 0; i < want->numel(); ++i) ASSERT_NEAR(g[i], w[i], 1e-5 + 1e-4 * std::abs(w[i])) << i;
+  r = kiln_cmd("run " + out + " --input ids=" + fixture("decoder/cases/invalid0.in.ids.npy"));
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("ids.size(1) = 129"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[1, 128]"), std::string::npos) << r.out;
+}
+
+TEST_F(ImportCli, RuntimeAssertFromTorchCheckFailsWithExit3) {
+  const std::string out = path("item.kiln");
+  ASSERT_EQ(kiln_cmd("import " + fixture("item_size/model.core.pt2") + " -o " + out).code, 0);
+  const Cmd r = kiln_cmd("run " + out + " " + fixture("item_size/cases/invalid1.in.x.npy") + " " +
+                         fixture("item_size/cases/invalid1.in.n.npy"));
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("runtime assertion failed: u0 <= 16"), std::string::npos) << r.out;
+}
+
+TEST_F(ImportCli, WrongGoldenFailsValidationWithExit5) {
+  const std::string out = path("mlp.kiln");
+  const Cmd r = kiln_cmd("import " + fixture("mlp/model.pt2") + " -o " + out + " --self-test-case x=" +
+                         fixture("mlp/cases/valid0.in.x.npy") + " --self-test-output " + fixture("mlp/cases/valid1.out.0.npy"));
+  // valid1's output has another batch size, so it cannot match valid0's input.
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Cmd v = kiln_cmd("validate " + out);
+  EXPECT_EQ(v.code, 5) << v.out;
+}
+
+TEST_F(ImportCli, UnsupportedOpsExit6ListingEveryOpAndWriteNothing) {
+  // The mlp archive with relu renamed to an op nobody has.
+  std::map<std::string, std::string> entries;
+  int err = 0;
+  zip_t* in = zip_open(fixture("mlp/model.pt2").c_str(), ZIP_RDONLY, &err);
+  ASSERT_NE(in, nullptr);
+  for (zip_int64_t i = 0; i < zip_get_num_entries(in, 0); ++i) {
+    zip_stat_t st;
+    zip_stat_index(in, static_cast<zip_uint64_t>(i), 0, &st);
+    std::string data(st.size, '\0');
+    zip_file_t* f = zip_fopen_index(in, static_cast<zip_uint64_t>(i), 0);
+    zip_fread(f, data.data(), st.size);
+    zip_fclose(f);
+    const std::string from = "torch.ops.aten.relu.default";
+    for (std::size_t at = data.find(from); at != std::string::npos; at = data.find(from, at)) {
+      data.replace(at, from.size(), "torch.ops.aten.frobnicate.default");
+    }
+    entries[st.name] = data;
+  }
+  zip_discard(in);
+  zip_t* z = zip_open(path("bad.pt2").c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
+  for (const auto& [name, data] : entries) {
+    void* copy = std::malloc(data.size() + 1);
+    std::memcpy(copy, data.data(), data.size());
+    zip_file_add(z, name.c_str(), zip_source_buffer(z, copy, data.size(), 1), ZIP_FL_OVERWRITE);
+  }
+  ASSERT_EQ(zip_close(z), 0);
+  const Cmd r = kiln_cmd("import " + path("bad.pt2") + " -o " + path("bad.kiln"));
+  EXPECT_EQ(r.code, 6) << r.out;
+  EXPECT_NE(r.out.find("aten.frobnicate.default (x1)"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(path("bad.kiln")));
+  const Cmd j = kiln_cmd("import " + path("bad.pt2") + " -o " + path("bad.kiln") + " --json");
+  EXPECT_EQ(j.code, 6);
+  EXPECT_NE(j.out.find("\"exit_code\": 6"), std::string::npos) << j.out;
+}
+
+TEST_F(ImportCli, CorruptArchiveExit2AndUsageErrorsExit1) {
+  std::ofstream(path("junk.pt2")) << "PK\x03\x04 definitely not a zip";
+  Cmd r = kiln_cmd("import " + path("junk.pt2") + " -o " + path("junk.kiln"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_FALSE(fs::exists(path("junk.kiln")));
+  r = kiln_cmd("import " + fixture("mlp/model.pt2"));  // no -o
+  EXPECT_EQ(r.code, 1) << r.out;
+  r = kiln_cmd("import " + fixture("mlp/model.pt2") + " -o " + path("m.kiln") + " --dim s77=0:5000");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("widens"), std::string::npos) << r.out;
+}
+
+TEST_F(ImportCli, JsonSummaryAndSpecialization) {
+  const std::string out = path("spec.kiln");
+  const Cmd r = kiln_cmd("import " + fixture("mlp/model.pt2") + " -o " + out + " --specialize 's77 == 1' --strip-debug --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"nodes\""), std::string::npos) << r.out;
+  const Cmd run = kiln_cmd("run " + out + " " + fixture("mlp/cases/valid0.in.x.npy") + " --output-dir " + path("o"));
+  ASSERT_EQ(run.code, 0) << run.out;
+}
+
+}  // namespace
+}  // namespace kiln

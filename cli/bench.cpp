@@ -47,7 +47,7 @@ Command add_bench(CLI::App& app) {
   return [o]() {
     KILN_RETURN_IF_ERROR_CLI(check_backend(o->backend), o->json);
     const auto t_load = Clock::now();
-    auto program = open_program(o->path, /*verify_segments=*/false);
+    auto program = open_program(o->path, /*verify_segments=*/false, o->backend);
     if (!program.ok()) return report_error(program.status(), o->json);
     const double load_ms = ms_since(t_load);
     std::vector<std::string> args = o->positional;
@@ -73,9 +73,11 @@ Command add_bench(CLI::App& app) {
       }
     }
     const double median = percentile(times, 0.5), p10 = percentile(times, 0.1), p90 = percentile(times, 0.9);
-    json j{{"bundle", o->path}, {"backend", "cpu"}, {"threads", o->threads}, {"variant", variant}, {"iters", o->iters},
+    json j{{"bundle", o->path}, {"backend", (*program)->backend_name()}, {"threads", o->threads}, {"variant", variant}, {"iters", o->iters},
            {"median_ms", median}, {"p10_ms", p10}, {"p90_ms", p90}, {"throughput_per_s", 1000.0 / median},
-           {"load_ms", load_ms}, {"peak_bytes", session.last_stats().peak_bytes}};
+           {"load_ms", load_ms}, {"peak_bytes", session.last_stats().peak_bytes},
+           {"arena_bytes", session.last_stats().arena_bytes}, {"unplanned_bytes", session.last_stats().unplanned_bytes},
+           {"bytes_uploaded", session.last_stats().bytes_uploaded}, {"bytes_downloaded", session.last_stats().bytes_downloaded}};
     std::vector<std::pair<double, json>> rows;
     for (const auto& [key, acc] : per_op) {
       const double avg = acc.first / o->iters;
@@ -91,9 +93,16 @@ Command add_bench(CLI::App& app) {
       std::cout << j.dump(2) << "\n";
       return 0;
     }
-    std::printf("%s: variant %s, %d threads\n", o->path.c_str(), variant.c_str(), o->threads);
+    std::printf("%s: variant %s, %s backend, %d threads\n", o->path.c_str(), variant.c_str(), (*program)->backend_name().c_str(), o->threads);
     std::printf("latency   median %.3f ms   p10 %.3f ms   p90 %.3f ms   (%d runs)\n", median, p10, p90, o->iters);
-    std::printf("load      %.3f ms\npeak      %llu bytes of tensors\n", load_ms, static_cast<unsigned long long>(session.last_stats().peak_bytes));
+    const RunStats& st = session.last_stats();
+    std::printf("load      %.3f ms\npeak      %llu bytes of tensors (planned arena %llu bytes; %llu without reuse)\n", load_ms,
+                static_cast<unsigned long long>(st.peak_bytes), static_cast<unsigned long long>(st.arena_bytes),
+                static_cast<unsigned long long>(st.unplanned_bytes));
+    if (st.bytes_uploaded + st.bytes_downloaded > 0) {
+      std::printf("copies    %llu bytes to the device, %llu bytes back per run\n", static_cast<unsigned long long>(st.bytes_uploaded),
+                  static_cast<unsigned long long>(st.bytes_downloaded));
+    }
     if (o->profile) {
       std::printf("\n%-22s %-34s %10s %8s\n", "op", "source", "ms/run", "share");
       for (const auto& [avg, row] : rows) {

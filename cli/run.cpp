@@ -1,4 +1,5 @@
 // kiln run BUNDLE --input NAME=FILE.npy|INT ... [--output-dir DIR] [--threads N] [--json]
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -70,20 +71,22 @@ Result<std::vector<HostValue>> parse_inputs(const fb::Program& p, const std::vec
   return out;
 }
 
-Result<std::shared_ptr<const Program>> open_program(const std::string& path, bool verify_segments) {
+Result<std::shared_ptr<const Program>> open_program(const std::string& path, bool verify_segments, const std::string& backend) {
   auto bundle = Bundle::open(path, {.verify_segment_checksums = verify_segments});
   if (!bundle.ok()) return bundle.status().with_context(path);
-  auto program = Program::load(std::move(bundle).value());
+  ProgramOptions options;
+  options.backend = backend;
+  const char* validation = std::getenv("KILN_VULKAN_VALIDATION");
+  options.validation = validation != nullptr && std::string(validation) == "1";
+  if (const char* cache = std::getenv("KILN_PIPELINE_CACHE")) options.pipeline_cache_path = cache;
+  auto program = Program::load(std::move(bundle).value(), options);
   if (!program.ok()) return program.status().with_context(path);
+  if (!(*program)->backend_notice().empty()) std::cerr << "kiln: note: " << (*program)->backend_notice() << "\n";
   return *program;
 }
 
 Status check_backend(const std::string& backend) {
-  if (backend == "cpu" || backend == "auto") {
-    if (backend == "auto") std::cerr << "kiln: note: using the CPU backend (no Vulkan backend in this build yet)\n";
-    return Status::Ok();
-  }
-  if (backend == "vulkan") return Status(StatusCode::kUnavailable, "the Vulkan backend is not available in this build yet");
+  if (backend == "cpu" || backend == "auto" || backend == "vulkan") return Status::Ok();
   return Status(StatusCode::kUsage, "unknown backend '" + backend + "' (cpu, vulkan, auto)");
 }
 
@@ -99,7 +102,7 @@ Command add_run(CLI::App& app) {
   app.footer("Example:\n  kiln run model.kiln --input x=x.npy --input n=3 --output-dir out/");
   return [o]() {
     KILN_RETURN_IF_ERROR_CLI(check_backend(o->backend), o->json);
-    auto program = open_program(o->path, /*verify_segments=*/true);
+    auto program = open_program(o->path, /*verify_segments=*/true, o->backend);
     if (!program.ok()) return report_error(program.status(), o->json);
     std::vector<std::string> args = o->positional;
     args.insert(args.end(), o->inputs.begin(), o->inputs.end());

@@ -83,7 +83,7 @@ Command add_validate(CLI::App& app) {
   app.footer("Example:\n  kiln validate model.kiln --json");
   return [o]() {
     KILN_RETURN_IF_ERROR_CLI(check_backend(o->backend), o->json);
-    auto program = open_program(o->path, /*verify_segments=*/true);
+    auto program = open_program(o->path, /*verify_segments=*/true, o->backend);
     if (!program.ok()) return report_error(program.status(), o->json);
     const Bundle& b = (*program)->bundle();
     const fb::Program& p = b.program();

@@ -20,8 +20,8 @@ struct Cmd {
   std::string out;
 };
 
-Cmd kiln_cmd(const std::string& args) {
-  FILE* pipe = popen((std::string(KILN_BIN) + " " + args + " 2>&1").c_str(), "r");
+Cmd kiln_cmd(const std::string& args, const std::string& env = "") {
+  FILE* pipe = popen(((env.empty() ? "" : "env " + env + " ") + std::string(KILN_BIN) + " " + args + " 2>&1").c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
   while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
@@ -50,7 +50,9 @@ class RunValidate : public ::testing::Test {
     std::memcpy(golden->data(), &v, 4);
     bad.self_tests[0].outputs[0].data = golden;
     ASSERT_TRUE(save_bundle(bad, path("bad_golden.kiln")).ok());
-    ASSERT_TRUE(testing::make_format_sample()->write(path("cond.kiln")).ok());
+    auto sample = testing::make_format_sample();
+    sample->program.op_names[4] = "frobnicate";  // the sample's "sin"
+    ASSERT_TRUE(sample->write(path("unknown_op.kiln")).ok());
   }
   static void TearDownTestSuite() {
     fs::remove_all(dir_);
@@ -109,14 +111,20 @@ TEST_F(RunValidate, BenchReportsLatencyAndProfile) {
 }
 
 TEST_F(RunValidate, VulkanIsUnavailableExitFour) {
-  const Cmd r = kiln_cmd("run " + path("mlp.kiln") + " --backend vulkan");
+  // No device matches: `vulkan` is an error (exit 4), `auto` falls back to the CPU with a note.
+  const Cmd r = kiln_cmd("run " + path("mlp.kiln") + " --backend vulkan", "KILN_VULKAN_DEVICE=no-such-gpu-xyz");
   EXPECT_EQ(r.code, 4) << r.out;
+  ASSERT_TRUE(write_npy(path("xv.npy"), host(Tensor::randn({3, 64}))).ok());
+  const Cmd a = kiln_cmd("run " + path("mlp.kiln") + " --backend auto --input x=" + path("xv.npy") + " -o " + path("outv"),
+                         "KILN_VULKAN_DEVICE=no-such-gpu-xyz");
+  EXPECT_EQ(a.code, 0) << a.out;
+  EXPECT_NE(a.out.find("kiln: note: using the CPU backend: "), std::string::npos) << a.out;
 }
 
 TEST_F(RunValidate, UnsupportedOpsExitSix) {
-  const Cmd r = kiln_cmd("run " + path("cond.kiln"));
+  const Cmd r = kiln_cmd("run " + path("unknown_op.kiln"));
   EXPECT_EQ(r.code, 6) << r.out;
-  EXPECT_NE(r.out.find("this build cannot run 1 op used by the bundle: cond (2 nodes)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("this build cannot run 1 op used by the bundle: frobnicate (1 node)"), std::string::npos) << r.out;
 }
 
 TEST_F(RunValidate, ValidateReplaysSelfTests) {

@@ -1,5 +1,8 @@
-// Program::load: resolve a CPU kernel for every op and check node arities and attribute
-// kinds against the op table, so that execution never meets a malformed node.
+// Program::load: resolve a CPU kernel for every op, check node arities and attribute kinds
+// against the op table so that execution never meets a malformed node, precompute the
+// per-graph facts every run needs, and (with an accelerator) partition graphs into
+// segments of consecutive nodes the accelerator supports.
+#include <algorithm>
 #include <map>
 
 #include "backends/cpu/kernel.h"
@@ -18,8 +21,10 @@ bool attr_matches(fb::AttrKind kind, const AttrSpec& spec) {
 }
 
 Status check_node(const fb::Program& p, const Program::Impl& impl, std::uint32_t g, std::uint32_t n) {
-  const auto* node = p.graphs()->Get(g)->nodes()->Get(n);
-  const OpInfo& info = op_info(impl.kinds[node->op()]);
+  const auto* graph = p.graphs()->Get(g);
+  const auto* node = graph->nodes()->Get(n);
+  const OpKind kind = impl.kinds[node->op()];
+  const OpInfo& info = op_info(kind);
   const std::string where = "graph " + std::to_string(g) + ", node " + std::to_string(n) + " (" + std::string(info.name) + ")";
   const auto ins = static_cast<int>(count(node->inputs())), outs = static_cast<int>(count(node->outputs()));
   if (ins < info.min_inputs || (info.max_inputs >= 0 && ins > info.max_inputs)) {
@@ -30,24 +35,197 @@ Status check_node(const fb::Program& p, const Program::Impl& impl, std::uint32_t
     return Status(StatusCode::kInvalidBundle, where + ": " + std::to_string(outs) + " outputs, expected " + std::to_string(info.num_outputs));
   }
   const std::uint32_t n_attrs = count(node->attrs());
-  if (n_attrs > info.attrs.size()) {
-    // Attributes appended by a newer minor version are ignored; none are defined yet.
-  }
   for (std::uint32_t k = 0; k < info.attrs.size(); ++k) {
-    const fb::AttrKind kind = k < n_attrs ? node->attrs()->Get(k)->kind() : fb::AttrKind::None;
-    if (!attr_matches(kind, info.attrs[k])) {
+    const fb::AttrKind ak = k < n_attrs ? node->attrs()->Get(k)->kind() : fb::AttrKind::None;
+    if (!attr_matches(ak, info.attrs[k])) {
       return Status(StatusCode::kInvalidBundle, where + ": attribute " + std::string(info.attrs[k].name) + " has kind " +
-                                                    fb::EnumNameAttrKind(kind) + ", expected a different kind");
+                                                    fb::EnumNameAttrKind(ak) + ", expected a different kind");
     }
   }
+  const bool hop = kind == OpKind::Cond || kind == OpKind::WhileLoop || kind == OpKind::InvokeSubgraph;
+  const std::uint32_t subs = count(node->subgraphs());
+  auto bad = [&](const std::string& m) { return Status(StatusCode::kInvalidBundle, where + ": " + m); };
+  if (!hop) {
+    if (subs != 0) return bad("only control-flow ops call subgraphs");
+    for (std::uint32_t k = 0; k < count(node->inputs()); ++k) {
+      const auto vk = graph->values()->Get(node->inputs()->Get(k))->kind();
+      if (vk == fb::ValueKind::SymInt || vk == fb::ValueKind::SymBool) return bad("input " + std::to_string(k) + " is symbolic; only control-flow ops take symbolic operands");
+    }
+    return Status::Ok();
+  }
+  // Control flow: the calling convention of docs/FORMAT.md ("Higher-order ops").
+  auto graph_in = [&](std::uint32_t sg) { return count(p.graphs()->Get(sg)->inputs()); };
+  auto graph_out = [&](std::uint32_t sg) { return count(p.graphs()->Get(sg)->outputs()); };
+  if (kind == OpKind::Cond) {
+    if (subs != 2) return bad("cond calls 2 subgraphs, not " + std::to_string(subs));
+    for (std::uint32_t k = 0; k < 2; ++k) {
+      const std::uint32_t sg = node->subgraphs()->Get(k);
+      if (graph_in(sg) != static_cast<std::uint32_t>(ins - 1)) return bad("branch graph " + std::to_string(sg) + " takes " + std::to_string(graph_in(sg)) + " inputs, the cond passes " + std::to_string(ins - 1));
+      if (graph_out(sg) != static_cast<std::uint32_t>(outs)) return bad("branch graph " + std::to_string(sg) + " returns " + std::to_string(graph_out(sg)) + " outputs, the cond has " + std::to_string(outs));
+    }
+  } else if (kind == OpKind::WhileLoop) {
+    if (subs != 2) return bad("while_loop calls 2 subgraphs, not " + std::to_string(subs));
+    if (outs > ins) return bad("more carries than inputs");
+    const std::uint32_t cg = node->subgraphs()->Get(0), bg = node->subgraphs()->Get(1);
+    if (graph_in(cg) != static_cast<std::uint32_t>(ins) || graph_in(bg) != static_cast<std::uint32_t>(ins)) return bad("loop graphs must take all " + std::to_string(ins) + " inputs");
+    if (graph_out(cg) != 1) return bad("the loop condition graph must return one value");
+    if (graph_out(bg) != static_cast<std::uint32_t>(outs)) return bad("the loop body must return the " + std::to_string(outs) + " carries");
+  } else {
+    if (subs != 1) return bad("invoke_subgraph calls 1 subgraph, not " + std::to_string(subs));
+    const std::uint32_t sg = node->subgraphs()->Get(0);
+    if (graph_in(sg) != static_cast<std::uint32_t>(ins) || graph_out(sg) != static_cast<std::uint32_t>(outs)) return bad("the subgraph's inputs/outputs do not match the call");
+  }
   return Status::Ok();
+}
+
+void collect_symbols(const fb::Program& p, std::uint32_t expr, std::vector<std::uint32_t>& out) {
+  const auto* ref = p.exprs()->Get(expr);
+  for (std::uint32_t t = ref->start(); t < ref->start() + ref->length(); ++t) {
+    const auto* tok = p.expr_tokens()->Get(t);
+    if (tok->op() == fb::ExprOp::Sym) {
+      const auto s = static_cast<std::uint32_t>(tok->value());
+      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+    }
+  }
+}
+
+bool is_alias_op(OpKind k) { return k == OpKind::Reshape || k == OpKind::Identity; }
+
+bool is_inplace_op(OpKind k) {
+  switch (k) {
+    case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
+    case OpKind::Maximum: case OpKind::Minimum:
+    case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
+    case OpKind::Rsqrt: case OpKind::Reciprocal: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh:
+    case OpKind::Sigmoid: case OpKind::Relu: case OpKind::Gelu: case OpKind::Silu: case OpKind::Hardswish:
+    case OpKind::Hardsigmoid: case OpKind::Erf: case OpKind::Floor: case OpKind::Ceil: case OpKind::Round:
+    case OpKind::Sign: case OpKind::Clamp: case OpKind::LeakyRelu:
+      return true;
+    default:
+      return false;
+  }
+}
+
+GraphInfo analyze(const fb::Program& p, const Program::Impl& impl, std::uint32_t g) {
+  const auto* graph = p.graphs()->Get(g);
+  GraphInfo info;
+  const std::uint32_t nv = count(graph->values()), nn = count(graph->nodes());
+  info.values.resize(nv);
+  info.nodes.resize(nn);
+  info.asserts_after.resize(nn + 1);
+  info.bindings_of.resize(nn);
+  info.bound_inside.assign(count(p.symbols()), false);
+  for (std::uint32_t v = 0; v < nv; ++v) {
+    const auto* val = graph->values()->Get(v);
+    ValueInfo& vi = info.values[v];
+    vi.kind = val->kind();
+    vi.dtype = static_cast<DType>(val->dtype());
+    vi.shape = val->shape();
+    vi.expr = val->expr();
+    vi.constant = val->constant();
+    for (std::uint32_t d = 0; d < count(val->shape()); ++d) collect_symbols(p, val->shape()->Get(d), vi.symbols);
+  }
+  for (std::uint32_t k = 0; k < count(graph->inputs()); ++k) info.values[graph->inputs()->Get(k)].graph_input = true;
+  for (std::uint32_t b = 0; b < count(graph->bindings()); ++b) {
+    const auto* ub = graph->bindings()->Get(b);
+    info.bindings_of[ub->node()].push_back(b);
+    info.bound_inside[ub->symbol()] = true;
+  }
+  for (std::uint32_t n = 0; n < nn; ++n) {
+    const auto* node = graph->nodes()->Get(n);
+    NodeInfo& ni = info.nodes[n];
+    ni.op = impl.kinds[node->op()];
+    ni.kernel = impl.kernels[node->op()];
+    ni.hop = ni.op == OpKind::Cond || ni.op == OpKind::WhileLoop || ni.op == OpKind::InvokeSubgraph;
+    if (node->inputs()) ni.inputs.assign(node->inputs()->begin(), node->inputs()->end());
+    if (node->outputs()) ni.outputs.assign(node->outputs()->begin(), node->outputs()->end());
+    if (node->subgraphs()) ni.subgraphs.assign(node->subgraphs()->begin(), node->subgraphs()->end());
+    ni.debug = node->debug();
+    ni.alias_ok = is_alias_op(ni.op);
+    ni.inplace_ok = is_inplace_op(ni.op);
+    for (std::uint32_t k = 0; k < count(node->attrs()); ++k) {
+      const auto kind = node->attrs()->Get(k)->kind();
+      if (kind == fb::AttrKind::Expr || kind == fb::AttrKind::Exprs) ni.has_exprs = true;
+    }
+    for (std::uint32_t in : ni.inputs) info.values[in].last_use = static_cast<std::int32_t>(n);
+    for (std::uint32_t out : ni.outputs) info.values[out].producer = static_cast<std::int32_t>(n);
+    // An output whose shape mentions a symbol this very node binds is sized by the kernel.
+    ni.kernel_allocates.assign(ni.outputs.size(), false);
+    for (std::uint32_t b : info.bindings_of[n]) {
+      const std::uint32_t sym = graph->bindings()->Get(b)->symbol();
+      for (std::size_t k = 0; k < ni.outputs.size(); ++k) {
+        const auto& syms = info.values[ni.outputs[k]].symbols;
+        if (std::find(syms.begin(), syms.end(), sym) != syms.end()) ni.kernel_allocates[k] = true;
+      }
+    }
+  }
+  for (std::uint32_t k = 0; k < count(graph->outputs()); ++k) {
+    ValueInfo& vi = info.values[graph->outputs()->Get(k)];
+    vi.graph_output = true;
+    vi.last_use = static_cast<std::int32_t>(nn);
+  }
+  for (std::uint32_t a = 0; a < count(graph->asserts()); ++a) {
+    const std::int32_t after = graph->asserts()->Get(a)->after_node();
+    info.asserts_after[static_cast<std::size_t>(after + 1)].push_back(a);
+  }
+  return info;
+}
+
+// Consecutive nodes the accelerator supports form a segment. Nodes that bind symbols or
+// produce kernel-sized outputs, and control flow, stay on the CPU.
+void partition(const fb::Program& p, std::uint32_t g, const backend::Backend& acc, GraphInfo& info) {
+  const auto* graph = p.graphs()->Get(g);
+  std::int32_t open = -1;
+  for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
+    NodeInfo& ni = info.nodes[n];
+    bool ok = !ni.hop && info.bindings_of[n].empty();
+    std::vector<DType> in_dt, out_dt;
+    for (std::uint32_t v : ni.inputs) {
+      if (info.values[v].kind == fb::ValueKind::None) ok = false;
+      in_dt.push_back(info.values[v].dtype);
+    }
+    for (std::uint32_t v : ni.outputs) out_dt.push_back(info.values[v].dtype);
+    if (ok) {
+      const auto* node = graph->nodes()->Get(n);
+      std::vector<cpu::AttrValue> attrs;
+      std::vector<std::vector<std::int64_t>> ints;
+      std::vector<std::vector<double>> floats;
+      ints.reserve(count(node->attrs()));
+      floats.reserve(count(node->attrs()));
+      for (std::uint32_t k = 0; k < count(node->attrs()); ++k) {
+        const auto* a = node->attrs()->Get(k);
+        cpu::AttrValue v;
+        v.type = static_cast<AttrType>(a->kind());
+        v.i = a->i();
+        v.f = a->f();
+        if (a->s()) v.s = a->s()->string_view();
+        if (a->ints()) ints.emplace_back(a->ints()->begin(), a->ints()->end()), v.ints = ints.back();
+        if (a->floats()) floats.emplace_back(a->floats()->begin(), a->floats()->end()), v.floats = floats.back();
+        attrs.push_back(v);
+      }
+      ok = acc.supports(ni.op, in_dt, out_dt, attrs);
+    }
+    if (!ok) {
+      open = -1;
+      continue;
+    }
+    if (open < 0) {
+      open = static_cast<std::int32_t>(info.segments.size());
+      info.segments.push_back({n, n});
+    }
+    info.segments[static_cast<std::size_t>(open)].last = n;
+    ni.segment = open;
+  }
 }
 
 }  // namespace
 
 Program::~Program() = default;
 
-Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bundle) {
+const std::string& Program::backend_notice() const { return impl_->backend_notice; }
+std::string Program::backend_name() const { return impl_->accelerator ? std::string(impl_->accelerator->name()) : "cpu"; }
+
+Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bundle, const ProgramOptions& options) {
   auto program = std::shared_ptr<Program>(new Program());
   program->impl_ = std::make_unique<Impl>();
   Impl& impl = *program->impl_;
@@ -64,7 +242,8 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
       impl.kinds[i] = *kind;
       impl.kernels[i] = cpu::cpu_kernel(*kind);
     }
-    if (!kind || impl.kernels[i] == nullptr) {
+    const bool hop = kind && (*kind == OpKind::Cond || *kind == OpKind::WhileLoop || *kind == OpKind::InvokeSubgraph);
+    if (!kind || (impl.kernels[i] == nullptr && !hop)) {
       op_missing[i] = true;
       missing[name] = 0;
     }
@@ -85,6 +264,24 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
   }
   for (std::uint32_t g = 0; g < count(p.graphs()); ++g) {
     for (std::uint32_t n = 0; n < count(p.graphs()->Get(g)->nodes()); ++n) KILN_RETURN_IF_ERROR(check_node(p, impl, g, n));
+  }
+  for (std::uint32_t g = 0; g < count(p.graphs()); ++g) impl.graphs.push_back(analyze(p, impl, g));
+
+  if (options.backend != "cpu") {
+    if (options.backend != "vulkan" && options.backend != "auto") {
+      return Status(StatusCode::kUsage, "unknown backend '" + options.backend + "' (cpu, vulkan, auto)");
+    }
+    backend::BackendOptions bo;
+    bo.validation = options.validation;
+    bo.pipeline_cache_path = options.pipeline_cache_path;
+    auto acc = backend::create_backend("vulkan", bo);
+    if (!acc.ok()) {
+      if (options.backend == "vulkan") return acc.status();
+      impl.backend_notice = "using the CPU backend: " + acc.status().message();
+    } else {
+      impl.accelerator = std::move(acc).value();
+      for (std::uint32_t g = 0; g < count(p.graphs()); ++g) partition(p, g, *impl.accelerator, impl.graphs[g]);
+    }
   }
   program->bundle_ = std::move(bundle);
   return std::shared_ptr<const Program>(std::move(program));

@@ -1,17 +1,65 @@
-// Internal state of a loaded Program.
+// Internal state of a loaded Program: kernels resolved per op, and per graph the static
+// facts the executor needs on every run (producers, last uses, which outputs a kernel
+// sizes itself, where asserts and bindings sit), computed once at load.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "backends/backend.h"
 #include "backends/cpu/kernel.h"
+#include "kiln/format/kiln_generated.h"
 #include "kiln/format/ops.h"
 #include "kiln/runtime/program.h"
 
 namespace kiln {
 
+struct NodeInfo {
+  OpKind op = OpKind::Identity;
+  cpu::KernelFn kernel = nullptr;  // nullptr for higher-order ops
+  bool hop = false;
+  std::vector<std::uint32_t> inputs, outputs, subgraphs;
+  std::vector<bool> kernel_allocates;  // per output: its size is decided by the kernel
+  bool has_exprs = false;              // some attribute is an expression
+  bool alias_ok = false;               // reshape/identity: the output may share the input's bytes
+  bool inplace_ok = false;             // elementwise: the output may overwrite a dying input
+  std::uint32_t debug = 0;
+  std::int32_t segment = -1;           // accelerator segment this node belongs to
+};
+
+struct ValueInfo {
+  fb::ValueKind kind = fb::ValueKind::Tensor;
+  DType dtype = DType::kF32;
+  const flatbuffers::Vector<std::uint32_t>* shape = nullptr;
+  std::uint32_t expr = 0;
+  std::uint32_t constant = 0;
+  std::int32_t producer = -1;  // node index; -1 for graph inputs, constants, symbolic values
+  std::int32_t last_use = -1;  // last node reading it; nodes.size() for graph outputs
+  bool graph_input = false;
+  bool graph_output = false;
+  std::vector<std::uint32_t> symbols;  // symbols its shape mentions
+};
+
+struct Segment {
+  std::uint32_t first = 0, last = 0;  // node range [first, last]
+};
+
+struct GraphInfo {
+  std::vector<NodeInfo> nodes;
+  std::vector<ValueInfo> values;
+  std::vector<std::vector<std::uint32_t>> asserts_after;  // [0]: on entry; [n + 1]: after node n
+  std::vector<std::vector<std::uint32_t>> bindings_of;    // per node
+  std::vector<bool> bound_inside;                         // per symbol: bound by a node of this graph
+  std::vector<Segment> segments;
+};
+
 struct Program::Impl {
-  std::vector<OpKind> kinds;            // per Program.op_names index
-  std::vector<cpu::KernelFn> kernels;   // per Program.op_names index
+  std::vector<OpKind> kinds;           // per Program.op_names index
+  std::vector<cpu::KernelFn> kernels;  // per Program.op_names index
+  std::vector<GraphInfo> graphs;
+  std::unique_ptr<backend::Backend> accelerator;  // null: CPU only
+  std::string backend_notice;                     // why `auto` fell back to the CPU
 };
 
 }  // namespace kiln

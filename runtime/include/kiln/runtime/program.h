@@ -55,11 +55,27 @@ struct RunResult {
   std::string variant;             // "generic" or the specialization's label
 };
 
+struct ProgramOptions {
+  /// "cpu"; "vulkan" (kUnavailable, saying why, when no usable device exists); or "auto"
+  /// (Vulkan when usable, else the CPU; backend_notice() says why).
+  std::string backend = "cpu";
+  /// Vulkan: enable the Khronos validation layer and fail on any message.
+  bool validation = false;
+  /// Vulkan: persist compiled pipelines in this file (VkPipelineCache); empty = none.
+  std::string pipeline_cache_path;
+};
+
 class Program {
  public:
-  /// Takes ownership of a verified bundle and resolves a kernel for every op.
-  static Result<std::shared_ptr<const Program>> load(std::unique_ptr<Bundle> bundle);
+  /// Takes ownership of a verified bundle and resolves a kernel for every op. With an
+  /// accelerator, nodes it supports run there in segments; every other node on the CPU.
+  static Result<std::shared_ptr<const Program>> load(std::unique_ptr<Bundle> bundle, const ProgramOptions& options = {});
   ~Program();
+
+  /// "cpu" or "vulkan".
+  std::string backend_name() const;
+  /// Why `auto` chose the CPU; empty otherwise.
+  const std::string& backend_notice() const;
 
   const Bundle& bundle() const { return *bundle_; }
   struct Impl;
@@ -75,13 +91,25 @@ struct SessionOptions {
   int threads = 1;
   /// Record per-node timings (RunStats::ops); costs two clock reads per node.
   bool profile = false;
+  /// The most iterations a while_loop may run (a loop's own max_iterations attribute, when
+  /// present, wins); more is a kInvalidInput error rather than a hang.
+  std::int64_t max_loop_iterations = 1'000'000;
 };
 
 /// What the last run() did.
 struct RunStats {
-  /// Bytes of intermediate and output tensors allocated by the run (no memory planning
-  /// yet: every intermediate stays alive until the run ends, so this is also the peak).
+  /// Peak bytes of intermediate and output tensors: the planned arenas of the graphs that
+  /// ran plus tensors sized at run time (data-dependent sizes).
   std::uint64_t peak_bytes = 0;
+  /// The planned arena of the graph that ran, and what its tensors would take without
+  /// reuse (every intermediate alive until the end).
+  std::uint64_t arena_bytes = 0;
+  std::uint64_t unplanned_bytes = 0;
+  /// Whether this run's input-shape signature was already planned (no shape evaluation).
+  bool plan_cached = false;
+  /// Accelerator traffic of the run.
+  std::uint64_t bytes_uploaded = 0;
+  std::uint64_t bytes_downloaded = 0;
   struct Op {
     std::string op;
     std::string where;  // "model.cpp:41 (fc)" when the bundle has debug info

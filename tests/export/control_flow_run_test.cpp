@@ -254,5 +254,22 @@ TEST(ControlFlowRun, RegionWithAnIntOperand) {
   }
 }
 
+TEST(ControlFlowRun, RegionWithDataDependentSizes) {
+  CompileRegion route("route", [](Tensor v) {
+    Tensor picked = masked_select(v, gt(v, 0.0));
+    return sum(picked).reshape({1}) + v;
+  });
+  auto model = [&](Tensor x) { return route(route(route(x))); };
+  auto ep = export_program(model, {input("x", Tensor::randn({6}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  for (std::uint64_t seed : {5u, 6u, 7u}) {
+    const Tensor x = Tensor::randn({6}, seed);
+    RUN_OR_SKIP(r, session, std::vector<HostValue>{host(x)});
+    expect_close(r->outputs[0], model(x));
+  }
+}
+
 }  // namespace
 }  // namespace kiln

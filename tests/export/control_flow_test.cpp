@@ -825,3 +825,27 @@ TEST(ControlFlowMore, RegionWithAnIntOperand) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+using namespace cf_models;
+
+TEST(ControlFlowMore, RegionWithDataDependentSizesIsStillStoredOnce) {
+  // Each trace makes its own unbacked symbols; traces equal up to renaming them are one subgraph.
+  CompileRegion route("route", [](Tensor v) {
+    Tensor picked = masked_select(v, gt(v, 0.0));
+    return sum(picked).reshape({1}) + v;
+  });
+  auto ep = export_program([&](Tensor x) { return route(route(route(x))); }, {input("x", Tensor::randn({6}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  EXPECT_EQ(ep->program().graphs.size(), 2u) << ep->print();
+  EXPECT_EQ(nodes(*ep, 0, OpKind::InvokeSubgraph).size(), 3u);
+  ASSERT_EQ(graph(*ep, 1).bindings.size(), 1u);  // the masked_select's row count, bound inside
+  auto bytes = serialize_bundle(ep->program());
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  EXPECT_TRUE(Bundle::from_bytes(*bytes).ok());
+}
+
+}  // namespace
+}  // namespace kiln

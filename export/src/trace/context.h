@@ -67,7 +67,12 @@ class TraceContext {
   std::unordered_map<int, ir::NodeMeta> range_meta;       // symbol -> where its range was narrowed
   std::unordered_map<int, int> binder;                    // unbacked symbol -> binding node
   std::vector<SubgraphFrame> frames;                      // nested subgraph traces, innermost last
-  std::unordered_map<const void*, std::vector<int>> regions;  // compile region -> its subgraphs
+  /// A compile region's subgraph, and the symbols its trace created ([symbol_mark, symbol_end)).
+  struct RegionTrace {
+    int graph = -1;
+    std::size_t symbol_mark = 0, symbol_end = 0;
+  };
+  std::unordered_map<const void*, std::vector<RegionTrace>> regions;  // compile region -> its subgraphs
   std::unordered_map<std::string, int> subgraph_counts;   // "cond" -> subgraphs named so far
   /// The shape environment right after the inputs were bound: declared ranges only.
   std::optional<sym::ShapeEnv> declared_env;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <unordered_map>
 
 #include "kiln/export/ops.h"
 #include "kiln/export/symbolic/print.h"
@@ -421,7 +422,35 @@ std::vector<Tensor> tensors_of(const Values& vs) {
 // ---------------------------------------------------------------------------------------
 // Structural equality of subgraphs (compile regions traced at several call sites)
 
-bool same_graph(const ir::Program& p, int a, int b) {
+// Symbols created while tracing `b` are renamed to the corresponding symbols of `a`'s trace
+// (same creation order), so two traces of a region with data-dependent sizes compare equal.
+using Rename = std::unordered_map<int, sym::Expr>;
+
+bool same_expr(sym::Expr a, sym::Expr b, const Rename& rename) {
+  return rename.empty() ? a == b : a == sym::substitute(b, rename);
+}
+
+bool same_exprs(const std::vector<sym::Expr>& a, const std::vector<sym::Expr>& b, const Rename& rename) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!same_expr(a[i], b[i], rename)) return false;
+  }
+  return true;
+}
+
+bool same_attr(const ir::Attr& a, const ir::Attr& b, const Rename& rename) {
+  if (a.index() != b.index()) return false;
+  if (const auto* e = std::get_if<sym::Expr>(&a)) return same_expr(*e, std::get<sym::Expr>(b), rename);
+  if (const auto* es = std::get_if<std::vector<sym::Expr>>(&a)) return same_exprs(*es, std::get<std::vector<sym::Expr>>(b), rename);
+  return a == b;
+}
+
+int renamed(int symbol, const Rename& rename) {
+  auto it = rename.find(symbol);
+  return it == rename.end() ? symbol : it->second.symbol_id();
+}
+
+bool same_graph(const ir::Program& p, int a, int b, const Rename& rename) {
   if (a == b) return true;
   const ir::Graph& x = p.graphs[static_cast<std::size_t>(a)];
   const ir::Graph& y = p.graphs[static_cast<std::size_t>(b)];
@@ -432,30 +461,52 @@ bool same_graph(const ir::Program& p, int a, int b) {
   for (std::size_t i = 0; i < x.values.size(); ++i) {
     const ir::Value& u = x.values[i];
     const ir::Value& v = y.values[i];
-    if (u.kind != v.kind || u.dtype != v.dtype || u.shape != v.shape || !(u.expr == v.expr) || u.constant != v.constant) return false;
+    if (u.kind != v.kind || u.dtype != v.dtype || !same_exprs(u.shape, v.shape, rename) || !same_expr(u.expr, v.expr, rename) ||
+        u.constant != v.constant) {
+      return false;
+    }
   }
   for (std::size_t i = 0; i < x.nodes.size(); ++i) {
     const ir::Node& m = x.nodes[i];
     const ir::Node& n = y.nodes[i];
-    if (m.op != n.op || m.inputs != n.inputs || m.outputs != n.outputs || !(m.attrs == n.attrs) ||
+    if (m.op != n.op || m.inputs != n.inputs || m.outputs != n.outputs || m.attrs.size() != n.attrs.size() ||
         m.subgraphs.size() != n.subgraphs.size()) {
       return false;
     }
+    for (std::size_t k = 0; k < m.attrs.size(); ++k) {
+      if (!same_attr(m.attrs[k], n.attrs[k], rename)) return false;
+    }
     for (std::size_t k = 0; k < m.subgraphs.size(); ++k) {
-      if (!same_graph(p, m.subgraphs[k], n.subgraphs[k])) return false;
+      if (!same_graph(p, m.subgraphs[k], n.subgraphs[k], rename)) return false;
     }
   }
   for (std::size_t i = 0; i < x.asserts.size(); ++i) {
-    if (!(x.asserts[i].expr == y.asserts[i].expr) || x.asserts[i].after_node != y.asserts[i].after_node) return false;
+    if (!same_expr(x.asserts[i].expr, y.asserts[i].expr, rename) || x.asserts[i].after_node != y.asserts[i].after_node) return false;
   }
   for (std::size_t i = 0; i < x.bindings.size(); ++i) {
     const ir::UnbackedBinding& c = x.bindings[i];
     const ir::UnbackedBinding& d = y.bindings[i];
-    if (c.symbol != d.symbol || c.node != d.node || c.output != d.output || c.kind != d.kind || c.dim != d.dim || c.divisor != d.divisor) {
+    if (c.symbol != renamed(d.symbol, rename) || c.node != d.node || c.output != d.output || c.kind != d.kind || c.dim != d.dim ||
+        c.divisor != d.divisor) {
       return false;
     }
   }
   return true;
+}
+
+// Whether the trace `r` (symbols [mark, end)) repeats the earlier trace `h`.
+bool same_trace(const TraceContext& ctx, const TraceContext::RegionTrace& h, const TraceContext::RegionTrace& r) {
+  if (h.symbol_end - h.symbol_mark != r.symbol_end - r.symbol_mark) return false;
+  Rename rename;
+  for (std::size_t k = 0; k < r.symbol_end - r.symbol_mark; ++k) {
+    const int from = static_cast<int>(r.symbol_mark + k), to = static_cast<int>(h.symbol_mark + k);
+    const sym::ShapeEnv& env = ctx.program.env;
+    if (env.symbol(from).kind != env.symbol(to).kind || !(env.symbol(from).range == env.symbol(to).range)) {
+      return false;
+    }
+    rename.emplace(from, sym::Expr::symbol(to));
+  }
+  return same_graph(ctx.program, h.graph, r.graph, rename);
 }
 
 }  // namespace
@@ -644,25 +695,26 @@ Values invoke_region(const RegionState& region, const Values& operands, const So
     ir::Graph& g = ctx.program.graphs[static_cast<std::size_t>(r.graph)];
     for (int in : g.inputs) g.values[static_cast<std::size_t>(in)].name.clear();  // named argK at finalize
   }
+  const TraceContext::RegionTrace trace{r.graph, mark, ctx.env().num_symbols()};
   // The caller's outputs, taken before a duplicate trace is dropped.
   NodeBuilder node;
   for (std::size_t i = 0; i < r.outputs.size(); ++i) add_output(ctx, node, output_value(ctx, r.graph, i), mark);
-  std::vector<int>& known = ctx.regions[&region];
+  std::vector<TraceContext::RegionTrace>& known = ctx.regions[&region];
   int graph = r.graph;
-  for (int h : known) {
-    if (same_graph(ctx.program, h, r.graph)) {
-      graph = h;
+  for (const TraceContext::RegionTrace& h : known) {
+    if (same_trace(ctx, h, trace)) {
+      graph = h.graph;
       break;
     }
   }
   if (graph != r.graph) {
     // The same subgraph again: drop this trace (and every graph traced inside it).
     ctx.program.graphs.resize(graph_mark);
-    for (auto& [key, graphs] : ctx.regions) {
-      std::erase_if(graphs, [&](int g) { return static_cast<std::size_t>(g) >= graph_mark; });
+    for (auto& [key, traces] : ctx.regions) {
+      std::erase_if(traces, [&](const TraceContext::RegionTrace& t) { return static_cast<std::size_t>(t.graph) >= graph_mark; });
     }
   } else {
-    known.push_back(graph);
+    known.push_back(trace);
     if (known.size() > 1) ctx.program.graphs[static_cast<std::size_t>(graph)].name = region.name + "_" + std::to_string(known.size() - 1);
   }
   const std::string identifier = ctx.program.graphs[static_cast<std::size_t>(graph)].name;

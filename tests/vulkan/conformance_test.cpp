@@ -301,7 +301,7 @@ std::vector<Case> all_cases() {
   }
 
   // Reductions.
-  for (OpKind op : {OpKind::Sum, OpKind::Mean, OpKind::Amax, OpKind::Amin}) {
+  for (OpKind op : {OpKind::Sum, OpKind::Mean, OpKind::Amax, OpKind::Amin, OpKind::Prod, OpKind::Var}) {
     c.push_back({std::string(op_name(op)), [op](std::mt19937& rng) {
                    Graph g;
                    const int rank = static_cast<int>(pick(rng, 1, 4));
@@ -317,8 +317,10 @@ std::vector<Case> all_cases() {
                      if (!red) os.push_back(s[d]);
                      else if (keep) os.push_back(1);
                    }
-                   const auto x = g.input(rnd(DType::kF32, s, rng));
-                   AttrList attrs = AttrList().ints(dims).b(keep);
+                   const auto x = g.input(op == OpKind::Prod ? rnd(DType::kF32, s, rng, 0.5, 1.5) : rnd(DType::kF32, s, rng));
+                   AttrList attrs = AttrList().ints(dims);
+                   if (op == OpKind::Var) attrs.f(1.0);
+                   attrs.b(keep);
                    if (op == OpKind::Sum) attrs.none();
                    g.node(op, {x}, {g.output(DType::kF32, os)}, attrs);
                    return g;
@@ -330,6 +332,31 @@ std::vector<Case> all_cases() {
                  g.node(OpKind::Sum, {x}, {g.output(DType::kF32, {3})}, AttrList().ints({1}).b(false).none());
                  return g;
                }, 1e-4, 1e-3, 1});
+
+  for (OpKind op : {OpKind::Argmax, OpKind::Argmin}) {
+    c.push_back({std::string(op_name(op)), [op](std::mt19937& rng) {
+                   Graph g;
+                   const int rank = static_cast<int>(pick(rng, 1, 3));
+                   const Shape s = random_shape(rng, rank, 1, 9);
+                   const std::int64_t dim = pick(rng, 0, rank - 1);
+                   const bool keep = pick(rng, 0, 1) == 1;
+                   Shape os = s;
+                   if (keep) os[dim] = 1;
+                   else os.erase(os.begin() + dim);
+                   Tensor x = rnd(DType::kF32, s, rng);
+                   for (std::int64_t i = 0; i < x.numel(); ++i) x.set(i, std::round(x.at(i)));  // ties: first wins
+                   if (x.numel() > 3) x.set(3, std::nan(""));
+                   g.node(op, {g.input(x)}, {g.output(DType::kI64, os)}, AttrList().i(dim).b(keep));
+                   return g;
+                 }, 0, 0, 5});
+  }
+  c.push_back({"cumsum", [](std::mt19937& rng) {
+                 Graph g;
+                 const Shape s = random_shape(rng, 3, 1, 9);
+                 const std::int64_t dim = pick(rng, 0, 2);
+                 g.node(OpKind::Cumsum, {g.input(rnd(DType::kF32, s, rng))}, {g.output(DType::kF32, s)}, AttrList().i(dim));
+                 return g;
+               }, 1e-4, 1e-5, 4});
 
   // Indexing.
   c.push_back({"embedding", [](std::mt19937& rng) {

@@ -167,6 +167,8 @@ class Lowerer {
   Status conv2d();
   Status pool();
   Status reduce(int code);
+  Status arg_reduce(bool is_max);
+  Status cumsum();
   Status softmax(bool log);
   Status layer_norm();
   Status batch_norm();
@@ -532,7 +534,11 @@ Status Lowerer::pool() {
 Status Lowerer::reduce(int code) {
   KILN_RETURN_IF_ERROR(expect_inputs(1, 1));
   KILN_ASSIGN_OR_RETURN(std::span<const std::int64_t> dims, attr_ints(op(), attrs_, 0, "dims"));
-  KILN_ASSIGN_OR_RETURN(bool keepdim, attr_bool(op(), attrs_, 1, "keepdim"));
+  double correction = 0;
+  if (code == 5) {  // var(dims, correction, keepdim)
+    KILN_ASSIGN_OR_RETURN(correction, attr_float("var", attrs_, 1, "correction"));
+  }
+  KILN_ASSIGN_OR_RETURN(bool keepdim, attr_bool(op(), attrs_, code == 5 ? 2 : 1, "keepdim"));
   const Shape& xs = in(0)->shape;
   const int rank = static_cast<int>(xs.size());
   std::vector<bool> reduced(rank, dims.empty());
@@ -556,11 +562,12 @@ Status Lowerer::reduce(int code) {
   if (out().shape != expect) return invalid("out.shape=", shape_text(out().shape), " != expected ", shape_text(expect));
   const std::int64_t n_out = numel(kept), count = numel(red);
   if (n_out == 0) return Status::Ok();
-  if (count == 0) {
-    if (code >= 2) {
+  if (count == 0) {  // the identity (sum 0, prod 1; mean and var NaN); amax/amin: an error
+    if (code == 2 || code == 3) {
       return Status(StatusCode::kInvalidInput, "[" + std::string(op()) + "] reduction over zero elements");
     }
-    fill(out_id(), n_out, code == 1 ? fbits(std::numeric_limits<float>::quiet_NaN()) : 0);
+    const float identity = code == 0 ? 0.0f : code == 4 ? 1.0f : std::numeric_limits<float>::quiet_NaN();
+    fill(out_id(), n_out, fbits(identity));
     return Status::Ok();
   }
   std::vector<Shape> ks{kept_st}, rs{red_st};
@@ -579,9 +586,70 @@ Status Lowerer::reduce(int code) {
   }
   d.push[27] = static_cast<std::int32_t>(count);
   d.push[28] = code;
+  d.push[29] = fbits(static_cast<float>(correction));
   d.bindings[0] = T(in_id(0));
   d.bindings[1] = T(out_id());
   grid_1d(d, n_out, 1);
+  return Status::Ok();
+}
+
+// The [outer, D, inner] split of `xs` around `dim` (rank 0: one element, dim 0).
+bool split_at(const Shape& xs, std::int64_t dim, std::int64_t& outer, std::int64_t& d, std::int64_t& inner) {
+  const auto rank = static_cast<std::int64_t>(xs.size());
+  if (rank == 0) {
+    outer = d = inner = 1;
+    return dim == 0;
+  }
+  if (dim < 0 || dim >= rank) return false;
+  outer = numel(Shape(xs.begin(), xs.begin() + dim));
+  d = xs[dim];
+  inner = numel(Shape(xs.begin() + dim + 1, xs.end()));
+  return true;
+}
+
+Status Lowerer::arg_reduce(bool is_max) {
+  KILN_RETURN_IF_ERROR(expect_inputs(1, 1));
+  KILN_ASSIGN_OR_RETURN(std::int64_t dim, attr_int(op(), attrs_, 0, "dim"));
+  KILN_ASSIGN_OR_RETURN(bool keepdim, attr_bool(op(), attrs_, 1, "keepdim"));
+  const Shape& xs = in(0)->shape;
+  std::int64_t outer = 0, len = 0, inner = 0;
+  if (!split_at(xs, dim, outer, len, inner)) return invalid("dim=", dim, " for x.shape=", shape_text(xs));
+  Shape expect = xs;
+  if (!xs.empty()) {
+    if (keepdim) expect[dim] = 1;
+    else expect.erase(expect.begin() + dim);
+  }
+  if (out().shape != expect) return invalid("out.shape=", shape_text(out().shape), " != expected ", shape_text(expect));
+  const std::int64_t rows = outer * inner;
+  if (rows == 0) return Status::Ok();
+  if (len == 0) return Status(StatusCode::kInvalidInput, "[" + std::string(op()) + "] cannot reduce over zero elements");
+  Dispatch& d = add("argreduce_f32", {in_id(0)}, {out_id()});
+  d.push[0] = static_cast<std::int32_t>(rows);
+  d.push[1] = static_cast<std::int32_t>(len);
+  d.push[2] = static_cast<std::int32_t>(inner);
+  d.push[3] = is_max ? 0 : 1;
+  d.bindings[0] = T(in_id(0));
+  d.bindings[1] = T(out_id());
+  grid_1d(d, rows, 1);
+  return Status::Ok();
+}
+
+Status Lowerer::cumsum() {
+  KILN_RETURN_IF_ERROR(expect_inputs(1, 1));
+  KILN_ASSIGN_OR_RETURN(std::int64_t dim, attr_int("cumsum", attrs_, 0, "dim"));
+  const Shape& xs = in(0)->shape;
+  std::int64_t outer = 0, len = 0, inner = 0;
+  if (!split_at(xs, dim, outer, len, inner)) return invalid("dim=", dim, " for x.shape=", shape_text(xs));
+  if (out().shape != xs) return invalid("out.shape != x.shape");
+  const std::int64_t lines = outer * inner;
+  if (lines == 0 || len == 0) return Status::Ok();
+  Dispatch& d = add("cumsum_f32", {in_id(0)}, {out_id()});
+  d.push[0] = static_cast<std::int32_t>(lines);
+  d.push[1] = static_cast<std::int32_t>(len);
+  d.push[2] = static_cast<std::int32_t>(inner);
+  d.bindings[0] = T(in_id(0));
+  d.bindings[1] = T(out_id());
+  grid_1d(d, lines, 64);
   return Status::Ok();
 }
 
@@ -797,7 +865,7 @@ Status Lowerer::movement() {
       if (os != expect) return invalid("out.shape=", shape_text(os), " != ", shape_text(expect));
       Shape ist = contiguous(xs);
       const std::int64_t off = start * ist[dim];
-      ist[dim] *= step;
+      if (len > 1) ist[dim] *= step;  // then step < size: the stride stays in range
       copy(in_id(0), out_id(), os, ist, contiguous(os), off, 0, st);
       return st;
     }
@@ -1115,6 +1183,11 @@ Status Lowerer::node(const SegmentNode& n) {
     case OpKind::Mean: return reduce(1);
     case OpKind::Amax: return reduce(2);
     case OpKind::Amin: return reduce(3);
+    case OpKind::Prod: return reduce(4);
+    case OpKind::Var: return reduce(5);
+    case OpKind::Argmax: return arg_reduce(true);
+    case OpKind::Argmin: return arg_reduce(false);
+    case OpKind::Cumsum: return cumsum();
     case OpKind::Softmax: return softmax(false);
     case OpKind::LogSoftmax: return softmax(true);
     case OpKind::LayerNorm: return layer_norm();
@@ -1184,7 +1257,13 @@ bool op_supported(OpKind op, std::span<const DType> in, std::span<const DType> o
     case OpKind::BatchNorm:
     case OpKind::Mean:
     case OpKind::Amax:
-    case OpKind::Amin: return f32_io && !in.empty();
+    case OpKind::Amin:
+    case OpKind::Prod:
+    case OpKind::Var:
+    case OpKind::Cumsum: return f32_io && !in.empty();
+    case OpKind::Argmax:
+    case OpKind::Argmin:
+      return in.size() == 1 && in[0] == DType::kF32 && out.size() == 1 && out[0] == DType::kI64;
     case OpKind::Sum:
       // sum's optional dtype attribute must be absent or f32.
       if (attrs.size() > 2 && attrs[2].type != AttrType::kNone && attrs[2].i != static_cast<std::int64_t>(DType::kF32)) return false;

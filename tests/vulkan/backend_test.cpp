@@ -245,7 +245,7 @@ TEST(VulkanBackend, SupportsOnlyWhatItRuns) {
   EXPECT_FALSE(b->supports(OpKind::MaskedSelect, f32x2, f32, {}));
   EXPECT_FALSE(b->supports(OpKind::Item, f32, f32, {}));
   EXPECT_FALSE(b->supports(OpKind::Cond, boolean, f32, {}));
-  EXPECT_FALSE(b->supports(OpKind::Any, boolean, boolean, {}));
+  EXPECT_FALSE(b->supports(OpKind::Any, f32, boolean, {}));
   EXPECT_FALSE(b->supports(OpKind::Cast, f32, i64, {}));
   EXPECT_TRUE(b->supports(OpKind::Cast, i64, f32, {}));
   EXPECT_FALSE(b->supports(static_cast<OpKind>(60000), f32, f32, {}));  // an op this build does not know

@@ -301,7 +301,8 @@ std::vector<Case> all_cases() {
   }
 
   // Reductions.
-  for (OpKind op : {OpKind::Sum, OpKind::Mean, OpKind::Amax, OpKind::Amin, OpKind::Prod, OpKind::Var}) {
+  for (OpKind op : {OpKind::Sum, OpKind::Mean, OpKind::Amax, OpKind::Amin, OpKind::Prod, OpKind::Var, OpKind::Any,
+                    OpKind::All}) {
     c.push_back({std::string(op_name(op)), [op](std::mt19937& rng) {
                    Graph g;
                    const int rank = static_cast<int>(pick(rng, 1, 4));
@@ -317,12 +318,18 @@ std::vector<Case> all_cases() {
                      if (!red) os.push_back(s[d]);
                      else if (keep) os.push_back(1);
                    }
-                   const auto x = g.input(op == OpKind::Prod ? rnd(DType::kF32, s, rng, 0.5, 1.5) : rnd(DType::kF32, s, rng));
+                   const bool boolean = op == OpKind::Any || op == OpKind::All;
+                   Tensor xt = op == OpKind::Prod ? rnd(DType::kF32, s, rng, 0.5, 1.5) : rnd(boolean ? DType::kBool : DType::kF32, s, rng);
+                   if (boolean) {  // mostly one value, so both answers occur
+                     const double common = pick(rng, 0, 1);
+                     for (std::int64_t i = 0; i < xt.numel(); ++i) xt.set(i, pick(rng, 0, 6) == 0 ? 1 - common : common);
+                   }
+                   const auto x = g.input(xt);
                    AttrList attrs = AttrList().ints(dims);
                    if (op == OpKind::Var) attrs.f(1.0);
                    attrs.b(keep);
                    if (op == OpKind::Sum) attrs.none();
-                   g.node(op, {x}, {g.output(DType::kF32, os)}, attrs);
+                   g.node(op, {x}, {g.output(boolean ? DType::kBool : DType::kF32, os)}, attrs);
                    return g;
                  }, 1e-4, 1e-5, 5});
   }

@@ -563,8 +563,12 @@ Status Lowerer::reduce(int code) {
   const std::int64_t n_out = numel(kept), count = numel(red);
   if (n_out == 0) return Status::Ok();
   if (count == 0) {  // the identity (sum 0, prod 1; mean and var NaN); amax/amin: an error
-    if (code == 2 || code == 3) {
+    if ((code == 2 || code == 3) && node_->op != OpKind::Any && node_->op != OpKind::All) {
       return Status(StatusCode::kInvalidInput, "[" + std::string(op()) + "] reduction over zero elements");
+    }
+    if (node_->op == OpKind::Any || node_->op == OpKind::All) {
+      fill(out_id(), n_out, node_->op == OpKind::All ? 1 : 0);  // any: false, all: true
+      return Status::Ok();
     }
     const float identity = code == 0 ? 0.0f : code == 4 ? 1.0f : std::numeric_limits<float>::quiet_NaN();
     fill(out_id(), n_out, fbits(identity));
@@ -572,7 +576,8 @@ Status Lowerer::reduce(int code) {
   }
   std::vector<Shape> ks{kept_st}, rs{red_st};
   if (!coalesce(kept, ks) || !coalesce(red, rs)) return unsupported("more than ", kMaxDims, " kept or reduced dims");
-  Dispatch& d = add("reduce_f32", {in_id(0)}, {out_id()});
+  const bool boolean = node_->op == OpKind::Any || node_->op == OpKind::All;
+  Dispatch& d = add(boolean ? "reduce_b32" : "reduce_f32", {in_id(0)}, {out_id()});
   d.push[0] = static_cast<std::int32_t>(n_out);
   d.push[1] = static_cast<std::int32_t>(kept.size());
   for (std::size_t i = 0; i < kept.size(); ++i) {
@@ -1184,6 +1189,8 @@ Status Lowerer::node(const SegmentNode& n) {
     case OpKind::Amax: return reduce(2);
     case OpKind::Amin: return reduce(3);
     case OpKind::Prod: return reduce(4);
+    case OpKind::Any: return reduce(2);  // max over 0/1 (reduce_b32)
+    case OpKind::All: return reduce(3);  // min over 0/1
     case OpKind::Var: return reduce(5);
     case OpKind::Argmax: return arg_reduce(true);
     case OpKind::Argmin: return arg_reduce(false);
@@ -1261,6 +1268,8 @@ bool op_supported(OpKind op, std::span<const DType> in, std::span<const DType> o
     case OpKind::Prod:
     case OpKind::Var:
     case OpKind::Cumsum: return f32_io && !in.empty();
+    case OpKind::Any:
+    case OpKind::All: return in.size() == 1 && in[0] == DType::kBool && all_are(out, DType::kBool);
     case OpKind::Argmax:
     case OpKind::Argmin:
       return in.size() == 1 && in[0] == DType::kF32 && out.size() == 1 && out[0] == DType::kI64;

@@ -8,8 +8,18 @@
 #version 450
 #include "common.glsl"
 layout(local_size_x = 64) in;
+#ifdef BOOL_IO
+// any / all: bool words in and out; any is amax (op 2) and all is amin (op 3) over 0/1.
+layout(std430, binding = 0) readonly buffer X { uint xw[]; };
+layout(std430, binding = 1) writeonly buffer Y { uint yw[]; };
+float load(uint i) { return xw[i] != 0u ? 1.0 : 0.0; }
+void store(uint i, float v) { yw[i] = v != 0.0 ? 1u : 0u; }
+#else
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+float load(uint i) { return x[i]; }
+void store(uint i, float v) { y[i] = v; }
+#endif
 shared float part[64];
 
 float combine(int op, float u, float v) {
@@ -45,7 +55,7 @@ void main() {
   float init = (op <= 1 || op == 5) ? 0.0 : op == 4 ? 1.0 : uintBitsToFloat(op == 2 ? 0xff800000u : 0x7f800000u);
   float acc = init;
   uint count = uint(P(27));
-  for (uint r = t; r < count; r += 64u) acc = combine(op, acc, x[element(base, r)]);
+  for (uint r = t; r < count; r += 64u) acc = combine(op, acc, load(element(base, r)));
   part[t] = acc;
   barrier();
   for (uint s = 32u; s > 0u; s >>= 1) {
@@ -57,15 +67,15 @@ void main() {
     float mean = total / float(count);
     barrier();
     float q = 0.0;
-    for (uint r = t; r < count; r += 64u) { float d = x[element(base, r)] - mean; q += d * d; }
+    for (uint r = t; r < count; r += 64u) { float d = load(element(base, r)) - mean; q += d * d; }
     part[t] = q;
     barrier();
     for (uint s = 32u; s > 0u; s >>= 1) {
       if (t < s) part[t] += part[t + s];
       barrier();
     }
-    if (t == 0u) y[o] = part[0] / max(0.0, float(count) - PF(29));
+    if (t == 0u) store(o, part[0] / max(0.0, float(count) - PF(29)));
     return;
   }
-  if (t == 0u) y[o] = op == 1 ? total / float(count) : total;
+  if (t == 0u) store(o, op == 1 ? total / float(count) : total);
 }

@@ -393,6 +393,16 @@ std::vector<Case> all_cases() {
                  return g;
                }, 0, 0});
 
+  c.push_back({"index_select_and_gather_0d_x", [](std::mt19937& rng) {
+                 Graph g;
+                 const auto x = g.input(rnd(DType::kF32, {}, rng));
+                 const auto i1 = g.input(Tensor::of(DType::kI64, {1}, {0}));
+                 const auto i0 = g.input(Tensor::of(DType::kI64, {}, {0}));
+                 g.node(OpKind::IndexSelect, {x, i1}, {g.output(DType::kF32, {})}, AttrList().i(0));
+                 g.node(OpKind::Gather, {x, i0}, {g.output(DType::kF32, {})}, AttrList().i(0));
+                 return g;
+               }, 0, 0, 1});
+
   // Data movement (any 32-bit dtype).
   for (DType d : {DType::kF32, DType::kI64, DType::kBool}) {
     const std::string dn(dtype_name(d));

@@ -745,7 +745,9 @@ Status Lowerer::batch_norm() {
 
 Status Lowerer::indexing() {
   KILN_RETURN_IF_ERROR(expect_inputs(2, 2));
-  const Shape& xs = in(0)->shape;
+  // A 0-d x is indexed as [1] (as on the CPU); its output stays 0-d.
+  const Shape xs = in(0)->shape.empty() ? Shape{1} : in(0)->shape;
+  const bool scalar_x = in(0)->shape.empty();
   const Shape& is = in(1)->shape;
   Dispatch d;
   d.variant = "index_x32";
@@ -765,6 +767,10 @@ Status Lowerer::indexing() {
     } else {
       expect = xs;
       expect[dim] = numel(is);
+      if (scalar_x) {
+        if (numel(is) != 1) return invalid("a 0-d x takes exactly one index, got ", shape_text(is));
+        expect.clear();
+      }
     }
     if (out().shape != expect) return invalid("out.shape=", shape_text(out().shape), " != expected ", shape_text(expect));
     n = numel(expect);
@@ -775,22 +781,24 @@ Status Lowerer::indexing() {
   } else {  // gather
     KILN_ASSIGN_OR_RETURN(std::int64_t dim, attr_int("gather", attrs_, 0, "dim"));
     if (dim < 0) dim += static_cast<std::int64_t>(xs.size());
-    if (is.size() != xs.size() || dim < 0 || dim >= static_cast<std::int64_t>(xs.size())) {
+    const Shape xi = scalar_x ? Shape{} : xs;  // ranks compare with the real x
+    if (is.size() != xi.size() || dim < 0 || dim >= static_cast<std::int64_t>(xs.size())) {
       return invalid("index.shape=", shape_text(is), " x.shape=", shape_text(xs), " dim=", dim);
     }
-    for (std::size_t i = 0; i < xs.size(); ++i) {
+    for (std::size_t i = 0; i < xi.size(); ++i) {
       if (static_cast<std::int64_t>(i) != dim && is[i] > xs[i]) return invalid("index.shape[", i, "] > x.shape[", i, "]");
     }
     if (out().shape != is) return invalid("out.shape != index.shape");
     if (xs.size() > kMaxDims) return unsupported("gather over more than ", kMaxDims, " dims");
     n = numel(is);
     const Shape xst = contiguous(xs);
+    const Shape ishape = scalar_x ? Shape{1} : is;
     d.push[1] = 1;
     d.push[2] = static_cast<std::int32_t>(xs[dim]);
     d.push[3] = static_cast<std::int32_t>(xs.size());
     d.push[4] = static_cast<std::int32_t>(dim);
     for (std::size_t i = 0; i < xs.size(); ++i) {
-      d.push[5 + i] = static_cast<std::int32_t>(is[i]);
+      d.push[5 + i] = static_cast<std::int32_t>(ishape[i]);
       d.push[11 + i] = static_cast<std::int32_t>(xst[i]);
     }
   }

@@ -21,6 +21,10 @@ HostValue host(const Tensor& t) {
   return HostValue::of(std::move(h));
 }
 
+// Every test runs on each backend: "cpu", and "vulkan" where a device is usable (Mesa's
+// lavapipe in CI); kUnavailable skips, naming why.
+class ControlFlowRun : public ::testing::TestWithParam<const char*> {};
+
 // Loads the exported program; a runtime without control-flow support skips the test
 // (kUnsupported names what is missing).
 #define LOAD_OR_SKIP(var, ep)                                                                        \
@@ -30,12 +34,16 @@ HostValue host(const Tensor& t) {
     ASSERT_TRUE(bytes_.ok()) << bytes_.status().message();                                           \
     auto bundle_ = Bundle::from_bytes(*bytes_);                                                      \
     ASSERT_TRUE(bundle_.ok()) << bundle_.status().message();                                         \
-    auto program_ = Program::load(std::move(bundle_).value());                                       \
+    auto program_ = Program::load(std::move(bundle_).value(), {.backend = GetParam()});              \
     if (!program_.ok() && program_.status().code() == StatusCode::kUnsupported) {                    \
       GTEST_SKIP() << "the runtime cannot run this program yet: " << program_.status().message();    \
     }                                                                                                \
+    if (!program_.ok() && program_.status().code() == StatusCode::kUnavailable) {                    \
+      GTEST_SKIP() << GetParam() << " backend unavailable: " << program_.status().message();         \
+    }                                                                                                \
     ASSERT_TRUE(program_.ok()) << program_.status().message();                                       \
     var = *program_;                                                                                 \
+    ASSERT_EQ(var->backend_name(), GetParam());                                                      \
   }
 
 #define RUN_OR_SKIP(var, session, inputs)                                                            \
@@ -57,7 +65,7 @@ void expect_close(const HostValue& got, const Tensor& want) {
 
 Tensor floats(std::vector<std::int64_t> shape, std::vector<float> v) { return Tensor::from_floats(std::move(shape), v); }
 
-TEST(ControlFlowRun, Case4CondTakesEitherBranchAndBindsTheSize) {
+TEST_P(ControlFlowRun, Case4CondTakesEitherBranchAndBindsTheSize) {
   auto ep = export_program([](Tensor x) { return case4_model(x); }, {input("x", Tensor::randn({6}))});
   ASSERT_TRUE(ep.ok()) << ep.status().message();
   LOAD_OR_SKIP(program, *ep);
@@ -68,7 +76,7 @@ TEST(ControlFlowRun, Case4CondTakesEitherBranchAndBindsTheSize) {
   }
 }
 
-TEST(ControlFlowRun, SymbolicPredicateWithLiftedParameters) {
+TEST_P(ControlFlowRun, SymbolicPredicateWithLiftedParameters) {
   CondDyn model;
   auto ep = export_program([&](Tensor x, Tensor y) { return model(x, y); },
                            {input("x", Tensor::randn({6, 8}), {Dim::DYNAMIC}), input("y", Tensor::randn({3}))});
@@ -83,7 +91,7 @@ TEST(ControlFlowRun, SymbolicPredicateWithLiftedParameters) {
   }
 }
 
-TEST(ControlFlowRun, NestedCondWithCapturedTensorAndSymbol) {
+TEST_P(ControlFlowRun, NestedCondWithCapturedTensorAndSymbol) {
   auto ep = export_program([](Tensor x, Tensor y, SymInt n) { return nested_model(x, y, n); },
                            {input("x", Tensor::randn({4})), input("y", Tensor::randn({4})), int_input("n", 3, Dim::DYNAMIC)});
   ASSERT_TRUE(ep.ok()) << ep.status().message();
@@ -98,7 +106,7 @@ TEST(ControlFlowRun, NestedCondWithCapturedTensorAndSymbol) {
   }
 }
 
-TEST(ControlFlowRun, WhileLoopWithIntAndTensorCarries) {
+TEST_P(ControlFlowRun, WhileLoopWithIntAndTensorCarries) {
   auto ep = export_program(
       [](Tensor x) {
         auto [i, v] = loop_model(x);
@@ -116,7 +124,7 @@ TEST(ControlFlowRun, WhileLoopWithIntAndTensorCarries) {
   expect_close(r->outputs[1], v);
 }
 
-TEST(ControlFlowRun, WhileLoopWithTensorPredicateAndLiftedTensor) {
+TEST_P(ControlFlowRun, WhileLoopWithTensorPredicateAndLiftedTensor) {
   auto model = [](Tensor x, Tensor step) {
     return while_loop([](Tensor v) { return lt(sum(v), 100.0); }, [&](Tensor v) { return v + step; }, {x});
   };
@@ -131,7 +139,7 @@ TEST(ControlFlowRun, WhileLoopWithTensorPredicateAndLiftedTensor) {
   }
 }
 
-TEST(ControlFlowRun, CompileRegionOverTwentyFourLayers) {
+TEST_P(ControlFlowRun, CompileRegionOverTwentyFourLayers) {
   Stack stack(24);
   auto ep = export_program([&](Tensor x) { return run_stack(stack, x, 24, true); },
                            {input("x", Tensor::randn({4, 16}), {Dim("batch", 1, 256)})});
@@ -146,7 +154,7 @@ TEST(ControlFlowRun, CompileRegionOverTwentyFourLayers) {
   }
 }
 
-TEST(ControlFlowRun, CondOnAnUnbackedValue) {
+TEST_P(ControlFlowRun, CondOnAnUnbackedValue) {
   auto model = [](Tensor x, Tensor n_t) {
     SymInt n = n_t.item();
     return cond(n > 0, [](Tensor v) { return v * 2.0; }, [](Tensor v) { return -v; }, {x});
@@ -163,7 +171,7 @@ TEST(ControlFlowRun, CondOnAnUnbackedValue) {
   }
 }
 
-TEST(ControlFlowRun, DataDependentSizesInsideBranches) {
+TEST_P(ControlFlowRun, DataDependentSizesInsideBranches) {
   auto model = [](Tensor x) {
     return cond(gt(sum(x), 0.0), [](Tensor v) { return nonzero(v); }, [](Tensor v) { return nonzero(relu(v)); }, {x});
   };
@@ -180,7 +188,7 @@ TEST(ControlFlowRun, DataDependentSizesInsideBranches) {
   }
 }
 
-TEST(ControlFlowRun, SymIntOutputsAndOperands) {
+TEST_P(ControlFlowRun, SymIntOutputsAndOperands) {
   auto model = [](Tensor x, SymInt n) {
     auto [a, b] = cond(gt(sum(x), 0.0), [](Tensor v, SymInt k) { return std::make_tuple(v.size(0) * 2, k + 1); },
                        [](Tensor v, SymInt k) { return std::make_tuple(v.size(0) * 2, k * 3); }, {x, n});
@@ -198,7 +206,7 @@ TEST(ControlFlowRun, SymIntOutputsAndOperands) {
   }
 }
 
-TEST(ControlFlowRun, GuardInsideABranchIsCheckedOnTheInputs) {
+TEST_P(ControlFlowRun, GuardInsideABranchIsCheckedOnTheInputs) {
   auto model = [](Tensor x) {
     return cond(gt(sum(x), 0.0),
                 [](Tensor v) {
@@ -221,7 +229,7 @@ TEST(ControlFlowRun, GuardInsideABranchIsCheckedOnTheInputs) {
   EXPECT_EQ(odd.status().code(), StatusCode::kInvalidInput);
 }
 
-TEST(ControlFlowRun, SpecializedEntryGraphCallsTheSubgraphs) {
+TEST_P(ControlFlowRun, SpecializedEntryGraphCallsTheSubgraphs) {
   Dim b("b", 1, 64);
   b.specialize_on({"b == 1"});
   CompileRegion block("block", [](Tensor v) { return relu(v) + 1.0; });
@@ -240,7 +248,7 @@ TEST(ControlFlowRun, SpecializedEntryGraphCallsTheSubgraphs) {
   }
 }
 
-TEST(ControlFlowRun, RegionWithAnIntOperand) {
+TEST_P(ControlFlowRun, RegionWithAnIntOperand) {
   CompileRegion block("block", [](Tensor v, SymInt k) { return v * 2.0 + full({k}, 1.0).sum(); });
   auto model = [&](Tensor x, SymInt n) { return block(block(x, n), n + 1); };
   auto ep = export_program(model, {input("x", Tensor::randn({4})), int_input("n", 3, Dim::DYNAMIC)});
@@ -254,7 +262,7 @@ TEST(ControlFlowRun, RegionWithAnIntOperand) {
   }
 }
 
-TEST(ControlFlowRun, RegionWithDataDependentSizes) {
+TEST_P(ControlFlowRun, RegionWithDataDependentSizes) {
   CompileRegion route("route", [](Tensor v) {
     Tensor picked = masked_select(v, gt(v, 0.0));
     return sum(picked).reshape({1}) + v;
@@ -270,6 +278,29 @@ TEST(ControlFlowRun, RegionWithDataDependentSizes) {
     expect_close(r->outputs[0], model(x));
   }
 }
+
+TEST_P(ControlFlowRun, ReshapedInputsLeaveBranchesAndLoops) {
+  // Reshapes may be zero-copy at run time; a branch or loop body returning a reshape of its
+  // input must still see and produce the right values.
+  auto model = [](Tensor x) {
+    Tensor y = cond(gt(sum(x), 0.0), [](Tensor v) { return v.reshape({2, 2}); }, [](Tensor v) { return (v * 2.0).reshape({2, 2}); }, {x});
+    auto [i, z] = while_loop([](SymInt k, Tensor) { return k < 3; },
+                             [](SymInt k, Tensor v) { return std::make_tuple(k + 1, (v + 1.0).reshape({4}).reshape({2, 2})); },
+                             {SymInt(0), y});
+    return z + y;
+  };
+  auto ep = export_program(model, {input("x", Tensor::randn({4}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  for (const Tensor& x : {floats({4}, {1, 2, 3, 4}), floats({4}, {-1, -2, -3, -4})}) {
+    RUN_OR_SKIP(r, session, std::vector<HostValue>{host(x)});
+    expect_close(r->outputs[0], model(x));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ControlFlowRun, ::testing::Values("cpu", "vulkan"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace kiln

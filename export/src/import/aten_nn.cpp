@@ -456,9 +456,100 @@ void upsample_nearest(Importer& im) {
   im.define(0, v);
 }
 
+// rms_norm(input, normalized_shape, weight?, eps?): x * rsqrt(mean(x^2) + eps) * weight.
+void rms_norm(Importer& im) {
+  const DType dt = im.out_dtype();
+  const int x = im.cast(im.tensor(0, "input"), dt);
+  const auto normalized = im.sym_int_list(1, "normalized_shape");
+  auto w = im.opt_tensor(2, "weight");
+  const double eps = im.float_arg(3, "eps", dt == DType::kF64 ? 2.220446049250313e-16 : 1.1920928955078125e-07);
+  const Shape xs = im.shape(x);
+  std::vector<std::int64_t> dims;
+  Shape kept = xs;
+  for (std::size_t i = 0; i < normalized.size(); ++i) {
+    const std::size_t d = xs.size() - normalized.size() + i;
+    dims.push_back(static_cast<std::int64_t>(d));
+    kept[d] = c(1);
+  }
+  const int sq = im.emit(OpKind::Mul, {x, x}, {}, dt, xs);
+  const int ms = im.emit(OpKind::Mean, {sq}, {dims, true}, dt, kept);
+  const int r = im.emit(OpKind::Rsqrt, {im.emit(OpKind::Add, {ms, im.scalar(eps, dt)}, {}, dt, kept)}, {}, dt, kept);
+  int y = im.emit(OpKind::Mul, {x, r}, {}, dt, xs);
+  if (w) y = im.emit(OpKind::Mul, {y, im.cast(*w, dt)}, {}, dt, xs);
+  im.define(0, y);
+}
+
+// linalg_vector_norm / norm: ord 2 (default), 1, inf, -inf, 0 or any p > 0.
+void vector_norm(Importer& im) {
+  const DType dt = im.out_dtype();
+  const int x = im.cast(im.tensor(0, "self"), dt);
+  const double ord = im.has(1, "ord") ? im.float_arg(1, "ord") : im.float_arg(1, "p", 2.0);
+  std::vector<std::int64_t> dims;
+  if (im.has(2, "dim")) dims = im.int_list(2, "dim");
+  const std::int64_t r = im.rank(x);
+  if (dims.empty()) for (std::int64_t d = 0; d < r; ++d) dims.push_back(d);
+  for (auto& d : dims) d = im.norm_dim(d, r);
+  std::sort(dims.begin(), dims.end());
+  const bool keepdim = im.bool_arg(3, "keepdim", false);
+  const Shape xs = im.shape(x);
+  const Shape out = im.out_shape();
+  const int a = im.emit(OpKind::Abs, {x}, {}, dt, xs);
+  if (std::isinf(ord)) {
+    im.emit_out(ord > 0 ? OpKind::Amax : OpKind::Amin, {a}, {dims, keepdim});
+    return;
+  }
+  if (ord == 0.0) {
+    const int nz = im.cast(im.emit(OpKind::Ne, {x, im.scalar(0, dt)}, {}, DType::kBool, xs), dt);
+    im.emit_out(OpKind::Sum, {nz}, {dims, keepdim, std::monostate{}});
+    return;
+  }
+  if (ord == 1.0) {
+    im.emit_out(OpKind::Sum, {a}, {dims, keepdim, std::monostate{}});
+    return;
+  }
+  if (ord <= 0.0) im.unsupported("a vector norm of negative order");
+  const int p = ord == 2.0 ? im.emit(OpKind::Mul, {a, a}, {}, dt, xs) : im.emit(OpKind::Pow, {a, im.scalar(ord, dt)}, {}, dt, xs);
+  const int s = im.emit(OpKind::Sum, {p}, {dims, keepdim, std::monostate{}}, dt, out);
+  if (ord == 2.0) im.emit_out(OpKind::Sqrt, {s});
+  else im.emit_out(OpKind::Pow, {s, im.scalar(1.0 / ord, dt)});
+}
+
+// prelu(x, weight[C] or [1]): where(x > 0, x, weight * x) with weight along dim 1.
+void prelu(Importer& im) {
+  const DType dt = im.out_dtype();
+  const int x = im.cast(im.tensor(0, "self"), dt);
+  int w = im.cast(im.tensor(1, "weight"), dt);
+  const Shape xs = im.shape(x);
+  if (xs.size() >= 2 && im.rank(w) == 1) {
+    Shape ws{im.shape(w)[0]};
+    for (std::size_t d = 2; d < xs.size(); ++d) ws.push_back(c(1));
+    w = im.reshape(w, ws);
+  }
+  const int wx = im.emit(OpKind::Mul, {x, w}, {}, dt, xs);
+  const int pos = im.emit(OpKind::Gt, {x, im.scalar(0, dt)}, {}, DType::kBool, xs);
+  im.emit_out(OpKind::Where, {pos, x, wx});
+}
+
+// glu(x, dim): a * sigmoid(b) with [a, b] = x split in halves along dim.
+void glu(Importer& im) {
+  const DType dt = im.out_dtype();
+  const int x = im.cast(im.tensor(0, "self"), dt);
+  const std::int64_t d = im.norm_dim(im.int_arg(1, "dim", -1), im.rank(x));
+  const Shape half = im.out_shape();
+  const auto parts = im.emit_multi(OpKind::Split, {x}, {d, std::vector<Expr>{half[static_cast<std::size_t>(d)], half[static_cast<std::size_t>(d)]}}, dt, {half, half});
+  const int g = im.emit(OpKind::Sigmoid, {parts[1]}, {}, dt, half);
+  im.emit_out(OpKind::Mul, {parts[0], g});
+}
+
 }  // namespace
 
 void register_nn(HandlerTable& t) {
+  t["aten.rms_norm"] = rms_norm;
+  t["aten.linalg_vector_norm"] = vector_norm;
+  t["aten.norm"] = vector_norm;
+  t["aten.prelu"] = prelu;
+  t["aten._prelu_kernel"] = prelu;
+  t["aten.glu"] = glu;
   t["aten.linear"] = [](Importer& im) {
     const DType dt = im.out_dtype();
     std::vector<int> in{im.cast(im.tensor(0, "input"), dt), im.cast(im.tensor(1, "weight"), dt)};

@@ -1,5 +1,6 @@
 // aten data movement, creation, indexing and data-dependent ops.
 #include <algorithm>
+#include <cmath>
 
 #include "import/importer.h"
 
@@ -13,6 +14,7 @@ Expr c(std::int64_t v) { return Expr::constant(v); }
 // Ops that only reinterpret the shape: a reshape to the declared output shape.
 void as_reshape(Importer& im) {
   const int x = im.tensor(0, "self");
+  if (im.out_dtype() != im.dtype(x)) im.unsupported("a view as another dtype (bitcast)");
   im.define(0, im.reshape(x, im.out_shape()));
 }
 
@@ -209,6 +211,57 @@ void repeat(Importer& im) {
   im.define(0, im.reshape(e, im.out_shape()));
 }
 
+// roll: per dim, cat(x[n-k:], x[:n-k]) (static sizes and shifts).
+void roll(Importer& im) {
+  int v = im.tensor(0, "self");
+  const auto shifts = im.int_list(1, "shifts");
+  auto dims = im.int_list(2, "dims", {});
+  const Shape orig = im.shape(v);
+  if (dims.empty()) {  // flattened roll
+    Expr n = c(1);
+    for (const Expr& e : orig) n = n * e;
+    v = im.reshape(v, {im.simplify(n)});
+    dims = {0};
+  }
+  if (shifts.size() != dims.size()) im.bad("roll needs one shift per dim");
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    const std::int64_t d = im.norm_dim(dims[i], im.rank(v));
+    const Shape s = im.shape(v);
+    auto n = im.simplify(s[static_cast<std::size_t>(d)]).constant_value();
+    if (!n) im.unsupported("roll along a dynamic dim");
+    if (*n == 0) continue;
+    const std::int64_t k = ((shifts[i] % *n) + *n) % *n;
+    if (k == 0) continue;
+    Shape a = s, b = s;
+    a[static_cast<std::size_t>(d)] = c(k);
+    b[static_cast<std::size_t>(d)] = c(*n - k);
+    const int tail = im.emit(OpKind::Slice, {v}, {d, c(*n - k), c(*n), std::int64_t{1}}, im.dtype(v), a);
+    const int head = im.emit(OpKind::Slice, {v}, {d, c(0), c(*n - k), std::int64_t{1}}, im.dtype(v), b);
+    v = im.emit(OpKind::Cat, {tail, head}, {d}, im.dtype(v), s);
+  }
+  im.define(0, im.reshape(v, im.out_shape()));
+}
+
+// pixel_shuffle(r): [N, C*r*r, H, W] -> [N, C, H*r, W*r]; pixel_unshuffle the inverse.
+void pixel_shuffle(Importer& im, bool inverse) {
+  const int x = im.tensor(0, "self");
+  const std::int64_t r = im.int_arg(1, inverse ? "downscale_factor" : "upscale_factor");
+  const Shape s = im.shape(x);
+  if (s.size() != 4) im.unsupported("pixel shuffle of rank other than 4");
+  const Expr n = s[0], ch = s[1], h = s[2], w = s[3];
+  int v;
+  if (!inverse) {
+    const Expr co = im.simplify(sym::floordiv(ch, c(r * r)));
+    v = im.reshape(x, {n, co, c(r), c(r), h, w});
+    v = im.permute(v, {0, 1, 4, 2, 5, 3});
+  } else {
+    const Expr ho = im.simplify(sym::floordiv(h, c(r))), wo = im.simplify(sym::floordiv(w, c(r)));
+    v = im.reshape(x, {n, ch, ho, c(r), wo, c(r)});
+    v = im.permute(v, {0, 1, 3, 5, 2, 4});
+  }
+  im.define(0, im.reshape(v, im.out_shape()));
+}
+
 // topk / sort / argsort through the topk kernel (k = the dim's size for sorts).
 void topk(Importer& im, bool is_sort, bool indices_only) {
   const int x = im.tensor(0, "self");
@@ -241,6 +294,20 @@ void topk(Importer& im, bool is_sort, bool indices_only) {
 
 void full_like(Importer& im, std::optional<double> value, std::size_t value_pos) {
   const DType dt = im.out_dtype();
+  if (!value) {
+    const char* name = im.target().rfind("aten.scalar_tensor", 0) == 0 ? "s" : "fill_value";
+    const Operand o = im.operand(value_pos, name);
+    if (o.symbolic || o.is_tensor()) {  // a symbolic (or 0-d tensor) fill value: broadcast it
+      const int t = im.as_tensor(o, dt);
+      const Shape out = im.out_shape();
+      if (out.empty()) {
+        im.define(0, t);
+        return;
+      }
+      im.define(0, im.emit(OpKind::Expand, {im.reshape(t, Shape(out.size(), c(1)))}, {out}, dt, out));
+      return;
+    }
+  }
   const double v = value ? *value : im.float_arg(value_pos, "fill_value");
   im.emit_out(OpKind::Full, {}, {im.out_shape(), v, dt});
 }
@@ -248,9 +315,24 @@ void full_like(Importer& im, std::optional<double> value, std::size_t value_pos)
 void arange(Importer& im) {
   Expr start = c(0), end, step = c(1);
   const std::string& ov = im.overload();
+  bool floating = false;
   for (const char* name : {"start", "end", "step"}) {
     const json* a = im.arg(0, name);
-    if (a && a->contains("as_float")) im.unsupported("arange with float bounds");
+    floating = floating || (a && a->contains("as_float"));
+  }
+  if (floating) {
+    // Static float bounds: arange(0, n) * step + start in the output dtype.
+    const bool only_end = ov == "default" || ov == "out";
+    const double fs = only_end ? 0.0 : im.float_arg(0, "start"), fe = im.float_arg(only_end ? 0 : 1, "end");
+    const double fst = only_end ? 1.0 : im.float_arg(2, "step", 1.0);
+    if (fst == 0.0) im.bad("arange step is 0");
+    const auto n = static_cast<std::int64_t>(std::max(0.0, std::ceil((fe - fs) / fst)));
+    const DType dt = im.out_dtype();
+    int v = im.emit(OpKind::Arange, {}, {c(0), c(n), c(1), dt}, dt, {c(n)});
+    if (fst != 1.0) v = im.emit(OpKind::Mul, {v, im.scalar(fst, dt)}, {}, dt, {c(n)});
+    if (fs != 0.0) v = im.emit(OpKind::Add, {v, im.scalar(fs, dt)}, {}, dt, {c(n)});
+    im.define(0, v);
+    return;
   }
   if (ov == "default" || ov == "out") {
     end = im.sym_int(0, "end");
@@ -340,6 +422,9 @@ void register_shape(HandlerTable& t) {
   }
   t["aten.arange"] = arange;
   t["aten.topk"] = [](Importer& im) { topk(im, false, false); };
+  t["aten.roll"] = roll;
+  t["aten.pixel_shuffle"] = [](Importer& im) { pixel_shuffle(im, false); };
+  t["aten.pixel_unshuffle"] = [](Importer& im) { pixel_shuffle(im, true); };
   t["aten.sort"] = [](Importer& im) { topk(im, true, false); };
   t["aten.argsort"] = [](Importer& im) { topk(im, true, true); };
 

@@ -1,0 +1,211 @@
+// aten ops the fixtures do not use, in one-node archives written by the test (the schema of
+// torch/_export/serde/schema.py), imported and run against hand-computed results.
+#include <gtest/gtest.h>
+#include <zip.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "kiln/export/import_pt2.h"
+#include "kiln/export/serialize.h"
+#include "kiln/runtime/bundle.h"
+#include "kiln/runtime/program.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+json meta(std::vector<std::int64_t> sizes, int dtype = 7) {
+  json s = json::array();
+  for (auto v : sizes) s.push_back({{"as_int", v}});
+  return {{"dtype", dtype}, {"sizes", s}, {"requires_grad", false}, {"strides", json::array()}, {"layout", 7}};
+}
+
+json tensor_arg(const std::string& name) { return {{"as_tensor", {{"name", name}}}}; }
+
+struct OneOp {
+  std::string target;
+  std::vector<std::pair<std::string, json>> args;  // schema name -> Argument
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> inputs;
+  std::vector<std::int64_t> out_shape;
+  int out_dtype = 7;
+};
+
+// Writes a .pt2 whose graph is `inputs -> target -> y`, returns its path.
+std::string write_archive(const OneOp& op, const std::string& path) {
+  json g;
+  g["inputs"] = json::array();
+  g["tensor_values"] = json::object();
+  json specs = json::array();
+  for (const auto& [name, shape] : op.inputs) {
+    g["inputs"].push_back(tensor_arg(name));
+    g["tensor_values"][name] = meta(shape);
+    specs.push_back({{"user_input", {{"arg", tensor_arg(name)}}}});
+  }
+  json node;
+  node["target"] = "torch.ops." + op.target;
+  node["inputs"] = json::array();
+  for (const auto& [name, a] : op.args) node["inputs"].push_back({{"name", name}, {"arg", a}, {"kind", 1}});
+  node["outputs"] = json::array({tensor_arg("y")});
+  node["metadata"] = {{"stack_trace", "File \"test.py\", line 7, in forward"}};
+  g["nodes"] = json::array({node});
+  g["tensor_values"]["y"] = meta(op.out_shape, op.out_dtype);
+  g["outputs"] = json::array({tensor_arg("y")});
+  g["sym_int_values"] = json::object();
+  g["sym_bool_values"] = json::object();
+  json m;
+  m["graph_module"] = {{"graph", g},
+                       {"signature", {{"input_specs", specs}, {"output_specs", json::array({{{"user_output", {{"arg", tensor_arg("y")}}}}})}}}};
+  m["range_constraints"] = json::object();
+  m["schema_version"] = {{"major", 8}, {"minor", 17}};
+  const std::string text = m.dump();
+  int err = 0;
+  zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
+  void* copy = std::malloc(text.size());
+  std::memcpy(copy, text.data(), text.size());
+  zip_file_add(z, "m/models/model.json", zip_source_buffer(z, copy, text.size(), 1), ZIP_FL_OVERWRITE);
+  zip_close(z);
+  return path;
+}
+
+HostValue f32(std::vector<std::int64_t> shape, std::vector<float> v) {
+  HostTensor t{DType::kF32, std::move(shape), {}};
+  t.data.resize(v.size() * 4);
+  std::memcpy(t.data.data(), v.data(), t.data.size());
+  return HostValue::of(std::move(t));
+}
+
+// Imports, runs on `inputs` and returns output 0 as floats (empty on failure).
+std::vector<float> run(const OneOp& op, const std::vector<HostValue>& inputs) {
+  const fs::path p = fs::temp_directory_path() / ("kiln_op_" + std::to_string(::getpid()) + ".pt2");
+  auto ep = import_pt2(write_archive(op, p.string()));
+  fs::remove(p);
+  EXPECT_TRUE(ep.ok()) << ep.status().message();
+  if (!ep.ok()) return {};
+  auto bytes = serialize_bundle(ep->program());
+  EXPECT_TRUE(bytes.ok()) << bytes.status().message();
+  auto program = Program::load(std::move(Bundle::from_bytes(*bytes)).value());
+  EXPECT_TRUE(program.ok()) << program.status().message();
+  if (!program.ok()) return {};
+  Session s(**program);
+  auto r = s.run(inputs);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  if (!r.ok()) return {};
+  const HostTensor& t = r->outputs[0].tensor;
+  EXPECT_EQ(t.shape, op.out_shape);
+  std::vector<float> out(t.data.size() / 4);
+  std::memcpy(out.data(), t.data.data(), t.data.size());
+  return out;
+}
+
+void expect_near(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (std::isinf(want[i])) EXPECT_EQ(got[i], want[i]) << i;
+    else EXPECT_NEAR(got[i], want[i], 1e-5 + 1e-5 * std::abs(want[i])) << i;
+  }
+}
+
+float sig(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+TEST(ImportOps, Roll) {
+  OneOp op{"aten.roll.default", {{"self", tensor_arg("x")}, {"shifts", {{"as_ints", {1}}}}, {"dims", {{"as_ints", {1}}}}},
+           {{"x", {2, 3}}}, {2, 3}};
+  expect_near(run(op, {f32({2, 3}, {0, 1, 2, 3, 4, 5})}), {2, 0, 1, 5, 3, 4});
+  op.args[1].second = {{"as_ints", {-1}}};
+  op.args[2].second = {{"as_ints", json::array()}};  // flattened
+  expect_near(run(op, {f32({2, 3}, {0, 1, 2, 3, 4, 5})}), {1, 2, 3, 4, 5, 0});
+}
+
+TEST(ImportOps, GluRmsNormPreluNorms) {
+  expect_near(run({"aten.glu.default", {{"self", tensor_arg("x")}, {"dim", {{"as_int", -1}}}}, {{"x", {1, 4}}}, {1, 2}},
+                  {f32({1, 4}, {1, 2, 3, 4})}),
+              {1 * sig(3), 2 * sig(4)});
+  const float rms = std::sqrt(12.5f);
+  expect_near(run({"aten.rms_norm.default", {{"input", tensor_arg("x")}, {"normalized_shape", {{"as_ints", {2}}}}, {"eps", {{"as_float", 0.0}}}},
+                   {{"x", {1, 2}}}, {1, 2}},
+                  {f32({1, 2}, {3, 4})}),
+              {3 / rms, 4 / rms});
+  expect_near(run({"aten.prelu.default", {{"self", tensor_arg("x")}, {"weight", tensor_arg("w")}}, {{"x", {1, 2, 2}}, {"w", {2}}}, {1, 2, 2}},
+                  {f32({1, 2, 2}, {-2, 3, -4, 5}), f32({2}, {0.25f, 0.5f})}),
+              {-0.5f, 3, -2, 5});
+  for (auto [ord, want] : {std::pair{2.0, 5.0f}, {1.0, 7.0f}, {3.0, std::cbrt(91.0f)}}) {
+    expect_near(run({"aten.linalg_vector_norm.default", {{"self", tensor_arg("x")}, {"ord", {{"as_float", ord}}}}, {{"x", {2}}}, {}},
+                    {f32({2}, {3, -4})}),
+                {want});
+  }
+  expect_near(run({"aten.linalg_vector_norm.default", {{"self", tensor_arg("x")}, {"ord", {{"as_float", "Infinity"}}}, {"dim", {{"as_ints", {1}}}}},
+                   {{"x", {2, 2}}}, {2}},
+                  {f32({2, 2}, {3, -4, 1, 0.5f})}),
+              {4, 1});
+}
+
+TEST(ImportOps, EinsumPixelShuffleFloatArangeLogsumexp) {
+  expect_near(run({"aten.einsum.default", {{"equation", {{"as_string", "bij,bjk->bki"}}}, {"tensors", {{"as_tensors", {{{"name", "a"}}, {{"name", "b"}}}}}}},
+                   {{"a", {1, 2, 2}}, {"b", {1, 2, 2}}}, {1, 2, 2}},
+                  {f32({1, 2, 2}, {1, 2, 3, 4}), f32({1, 2, 2}, {5, 6, 7, 8})}),
+              {19, 43, 22, 50});  // (a@b)^T per batch
+  expect_near(run({"aten.einsum.default", {{"equation", {{"as_string", "ij->j"}}}, {"tensors", {{"as_tensors", {{{"name", "a"}}}}}}},
+                   {{"a", {2, 2}}}, {2}},
+                  {f32({2, 2}, {1, 2, 3, 4})}),
+              {4, 6});
+  expect_near(run({"aten.pixel_shuffle.default", {{"self", tensor_arg("x")}, {"upscale_factor", {{"as_int", 2}}}}, {{"x", {1, 4, 1, 1}}}, {1, 1, 2, 2}},
+                  {f32({1, 4, 1, 1}, {0, 1, 2, 3})}),
+              {0, 1, 2, 3});
+  OneOp ar{"aten.arange.start_step", {{"start", {{"as_float", 0.5}}}, {"end", {{"as_float", 2.0}}}, {"step", {{"as_float", 0.5}}}}, {{"x", {1}}}, {3}};
+  expect_near(run(ar, {f32({1}, {0})}), {0.5f, 1.0f, 1.5f});
+  expect_near(run({"aten.logsumexp.default", {{"self", tensor_arg("x")}, {"dim", {{"as_ints", {1}}}}, {"keepdim", {{"as_bool", false}}}},
+                   {{"x", {2, 2}}}, {2}},
+                  {f32({2, 2}, {1, 2, -INFINITY, -INFINITY})}),
+              {std::log(std::exp(1.0f) + std::exp(2.0f)), -INFINITY});
+}
+
+TEST(ImportOps, ConvTranspose2dMatchesTheDefinition) {
+  // x [1,1,2,2], w [1,1,2,2], stride 2: every input pixel stamps w * x into a 2x2 block.
+  OneOp op{"aten.conv_transpose2d.input",
+           {{"input", tensor_arg("x")}, {"weight", tensor_arg("w")}, {"stride", {{"as_ints", {2, 2}}}}},
+           {{"x", {1, 1, 2, 2}}, {"w", {1, 1, 2, 2}}},
+           {1, 1, 4, 4}};
+  const auto got = run(op, {f32({1, 1, 2, 2}, {1, 2, 3, 4}), f32({1, 1, 2, 2}, {1, 10, 100, 1000})});
+  std::vector<float> want(16);
+  const float x[2][2] = {{1, 2}, {3, 4}}, w[2][2] = {{1, 10}, {100, 1000}};
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j)
+      for (int a = 0; a < 2; ++a)
+        for (int b = 0; b < 2; ++b) want[static_cast<std::size_t>((2 * i + a) * 4 + 2 * j + b)] += x[i][j] * w[a][b];
+  expect_near(got, want);
+  // stride 1, padding 1 on a 3x3 kernel keeps the size: the transposed conv is a full correlation.
+  OneOp same{"aten.conv_transpose2d.input",
+             {{"input", tensor_arg("x")}, {"weight", tensor_arg("w")}, {"padding", {{"as_ints", {1, 1}}}}},
+             {{"x", {1, 1, 2, 2}}, {"w", {1, 1, 3, 3}}},
+             {1, 1, 2, 2}};
+  std::vector<float> w3(9);
+  for (int i = 0; i < 9; ++i) w3[static_cast<std::size_t>(i)] = static_cast<float>(i + 1);
+  const auto g2 = run(same, {f32({1, 1, 2, 2}, {1, 2, 3, 4}), f32({1, 1, 3, 3}, w3)});
+  // out[p][q] = sum_{i,j} x[i][j] * w[p - i + 1][q - j + 1]
+  std::vector<float> want2(4);
+  for (int p = 0; p < 2; ++p)
+    for (int q = 0; q < 2; ++q)
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) want2[static_cast<std::size_t>(p * 2 + q)] += x[i][j] * w3[static_cast<std::size_t>((p - i + 1) * 3 + (q - j + 1))];
+  expect_near(g2, want2);
+}
+
+TEST(ImportOps, ArgumentsKiln_CannotExpressNameTheOpAndLine) {
+  OneOp op{"aten.pad.default", {{"self", tensor_arg("x")}, {"pad", {{"as_ints", {1, 1}}}}, {"mode", {{"as_string", "reflect"}}}},
+           {{"x", {1, 3}}}, {1, 5}};
+  const fs::path p = fs::temp_directory_path() / ("kiln_op_bad_" + std::to_string(::getpid()) + ".pt2");
+  auto ep = import_pt2(write_archive(op, p.string()));
+  fs::remove(p);
+  ASSERT_FALSE(ep.ok());
+  EXPECT_EQ(ep.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(ep.status().message().find("[aten.pad.default] pad mode 'reflect'"), std::string::npos) << ep.status().message();
+  EXPECT_NE(ep.status().message().find("test.py:7"), std::string::npos) << ep.status().message();
+}
+
+}  // namespace
+}  // namespace kiln

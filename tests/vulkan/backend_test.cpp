@@ -188,6 +188,17 @@ TEST(VulkanBackend, OutOfRangeIndexIsInvalidInput) {
   EXPECT_NE(got.status().message().find("3"), std::string::npos);
 }
 
+TEST(VulkanBackend, OutOfRangeAdvancedIndexIsInvalidInput) {
+  KILN_VULKAN_BACKEND_OR_SKIP(b);
+  Graph g;
+  const auto x = g.input(Tensor::of(DType::kF32, {3}, {1, 2, 3}));
+  const auto idx = g.input(Tensor::of(DType::kI64, {2}, {-3, -4}));  // -3 is fine, -4 is not
+  g.node(OpKind::Index, {x, idx}, {g.output(DType::kF32, {2})}, AttrList().ints({0}));
+  auto got = run_vulkan(*b, g);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kInvalidInput) << got.status().to_string();
+}
+
 TEST(VulkanBackend, I64OutsideI32IsAnErrorNotAWrongAnswer) {
   KILN_VULKAN_BACKEND_OR_SKIP(b);
   Graph g;

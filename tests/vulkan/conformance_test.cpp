@@ -403,6 +403,28 @@ std::vector<Case> all_cases() {
                  return g;
                }, 0, 0, 1});
 
+  c.push_back({"index_advanced", [](std::mt19937& rng) {
+                 Graph g;
+                 const Shape xs = {3, 5, 4, 2};
+                 const std::int64_t first = pick(rng, 0, 2);
+                 const int k = static_cast<int>(pick(rng, 1, 2));
+                 const auto x = g.input(rnd(DType::kF32, xs, rng));
+                 std::vector<std::uint32_t> ins = {x};
+                 std::vector<std::int64_t> dims;
+                 Shape b1 = {2, 3}, b2 = {3};  // broadcast to [2, 3]
+                 for (int j = 0; j < k; ++j) {
+                   const double size = static_cast<double>(xs[first + j]);
+                   ins.push_back(g.input(rnd(DType::kI64, j == 0 ? b1 : b2, rng, -size, size)));  // negatives too
+                   dims.push_back(first + j);
+                 }
+                 Shape os(xs.begin(), xs.begin() + first);
+                 if (k == 1) os.insert(os.end(), b1.begin(), b1.end());
+                 else os.insert(os.end(), {2, 3});
+                 os.insert(os.end(), xs.begin() + first + k, xs.end());
+                 g.node(OpKind::Index, ins, {g.output(DType::kF32, os)}, AttrList().ints(dims));
+                 return g;
+               }, 0, 0, 6});
+
   // Data movement (any 32-bit dtype).
   for (DType d : {DType::kF32, DType::kI64, DType::kBool}) {
     const std::string dn(dtype_name(d));

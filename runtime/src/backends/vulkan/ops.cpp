@@ -173,6 +173,7 @@ class Lowerer {
   Status layer_norm();
   Status batch_norm();
   Status indexing();
+  Status advanced_index();
   Status movement();
   Status creation();
   Status cast();
@@ -816,6 +817,72 @@ Status Lowerer::indexing() {
   return Status::Ok();
 }
 
+Status Lowerer::advanced_index() {
+  if (node_->inputs.size() < 2 || node_->inputs.size() > 4 || node_->outputs.size() != 1) {
+    return unsupported("index with ", node_->inputs.size() - 1, " index tensors (at most 3)");
+  }
+  for (std::size_t i = 0; i < node_->inputs.size(); ++i) {
+    if (in(i) == nullptr) return invalid("input ", i, " is absent");
+  }
+  KILN_ASSIGN_OR_RETURN(std::span<const std::int64_t> dims, attr_ints("index", attrs_, 0, "dims"));
+  const Shape& xs = in(0)->shape;
+  const int k = static_cast<int>(node_->inputs.size()) - 1;
+  const int rank = static_cast<int>(xs.size());
+  if (static_cast<int>(dims.size()) != k) return invalid("dims has ", dims.size(), " entries for ", k, " index tensors");
+  if (dims[0] < 0 || dims[0] >= rank) return invalid("dims[0]=", dims[0], " for rank ", rank);
+  for (int i = 1; i < k; ++i) {
+    if (dims[i] != dims[0] + i) return unsupported("index tensors on non-adjacent dims");
+  }
+  const int first = static_cast<int>(dims[0]);
+  if (first + k > rank) return invalid(k, " index tensors from dim ", first, " exceed x.rank=", rank);
+  // Broadcast shape of the index tensors.
+  std::size_t brank = 0;
+  for (int j = 1; j <= k; ++j) brank = std::max(brank, in(j)->shape.size());
+  if (brank > 4) return unsupported("index tensors of rank > 4");
+  Shape bshape(brank, 1);
+  for (std::size_t d = 0; d < brank; ++d) {
+    for (int j = 1; j <= k; ++j) {
+      const Shape& t = in(j)->shape;
+      const int td = static_cast<int>(d) - static_cast<int>(brank - t.size());
+      const std::int64_t dim = td >= 0 ? t[td] : 1;
+      if (dim == 1) continue;
+      if (bshape[d] != 1 && bshape[d] != dim) return invalid("index tensor shapes do not broadcast");
+      bshape[d] = dim;
+    }
+  }
+  Shape expect(xs.begin(), xs.begin() + first);
+  expect.insert(expect.end(), bshape.begin(), bshape.end());
+  expect.insert(expect.end(), xs.begin() + first + k, xs.end());
+  if (out().shape != expect) return invalid("out.shape=", shape_text(out().shape), " != expected ", shape_text(expect));
+  const std::int64_t n = numel(expect);
+  if (n == 0) return Status::Ok();
+  const Shape xst = contiguous(xs);
+  Dispatch& d = add("advindex_x32", {in_id(0)}, {out_id()});
+  d.push[0] = static_cast<std::int32_t>(n);
+  d.push[1] = k;
+  d.push[2] = static_cast<std::int32_t>(numel(Shape(xs.begin() + first + k, xs.end())));
+  d.push[3] = static_cast<std::int32_t>(numel(Shape(xs.begin() + first, xs.end())));
+  d.push[4] = static_cast<std::int32_t>(numel(bshape));
+  d.push[5] = static_cast<std::int32_t>(brank);
+  for (std::size_t i = 0; i < brank; ++i) d.push[6 + i] = static_cast<std::int32_t>(bshape[i]);
+  for (int j = 0; j < k; ++j) {
+    const Shape& t = in(j + 1)->shape;
+    Shape bs;
+    broadcast_strides(t, bshape, bs);
+    for (std::size_t i = 0; i < brank; ++i) d.push[10 + 4 * j + i] = static_cast<std::int32_t>(bs[i]);
+    d.push[22 + j] = static_cast<std::int32_t>(xs[first + j]);
+    d.push[25 + j] = static_cast<std::int32_t>(xst[first + j]);
+    d.bindings[3 + j] = T(in_id(j + 1));
+    d.reads.push_back(in_id(j + 1));
+  }
+  d.bindings[0] = T(in_id(0));
+  d.bindings[1] = T(out_id());
+  d.bindings[2] = {BindingRef::kError, 0};
+  grid_1d(d, n, 256);
+  out_.uses_error_buffer = true;
+  return Status::Ok();
+}
+
 // The 32-bit word of a float attribute value converted to `dtype`'s device representation.
 std::int32_t scalar_bits(double v, DType dtype) {
   if (dtype == DType::kF32) return fbits(static_cast<float>(v));
@@ -1210,6 +1277,7 @@ Status Lowerer::node(const SegmentNode& n) {
     case OpKind::Embedding:
     case OpKind::IndexSelect:
     case OpKind::Gather: return indexing();
+    case OpKind::Index: return advanced_index();
     case OpKind::Identity:
     case OpKind::Reshape:
     case OpKind::Permute:
@@ -1289,6 +1357,9 @@ bool op_supported(OpKind op, std::span<const DType> in, std::span<const DType> o
     case OpKind::IndexSelect:
     case OpKind::Gather:
       return in.size() == 2 && is_index(in[1]) && out.size() == 1 && in[0] == out[0];
+    case OpKind::Index:
+      if (in.size() < 2 || in.size() > 4 || out.size() != 1 || in[0] != out[0]) return false;
+      return std::all_of(in.begin() + 1, in.end(), is_index);
     case OpKind::Identity:
     case OpKind::Reshape:
     case OpKind::Permute:

@@ -299,6 +299,47 @@ TEST_P(ControlFlowRun, ReshapedInputsLeaveBranchesAndLoops) {
   }
 }
 
+TEST_P(ControlFlowRun, CompoundInputSizesLiftTheirSymbols) {
+  CompileRegion block("block", [](Tensor v) { return v * 2.0 + full({v.size(0), 4}, 1.0); });
+  auto model = [&](Tensor x) { return block(cat({x, x})) + block(cat({x, x})); };
+  auto ep = export_program(model, {input("x", Tensor::randn({3, 4}), {Dim::DYNAMIC})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  // The region's input is f32[2*s0, 4]; s0 itself is lifted so the subgraph can use it.
+  const ir::Graph& g = ep->program().graphs[1];
+  ASSERT_EQ(g.inputs.size(), 2u) << ep->print();
+  EXPECT_EQ(g.values[static_cast<std::size_t>(g.inputs[1])].kind, ir::ValueKind::kSymInt);
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  for (std::int64_t rows : {2, 5}) {
+    const Tensor x = Tensor::randn({rows, 4}, static_cast<std::uint64_t>(rows));
+    RUN_OR_SKIP(r, session, std::vector<HostValue>{host(x)});
+    expect_close(r->outputs[0], model(x));
+  }
+}
+
+TEST_P(ControlFlowRun, CondInsideALoopBodyOnTheIntCarry) {
+  auto model = [](Tensor x, SymInt n) {
+    auto [i, v] = while_loop([&](SymInt k, Tensor) { return k < n; },
+                             [](SymInt k, Tensor h) {
+                               Tensor next = cond(k % 2 == 0, [](Tensor a) { return a * 2.0; }, [](Tensor a) { return a - 1.0; }, {h});
+                               return std::make_tuple(k + 1, next);
+                             },
+                             {SymInt(0), x});
+    return std::make_tuple(v, i);
+  };
+  auto ep = export_program(model, {input("x", Tensor::randn({3})), int_input("n", 4, Dim::DYNAMIC)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  const Tensor x = floats({3}, {1, 2, 3});
+  for (std::int64_t n : {0, 1, 4, 7}) {
+    RUN_OR_SKIP(r, session, (std::vector<HostValue>{host(x), HostValue::integer(n)}));
+    auto [want, steps] = model(x, SymInt(n));
+    expect_close(r->outputs[0], want);
+    EXPECT_EQ(r->outputs[1].int_value, n);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, ControlFlowRun, ::testing::Values("cpu", "vulkan"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 

@@ -4,6 +4,8 @@
 #include <zip.h>
 
 #include <algorithm>
+#include <functional>
+#include <random>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -326,6 +328,40 @@ TEST_F(ImportStructure, HostileArchivesAreClearErrors) {
     ASSERT_FALSE(ep.ok());
     EXPECT_EQ(ep.status().code(), StatusCode::kInvalidBundle);
     EXPECT_NE(ep.status().message().find("too few"), std::string::npos) << ep.status().message();
+  }
+}
+
+// Random damage to every kind of JSON field of real archives: each import must end in a
+// Status (ok or an error), never a crash or an exception.
+TEST_F(ImportStructure, RandomlyDamagedArchivesNeverCrash) {
+  std::mt19937 rng(1234);
+  for (const char* model : {"decoder", "cond_sizes", "item_size", "repeated"}) {
+    auto entries = read_zip(fixture(model, "model.core.pt2"));
+    std::string key;
+    for (const auto& [n, data] : entries) if (n.find("models/model.json") != std::string::npos) key = n;
+    const json original = json::parse(entries[key]);
+    std::vector<json::json_pointer> pointers;
+    std::function<void(const json&, const json::json_pointer&)> collect = [&](const json& j, const json::json_pointer& p) {
+      pointers.push_back(p);
+      if (j.is_object()) for (auto it = j.begin(); it != j.end(); ++it) collect(*it, p / it.key());
+      if (j.is_array()) for (std::size_t i = 0; i < j.size(); ++i) collect(j[i], p / i);
+    };
+    collect(original, json::json_pointer());
+    const std::vector<json> replacements{nullptr, 0, -1, 7, 1ll << 62, "x", "Symbol('u99')", json::array(), json::object(), true, 1.5};
+    for (int trial = 0; trial < 60; ++trial) {
+      json damaged = original;
+      for (int k = 0; k < 3; ++k) {
+        const auto& p = pointers[std::uniform_int_distribution<std::size_t>(1, pointers.size() - 1)(rng)];
+        if (!damaged.contains(p)) continue;
+        damaged[p] = replacements[std::uniform_int_distribution<std::size_t>(0, replacements.size() - 1)(rng)];
+      }
+      entries[key] = damaged.dump();
+      write_zip(path("damaged.pt2"), entries);
+      auto ep = import_pt2(path("damaged.pt2"));
+      if (!ep.ok()) {
+        EXPECT_NE(ep.status().code(), StatusCode::kInternal) << model << " trial " << trial << ": " << ep.status().message();
+      }
+    }
   }
 }
 

@@ -236,6 +236,7 @@ void convolution(Importer& im, bool transposed_op) {
   if (spatial == 1) {
     if (transposed) im.unsupported("1-D transposed convolution");
     const Shape xs = im.shape(x), ws = im.shape(w);
+    if (xs.size() != 2 && xs.size() != 3) im.bad("conv1d input must be [N, C, L] or [C, L]");
     const bool batched = xs.size() == 3;
     x = batched ? im.reshape(x, {xs[0], xs[1], c(1), xs[2]}) : im.reshape(x, {xs[0], c(1), xs[1]});
     w = im.reshape(w, {ws[0], ws[1], c(1), ws[2]});
@@ -354,6 +355,7 @@ void avg_pool(Importer& im) {
 void adaptive_pool(Importer& im, OpKind op) {
   const int x = im.tensor(0, "self");
   const Shape out = im.out_shape();
+  if (out.size() < 2) im.bad("adaptive pooling output has rank < 2");
   std::vector<std::int64_t> size;
   for (std::size_t d = out.size() - 2; d < out.size(); ++d) {
     auto k = out[d].constant_value();
@@ -418,6 +420,7 @@ void upsample_nearest(Importer& im) {
   const int x = im.tensor(0, "input");
   const Shape xs = im.shape(x), out = im.out_shape();
   if (xs.size() != 4) im.unsupported("nearest upsampling of rank other than 4");
+  if (out.size() != 4) im.bad("upsampling output has the wrong rank");
   std::vector<double> scales;
   if (im.has(2, "scale_factors")) {
     const json* a = im.arg(2, "scale_factors");
@@ -536,6 +539,7 @@ void glu(Importer& im) {
   const int x = im.cast(im.tensor(0, "self"), dt);
   const std::int64_t d = im.norm_dim(im.int_arg(1, "dim", -1), im.rank(x));
   const Shape half = im.out_shape();
+  if (static_cast<std::int64_t>(half.size()) != im.rank(x)) im.bad("glu output has the wrong rank");
   const auto parts = im.emit_multi(OpKind::Split, {x}, {d, std::vector<Expr>{half[static_cast<std::size_t>(d)], half[static_cast<std::size_t>(d)]}}, dt, {half, half});
   const int g = im.emit(OpKind::Sigmoid, {parts[1]}, {}, dt, half);
   im.emit_out(OpKind::Mul, {parts[0], g});

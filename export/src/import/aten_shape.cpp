@@ -127,6 +127,7 @@ void split(Importer& im) {
   std::vector<Shape> shapes;
   for (std::size_t k = 0; k < im.num_outputs(); ++k) {
     shapes.push_back(im.out_shape(k));
+    if (static_cast<std::int64_t>(shapes.back().size()) != im.rank(x)) im.bad("split output " + std::to_string(k) + " has the wrong rank");
     sizes.push_back(shapes.back()[static_cast<std::size_t>(d)]);
   }
   if (shapes.size() == 1) {

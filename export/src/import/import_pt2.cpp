@@ -126,8 +126,10 @@ Status Importer::run(const std::string& path, const ImportOptions& options) {
     return Status(e.code(), e.what());
   } catch (const json::exception& e) {
     return Status(StatusCode::kInvalidBundle, std::string("model json: ") + e.what());
-  } catch (const std::invalid_argument& e) {
-    return Status(StatusCode::kInvalidBundle, std::string("import: ") + e.what());
+  } catch (const std::invalid_argument& e) {  // e.g. sym::Expr arithmetic on a bool from the file
+    return Status(StatusCode::kInvalidBundle, std::string("import: malformed archive: ") + e.what());
+  } catch (const std::out_of_range& e) {  // e.g. an integer that does not fit int64
+    return Status(StatusCode::kInvalidBundle, std::string("import: malformed archive: ") + e.what());
   } catch (const std::exception& e) {
     return Status(StatusCode::kInternal, std::string("import: ") + e.what());
   }

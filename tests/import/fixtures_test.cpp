@@ -26,10 +26,11 @@ struct Fixture {
   std::string dir;    // KILN_FIXTURES_DIR or KILN_EXTRA_FIXTURES_DIR
   std::string model;  // "mlp"
   std::string file;   // "model.pt2" / "model.core.pt2"
+  std::string backend = "cpu";
 };
 
 std::string fixture_name(const ::testing::TestParamInfo<Fixture>& info) {
-  return info.param.model + (info.param.file == "model.pt2" ? "_training" : "_core");
+  return info.param.model + (info.param.file == "model.pt2" ? "_training" : "_core") + "_" + info.param.backend;
 }
 
 double element(const HostTensor& t, std::size_t i) {
@@ -96,7 +97,10 @@ TEST_P(FixtureTest, ImportsAndMatchesPyTorchOnEveryValidCaseAndRejectsEveryInval
   ASSERT_TRUE(bytes.ok()) << bytes.status().message();
   auto bundle = Bundle::from_bytes(*bytes);
   ASSERT_TRUE(bundle.ok()) << bundle.status().message();
-  auto program = Program::load(std::move(bundle).value());
+  ProgramOptions options;
+  options.backend = GetParam().backend;
+  auto program = Program::load(std::move(bundle).value(), options);
+  if (!program.ok() && program.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << program.status().message();
   ASSERT_TRUE(program.ok()) << program.status().message();
   Session session(**program);
   const json m = manifest();
@@ -132,7 +136,9 @@ TEST_P(FixtureTest, ImportsAndMatchesPyTorchOnEveryValidCaseAndRejectsEveryInval
 std::vector<Fixture> fixtures(const std::string& dir, std::vector<std::string> models) {
   std::vector<Fixture> out;
   for (const auto& m : models) {
-    for (const char* f : {"model.pt2", "model.core.pt2"}) out.push_back({dir, m, f});
+    for (const char* f : {"model.pt2", "model.core.pt2"}) {
+      for (const char* backend : {"cpu", "vulkan"}) out.push_back({dir, m, f, backend});
+    }
   }
   return out;
 }

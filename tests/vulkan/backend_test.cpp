@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "vulkan/vulkan_testutil.h"
 
@@ -287,6 +288,54 @@ TEST(VulkanBackend, DeviceOverrideThatMatchesNothingIsUnavailable) {
   auto first = backend::create_backend("vulkan");
   ::unsetenv("KILN_VULKAN_DEVICE");
   EXPECT_TRUE(first.ok()) << first.status().to_string();
+}
+
+// A run that does not finish within KILN_VULKAN_TIMEOUT_MS is kUnavailable (the device is
+// then treated as lost), never a hang.
+TEST(VulkanBackend, ARunPastTheTimeoutIsUnavailableNotAHang) {
+  KILN_VULKAN_BACKEND_OR_SKIP(shared);
+  ::setenv("KILN_VULKAN_TIMEOUT_MS", "1", 1);
+  auto r = backend::create_backend("vulkan");
+  ::unsetenv("KILN_VULKAN_TIMEOUT_MS");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  std::mt19937 rng(1);
+  Graph g;
+  const std::int64_t n = 384;
+  const auto a = g.input(rnd(DType::kF32, {n, n}, rng));
+  const auto w = g.constant(rnd(DType::kF32, {n, n}, rng), 0);
+  const auto m1 = g.internal(DType::kF32, {n, n});
+  const auto m2 = g.internal(DType::kF32, {n, n});
+  g.node(OpKind::Matmul, {a, w}, {m1});
+  g.node(OpKind::Matmul, {m1, w}, {m2});
+  g.node(OpKind::Matmul, {m2, w}, {g.output(DType::kF32, {n, n})});
+  auto got = run_vulkan(**r, g);
+  if (got.ok()) GTEST_SKIP() << "the device finished 3 x 384^3 within 1 ms";
+  EXPECT_EQ(got.status().code(), StatusCode::kUnavailable) << got.status().to_string();
+  EXPECT_NE(got.status().message().find("timeout"), std::string::npos) << got.status().message();
+  Constants constants(g);
+  EXPECT_EQ((*r)->prepare(g.desc, constants).status().code(), StatusCode::kUnavailable);  // lost from now on
+}
+
+// Several sessions prepare and run at once on one backend (shared weights, one queue).
+TEST(VulkanBackend, ConcurrentPrepareAndRun) {
+  KILN_VULKAN_BACKEND_OR_SKIP(b);
+  std::mt19937 rng(21);
+  Graph g = mlp_block(rng, 4, 16, 24);
+  auto want = run_cpu(g);
+  ASSERT_TRUE(want.ok());
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 3; ++i) {
+        auto got = run_vulkan(*b, g);
+        if (!got.ok()) errors[t] = got.status().to_string();
+        else if (!outputs_match(*got, *want, 1e-4, 1e-5)) errors[t] = "mismatch";
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const auto& e : errors) EXPECT_EQ(e, "");
 }
 
 TEST(VulkanBackend, UnknownBackendIsAUsageError) {

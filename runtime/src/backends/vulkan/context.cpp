@@ -324,7 +324,7 @@ void Context::save_pipeline_cache() {
 
 Context::~Context() {
   if (device_ != VK_NULL_HANDLE) {
-    if (!lost_) api_.vkDeviceWaitIdle(device_);
+    api_.vkDeviceWaitIdle(device_);  // returns VK_ERROR_DEVICE_LOST at once on a lost device
     save_pipeline_cache();
     for (auto& [name, p] : pipelines_) api_.vkDestroyPipeline(device_, p, nullptr);
     if (pipeline_cache_ != VK_NULL_HANDLE) api_.vkDestroyPipelineCache(device_, pipeline_cache_, nullptr);

@@ -188,9 +188,11 @@ class VulkanBackend final : public backend::Backend {
 };
 
 VulkanSegment::~VulkanSegment() {
-  // run() always waits for its submission, so nothing of this segment is in flight here
-  // (after a timeout the device is marked lost and never waited on again).
+  // run() always waits for its submission, so nothing of this segment is in flight here,
+  // unless a run timed out: then wait for the device (a hung device is reported lost by
+  // the driver's own hang detection) before destroying what it may still be using.
   const Api& api = ctx_.api();
+  if (ctx_.lost()) api.vkDeviceWaitIdle(ctx_.device());
   if (fence_ != VK_NULL_HANDLE) api.vkDestroyFence(ctx_.device(), fence_, nullptr);
   if (cmd_pool_ != VK_NULL_HANDLE) api.vkDestroyCommandPool(ctx_.device(), cmd_pool_, nullptr);
   if (pool_ != VK_NULL_HANDLE) api.vkDestroyDescriptorPool(ctx_.device(), pool_, nullptr);

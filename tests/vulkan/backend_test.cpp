@@ -222,6 +222,14 @@ TEST(VulkanBackend, InconsistentShapesAreRejectedAtPrepare) {
   EXPECT_EQ(seg.status().code(), StatusCode::kInvalidBundle);
   EXPECT_NE(seg.status().message().find("node 0"), std::string::npos) << seg.status().message();
 
+  Graph c2;  // a node writing a constant
+  const auto k = c2.constant(Tensor(DType::kF32, {4}), 0);
+  const auto in = c2.input(Tensor(DType::kF32, {4}));
+  c2.node(OpKind::Relu, {in}, {k});
+  c2.node(OpKind::Relu, {k}, {c2.output(DType::kF32, {4})});
+  Constants cc(c2);
+  EXPECT_EQ(b->prepare(c2.desc, cc).status().code(), StatusCode::kInvalidBundle);
+
   Graph h;  // output shape that is not the broadcast
   const auto x = h.input(Tensor(DType::kF32, {3, 4}));
   const auto y = h.input(Tensor(DType::kF32, {4}));

@@ -1189,6 +1189,12 @@ Status Lowerer::node(const SegmentNode& n) {
   }
   for (std::uint32_t t : n.outputs) {
     if (t >= desc_.tensors.size()) return invalid("output tensor ", t, " out of range");
+    // Never write a constant (shared by every segment) or a host input; never in place.
+    const auto role = desc_.tensors[t].role;
+    if (role != SegmentTensor::Role::kInternal && role != SegmentTensor::Role::kOutput) {
+      return invalid("output tensor ", t, " is a segment input or a constant");
+    }
+    if (std::find(n.inputs.begin(), n.inputs.end(), t) != n.inputs.end()) return invalid("tensor ", t, " is both input and output");
   }
   const OpKind k = n.op;
   if (const int c = unary_code(k); c >= 0) {

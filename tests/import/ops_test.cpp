@@ -195,6 +195,33 @@ TEST(ImportOps, ConvTranspose2dMatchesTheDefinition) {
   expect_near(g2, want2);
 }
 
+TEST(ImportOps, BilinearUpsamplingMatchesPyTorch) {
+  // F.interpolate([[1, 2], [3, 4]], scale_factor=2, mode="bilinear", align_corners=False)
+  OneOp op{"aten.upsample_bilinear2d.vec",
+           {{"input", tensor_arg("x")}, {"output_size", {{"as_ints", {4, 4}}}}, {"align_corners", {{"as_bool", false}}}},
+           {{"x", {1, 1, 2, 2}}},
+           {1, 1, 4, 4}};
+  expect_near(run(op, {f32({1, 1, 2, 2}, {1, 2, 3, 4})}),
+              {1.0f, 1.25f, 1.75f, 2.0f, 1.5f, 1.75f, 2.25f, 2.5f, 2.5f, 2.75f, 3.25f, 3.5f, 3.0f, 3.25f, 3.75f, 4.0f});
+  op.args[1].second = {{"as_ints", {3, 3}}};
+  op.args[2].second = {{"as_bool", true}};
+  op.out_shape = {1, 1, 3, 3};
+  expect_near(run(op, {f32({1, 1, 2, 2}, {1, 2, 3, 4})}), {1, 1.5f, 2, 2, 2.5f, 3, 3, 3.5f, 4});
+}
+
+TEST(ImportOps, OneDimensionalPooling) {
+  expect_near(run({"aten.avg_pool1d.default", {{"self", tensor_arg("x")}, {"kernel_size", {{"as_ints", {2}}}}}, {{"x", {1, 1, 4}}}, {1, 1, 2}},
+                  {f32({1, 1, 4}, {1, 2, 3, 4})}),
+              {1.5f, 3.5f});
+  expect_near(run({"aten.max_pool1d.default", {{"self", tensor_arg("x")}, {"kernel_size", {{"as_ints", {2}}}}, {"stride", {{"as_ints", {1}}}}},
+                   {{"x", {1, 4}}}, {1, 3}},
+                  {f32({1, 4}, {1, 5, 3, 4})}),
+              {5, 5, 4});
+  expect_near(run({"aten.adaptive_avg_pool1d.default", {{"self", tensor_arg("x")}, {"output_size", {{"as_ints", {1}}}}}, {{"x", {1, 2, 3}}}, {1, 2, 1}},
+                  {f32({1, 2, 3}, {1, 2, 3, 4, 5, 6})}),
+              {2, 5});
+}
+
 TEST(ImportOps, ArgumentsKiln_CannotExpressNameTheOpAndLine) {
   OneOp op{"aten.pad.default", {{"self", tensor_arg("x")}, {"pad", {{"as_ints", {1, 1}}}}, {"mode", {{"as_string", "reflect"}}}},
            {{"x", {1, 3}}}, {1, 5}};

@@ -3,6 +3,7 @@
 // scaled_dot_product_attention, nearest upsampling.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "import/importer.h"
@@ -417,7 +418,7 @@ void sdpa(Importer& im) {
 // upsample_nearest2d: integer factors by reshape/expand; other static sizes by index_select
 // with PyTorch's source index floor(i * in / out).
 void upsample_nearest(Importer& im) {
-  const int x = im.tensor(0, "input");
+  const int x = im.has(0, "input") ? im.tensor(0, "input") : im.tensor(0, "self");
   const Shape xs = im.shape(x), out = im.out_shape();
   if (xs.size() != 4) im.unsupported("nearest upsampling of rank other than 4");
   if (out.size() != 4) im.bad("upsampling output has the wrong rank");
@@ -457,6 +458,107 @@ void upsample_nearest(Importer& im) {
     v = im.emit(OpKind::IndexSelect, {v, im.index_constant(idx)}, {std::int64_t{axis}}, im.dtype(v), s);
   }
   im.define(0, v);
+}
+
+// upsample_bilinear2d over static sizes: out = A_h @ x @ A_w^T with PyTorch's source
+// coordinates (align_corners, scale factors) baked into two interpolation matrices.
+void upsample_bilinear(Importer& im) {
+  const DType dt = im.out_dtype();
+  if (!dtype_is_floating(dt)) im.unsupported("bilinear upsampling of integers");
+  const int x = im.cast(im.has(0, "input") ? im.tensor(0, "input") : im.tensor(0, "self"), dt);
+  const Shape xs = im.shape(x), out = im.out_shape();
+  if (xs.size() != 4 || out.size() != 4) im.unsupported("bilinear upsampling of rank other than 4");
+  const bool align = im.bool_arg(2, "align_corners", false);
+  std::vector<double> scales;
+  if (const json* a = im.arg(3, "scale_factors")) {
+    if (const auto it = a->find("as_floats"); it != a->end()) for (const auto& f : *it) scales.push_back(f.get<double>());
+  }
+  for (const char* name : {"scales_h", "scales_w"}) if (im.has(3, name)) scales.push_back(im.float_arg(3, name));
+  int v = x;
+  for (int axis = 2; axis < 4; ++axis) {
+    const std::size_t ax = static_cast<std::size_t>(axis);
+    auto in_size = im.simplify(xs[ax]).constant_value();
+    auto out_size = im.simplify(out[ax]).constant_value();
+    if (!in_size || !out_size) im.unsupported("bilinear upsampling of a dynamic spatial size");
+    const std::int64_t n_in = *in_size, n_out = *out_size;
+    std::vector<double> m(static_cast<std::size_t>(n_out * n_in), 0.0);
+    for (std::int64_t o = 0; o < n_out; ++o) {
+      double src;
+      if (align) {
+        src = n_out > 1 ? static_cast<double>(o) * static_cast<double>(n_in - 1) / static_cast<double>(n_out - 1) : 0.0;
+      } else {
+        const double scale = scales.size() == 2 && scales[ax - 2] > 0 ? 1.0 / scales[ax - 2]
+                                                                    : static_cast<double>(n_in) / static_cast<double>(n_out);
+        src = std::max(0.0, (static_cast<double>(o) + 0.5) * scale - 0.5);
+      }
+      const std::int64_t i0 = std::min<std::int64_t>(static_cast<std::int64_t>(std::floor(src)), n_in - 1);
+      const std::int64_t i1 = std::min<std::int64_t>(i0 + 1, n_in - 1);
+      const double l1 = src - static_cast<double>(i0);
+      m[static_cast<std::size_t>(o * n_in + i0)] += 1.0 - l1;
+      m[static_cast<std::size_t>(o * n_in + i1)] += l1;
+    }
+    std::vector<std::uint8_t> bytes(m.size() * dtype_size(dt));
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      if (dt == DType::kF64) std::memcpy(bytes.data() + 8 * i, &m[i], 8);
+      else { const float f = static_cast<float>(m[i]); std::memcpy(bytes.data() + 4 * i, &f, 4); }
+    }
+    if (dt != DType::kF32 && dt != DType::kF64) im.unsupported("bilinear upsampling of half types");
+    Shape s = im.shape(v);
+    s[ax] = c(n_out);
+    if (axis == 2) {
+      const int a = im.constant(dt, {n_out, n_in}, std::move(bytes), "bilinear_h");
+      v = im.emit(OpKind::Matmul, {a, v}, {}, dt, s);
+    } else {
+      const int a = im.constant(dt, {n_in, n_out}, [&] {
+        std::vector<std::uint8_t> t(bytes.size());
+        const std::size_t es = dtype_size(dt);
+        for (std::int64_t o = 0; o < n_out; ++o)
+          for (std::int64_t i = 0; i < n_in; ++i)
+            std::memcpy(t.data() + static_cast<std::size_t>(i * n_out + o) * es, bytes.data() + static_cast<std::size_t>(o * n_in + i) * es, es);
+        return t;
+      }(), "bilinear_w");
+      v = im.emit(OpKind::Matmul, {v, a}, {}, dt, s);
+    }
+  }
+  im.define(0, v);
+}
+
+// 1-D pooling through the 2-D kernels on [N, C, 1, L].
+void pool1d(Importer& im, OpKind op) {
+  const DType dt = im.out_dtype();
+  const int x = op == OpKind::MaxPool2d ? im.tensor(0, "self") : im.cast(im.tensor(0, "self"), dt);
+  const Shape xs = im.shape(x);
+  if (xs.size() != 2 && xs.size() != 3) im.bad("1-D pooling needs [N, C, L] or [C, L]");
+  Shape x4 = xs;
+  x4.insert(x4.end() - 1, c(1));
+  Shape o4 = im.out_shape();
+  if (o4.size() != xs.size()) im.bad("1-D pooling output has the wrong rank");
+  o4.insert(o4.end() - 1, c(1));
+  const int v = im.reshape(x, x4);
+  int r;
+  if (op == OpKind::AdaptiveAvgPool2d || op == OpKind::AdaptiveMaxPool2d) {
+    auto n = o4.back().constant_value();
+    if (!n) im.unsupported("a symbolic adaptive pooling output size");
+    r = im.emit(op, {v}, {std::vector<std::int64_t>{1, *n}}, dt, o4);
+  } else {
+    const auto k = im.int_list(1, "kernel_size");
+    auto stride = im.int_list(2, "stride", {});
+    if (stride.empty()) stride = k;
+    const auto pad = im.int_list(3, "padding", {0});
+    if (k.empty()) im.bad("missing kernel_size");
+    if (op == OpKind::MaxPool2d) {
+      const auto dil = im.int_list(4, "dilation", {1});
+      r = im.emit(op, {v}, {std::vector<std::int64_t>{1, k[0]}, std::vector<std::int64_t>{1, stride[0]},
+                            std::vector<std::int64_t>{0, pad[0]}, std::vector<std::int64_t>{1, dil[0]}, im.bool_arg(5, "ceil_mode", false)},
+                  dt, o4);
+    } else {
+      r = im.emit(op, {v}, {std::vector<std::int64_t>{1, k[0]}, std::vector<std::int64_t>{1, stride[0]}, std::vector<std::int64_t>{0, pad[0]},
+                            im.bool_arg(4, "ceil_mode", false), im.bool_arg(5, "count_include_pad", true)},
+                  dt, o4);
+    }
+  }
+  im.define(0, im.reshape(r, im.out_shape()));
+  if (im.num_outputs() > 1 && im.output_used(1)) im.unsupported("the indices output of max pooling");
 }
 
 // rms_norm(input, normalized_shape, weight?, eps?): x * rsqrt(mean(x^2) + eps) * weight.
@@ -549,6 +651,12 @@ void glu(Importer& im) {
 
 void register_nn(HandlerTable& t) {
   t["aten.rms_norm"] = rms_norm;
+  t["aten.upsample_bilinear2d"] = upsample_bilinear;
+  t["aten.max_pool1d"] = [](Importer& im) { pool1d(im, OpKind::MaxPool2d); };
+  t["aten.max_pool1d_with_indices"] = [](Importer& im) { pool1d(im, OpKind::MaxPool2d); };
+  t["aten.avg_pool1d"] = [](Importer& im) { pool1d(im, OpKind::AvgPool2d); };
+  t["aten.adaptive_avg_pool1d"] = [](Importer& im) { pool1d(im, OpKind::AdaptiveAvgPool2d); };
+  t["aten.adaptive_max_pool1d"] = [](Importer& im) { pool1d(im, OpKind::AdaptiveMaxPool2d); };
   t["aten.linalg_vector_norm"] = vector_norm;
   t["aten.norm"] = vector_norm;
   t["aten.prelu"] = prelu;

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/thread_pool.h"
+
 namespace kiln::vulkan::testing {
 
 bool is_no_device(const Status& s) {
@@ -108,6 +110,20 @@ std::span<const std::uint8_t> Constants::constant_data(std::uint32_t index) cons
           static_cast<std::size_t>(it->second.numel()) * dtype_size(it->second.dtype())};
 }
 
+namespace {
+// The CPU reference's context: a real one-thread pool (kernels may ask for it).
+class CpuContext : public cpu::KernelContext {
+ public:
+  Result<cpu::TensorView> allocate_output(int, DType, std::span<const std::int64_t>) override {
+    return Status(StatusCode::kInternal, "data-dependent ops are not part of Vulkan segments");
+  }
+  cpu::ThreadPool& pool() override {
+    static cpu::ThreadPool one(1);
+    return one;
+  }
+};
+}  // namespace
+
 Result<std::vector<Tensor>> run_cpu(const Graph& g) {
   std::vector<Tensor> values(g.desc.tensors.size());
   for (std::size_t i = 0; i < g.desc.tensors.size(); ++i) {
@@ -120,7 +136,7 @@ Result<std::vector<Tensor>> run_cpu(const Graph& g) {
     std::vector<cpu::TensorView> ins, outs;
     for (std::uint32_t id : n.inputs) ins.push_back(id == backend::kAbsentTensor ? cpu::testing::absent() : values[id].view());
     for (std::uint32_t id : n.outputs) outs.push_back(values[id].view());
-    cpu::testing::TestContext ctx;
+    CpuContext ctx;
     const cpu::KernelFn fn = cpu::cpu_kernel(n.op);
     if (fn == nullptr) return Status(StatusCode::kInternal, "no CPU kernel");
     KILN_RETURN_IF_ERROR(fn(ctx, ins, outs, g.attrs[k].span()));

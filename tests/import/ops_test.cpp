@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "kiln/export/import_pt2.h"
@@ -33,6 +34,12 @@ struct OneOp {
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> inputs;
   std::vector<std::int64_t> out_shape;
   int out_dtype = 7;
+  // Symbolic archives: metadata overrides (tensor name -> tensor meta), extra nodes before
+  // the op, sym_int_values and range_constraints.
+  std::map<std::string, json> metas;
+  std::vector<json> pre_nodes;
+  json sym_ints = json::object();
+  json ranges = json::object();
 };
 
 // Writes a .pt2 whose graph is `inputs -> target -> y`, returns its path.
@@ -52,15 +59,18 @@ std::string write_archive(const OneOp& op, const std::string& path) {
   for (const auto& [name, a] : op.args) node["inputs"].push_back({{"name", name}, {"arg", a}, {"kind", 1}});
   node["outputs"] = json::array({tensor_arg("y")});
   node["metadata"] = {{"stack_trace", "File \"test.py\", line 7, in forward"}};
-  g["nodes"] = json::array({node});
+  g["nodes"] = json::array();
+  for (const json& n : op.pre_nodes) g["nodes"].push_back(n);
+  g["nodes"].push_back(node);
   g["tensor_values"]["y"] = meta(op.out_shape, op.out_dtype);
+  for (const auto& [name, m] : op.metas) g["tensor_values"][name] = m;
   g["outputs"] = json::array({tensor_arg("y")});
-  g["sym_int_values"] = json::object();
+  g["sym_int_values"] = op.sym_ints;
   g["sym_bool_values"] = json::object();
   json m;
   m["graph_module"] = {{"graph", g},
                        {"signature", {{"input_specs", specs}, {"output_specs", json::array({{{"user_output", {{"arg", tensor_arg("y")}}}}})}}}};
-  m["range_constraints"] = json::object();
+  m["range_constraints"] = op.ranges;
   m["schema_version"] = {{"major", 8}, {"minor", 17}};
   const std::string text = m.dump();
   int err = 0;
@@ -80,7 +90,8 @@ HostValue f32(std::vector<std::int64_t> shape, std::vector<float> v) {
 }
 
 // Imports, runs on `inputs` and returns output 0 as floats (empty on failure).
-std::vector<float> run(const OneOp& op, const std::vector<HostValue>& inputs) {
+std::vector<float> run(const OneOp& op, const std::vector<HostValue>& inputs, Status* run_status = nullptr,
+                       std::vector<std::int64_t> want_shape = {}) {
   const fs::path p = fs::temp_directory_path() / ("kiln_op_" + std::to_string(::getpid()) + ".pt2");
   auto ep = import_pt2(write_archive(op, p.string()));
   fs::remove(p);
@@ -93,10 +104,14 @@ std::vector<float> run(const OneOp& op, const std::vector<HostValue>& inputs) {
   if (!program.ok()) return {};
   Session s(**program);
   auto r = s.run(inputs);
+  if (run_status) {
+    *run_status = r.ok() ? Status::Ok() : r.status();
+    if (!r.ok()) return {};
+  }
   EXPECT_TRUE(r.ok()) << r.status().message();
   if (!r.ok()) return {};
   const HostTensor& t = r->outputs[0].tensor;
-  EXPECT_EQ(t.shape, op.out_shape);
+  EXPECT_EQ(t.shape, want_shape.empty() ? op.out_shape : want_shape);
   std::vector<float> out(t.data.size() / 4);
   std::memcpy(out.data(), t.data.data(), t.data.size());
   return out;
@@ -220,6 +235,50 @@ TEST(ImportOps, OneDimensionalPooling) {
   expect_near(run({"aten.adaptive_avg_pool1d.default", {{"self", tensor_arg("x")}, {"output_size", {{"as_ints", {1}}}}}, {{"x", {1, 2, 3}}}, {1, 2, 1}},
                   {f32({1, 2, 3}, {1, 2, 3, 4, 5, 6})}),
               {2, 5});
+}
+
+// sympy srepr sizes, range_constraints with int_oo (null), a SymInt from sym_int_values.
+TEST(ImportOps, SymbolicSizesFromSreprAndRanges) {
+  const json s5 = {{"as_expr", {{"expr_str", "Symbol('s5', positive=True, integer=True)"}, {"hint", {{"as_int", 3}}}}}};
+  OneOp cat{"aten.cat.default", {{"tensors", {{"as_tensors", {{{"name", "x"}}, {{"name", "x"}}}}}}, {"dim", {{"as_int", 0}}}},
+            {{"x", {3, 2}}}, {6, 2}};
+  cat.metas["x"] = meta({0, 2});
+  cat.metas["x"]["sizes"][0] = s5;
+  cat.metas["y"] = meta({0, 2});
+  cat.metas["y"]["sizes"][0] = {{"as_expr", {{"expr_str", "Mul(Integer(2), Symbol('s5', positive=True, integer=True))"}}}};
+  cat.ranges["s5"] = {{"min_val", 2}, {"max_val", nullptr}};
+  std::vector<float> x5(10);
+  for (int i = 0; i < 10; ++i) x5[static_cast<std::size_t>(i)] = static_cast<float>(i);
+  const auto y = run(cat, {f32({5, 2}, x5)}, nullptr, {10, 2});
+  ASSERT_EQ(y.size(), 20u);
+  EXPECT_EQ(y[10], 0);
+  EXPECT_EQ(y[19], 9);
+  Status st;
+  run(cat, {f32({1, 2}, {0, 1})}, &st);  // below min 2
+  EXPECT_EQ(st.code(), StatusCode::kInvalidInput);
+  EXPECT_NE(st.message().find("input x.size(0) = 1"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("[2, inf]"), std::string::npos) << st.message();
+
+  // x[: s5 // 2] through a SymInt node whose value is FloorDiv(s5, 2).
+  OneOp sl{"aten.slice.Tensor",
+           {{"self", tensor_arg("x")}, {"dim", {{"as_int", 0}}}, {"start", {{"as_int", 0}}}, {"end", {{"as_sym_int", {{"as_name", "half"}}}}}},
+           {{"x", {4, 2}}}, {2, 2}};
+  sl.metas["x"] = cat.metas["x"];
+  sl.metas["y"] = meta({0, 2});
+  sl.metas["y"]["sizes"][0] = {{"as_expr", {{"expr_str", "FloorDiv(Symbol('s5', positive=True, integer=True), Integer(2))"}}}};
+  sl.ranges = cat.ranges;
+  sl.pre_nodes.push_back({{"target", "torch.ops.aten.sym_size.int"},
+                          {"inputs", {{{"name", "self"}, {"arg", tensor_arg("x")}, {"kind", 1}}, {{"name", "dim"}, {"arg", {{"as_int", 0}}}, {"kind", 1}}}},
+                          {"outputs", {{{"as_sym_int", {{"as_name", "n"}}}}}}});
+  sl.pre_nodes.push_back({{"target", "_operator.floordiv"},
+                          {"inputs", {{{"name", ""}, {"arg", {{"as_sym_int", {{"as_name", "n"}}}}}, {"kind", 1}}, {{"name", ""}, {"arg", {{"as_int", 2}}}, {"kind", 1}}}},
+                          {"outputs", {{{"as_sym_int", {{"as_name", "half"}}}}}}});
+  sl.sym_ints["n"] = s5;
+  sl.sym_ints["half"] = {{"as_expr", {{"expr_str", "FloorDiv(Symbol('s5', positive=True, integer=True), Integer(2))"}}}};
+  std::vector<float> x7(14);
+  for (int i = 0; i < 14; ++i) x7[static_cast<std::size_t>(i)] = static_cast<float>(i);
+  const auto h = run(sl, {f32({7, 2}, x7)}, nullptr, {3, 2});
+  expect_near(h, {0, 1, 2, 3, 4, 5});
 }
 
 TEST(ImportOps, ArgumentsKiln_CannotExpressNameTheOpAndLine) {

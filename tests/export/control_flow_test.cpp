@@ -849,3 +849,60 @@ TEST(ControlFlowMore, RegionWithDataDependentSizesIsStillStoredOnce) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(ControlFlowMore, WhileLoopPredicateMustBeABoolWithOneElement) {
+  auto floaty = export_program(
+      [](Tensor x) { return while_loop([](Tensor v) { return sum(v); }, [](Tensor v) { return v + 1.0; }, {x}); },
+      {input("x", Tensor::randn({2}))});
+  ASSERT_FALSE(floaty.ok());
+  EXPECT_NE(floaty.status().message().find("[while_loop] the predicate must be a bool tensor with one element, got f32 tensor"),
+            std::string::npos)
+      << floaty.status().message();
+  auto wide = export_program(
+      [](Tensor x) { return while_loop([](Tensor v) { return gt(v, 0.0); }, [](Tensor v) { return v + 1.0; }, {x}); },
+      {input("x", Tensor::randn({2}))});
+  ASSERT_FALSE(wide.ok());
+  EXPECT_NE(wide.status().message().find("[while_loop] the predicate must be a bool tensor with one element, got bool[2]"),
+            std::string::npos)
+      << wide.status().message();
+}
+
+TEST(ControlFlowMore, UpdatingAParameterDuringExportIsAnError) {
+  struct M : Module {
+    Tensor w;
+    M() { w = register_parameter("w", Tensor::randn({2})); }
+  } m;
+  auto ep = export_program([&](Tensor x) { return m.w.add_(x); }, {input("x", Tensor::randn({2}))});
+  ASSERT_FALSE(ep.ok());
+  EXPECT_NE(ep.status().message().find("[add_] cannot update the eager tensor w with a traced value: parameters and constants are "
+                                       "immutable in an exported program"),
+            std::string::npos)
+      << ep.status().message();
+  EXPECT_FALSE(m.w.is_traced());  // the module is untouched
+}
+
+TEST(ControlFlowMore, TensorsMayNotEscapeASubgraphThroughACapture) {
+  Tensor leaked;
+  auto ep = export_program(
+      [&](Tensor x) {
+        Tensor y = cond(gt(sum(x), 0.0),
+                        [&](Tensor v) {
+                          leaked = v * 2.0;
+                          return v * 3.0;
+                        },
+                        [](Tensor v) { return v * 4.0; }, {x});
+        return y + leaked;
+      },
+      {input("x", Tensor::randn({2}))});
+  ASSERT_FALSE(ep.ok());
+  EXPECT_NE(ep.status().message().find("a tensor traced inside a subgraph (a cond branch, a while_loop function or a compile region) "
+                                       "was used outside it: return it from the function instead of capturing it"),
+            std::string::npos)
+      << ep.status().message();
+}
+
+}  // namespace
+}  // namespace kiln

@@ -52,6 +52,9 @@ int predicate_value(TraceContext& ctx, const Predicate& pred, const std::string&
     return ctx.graph().add_value({ir::ValueKind::kSymBool, DType::kBool, {}, ctx.env().simplify(pred.symbool().expr()), -1, ""});
   }
   Tensor t = pred.tensor();
+  if (t.dtype() != DType::kBool) {
+    op_error(op, "the predicate must be a bool tensor with one element, got " + std::string(dtype_name(t.dtype())) + " tensor", loc);
+  }
   for (std::int64_t d = 0; d < t.dim(); ++d) {
     if (ctx.env().simplify(t.impl()->shape[static_cast<std::size_t>(d)]).constant_value() != 1) {
       std::string shape;
@@ -615,18 +618,9 @@ Values while_loop_impl(const PredicateFn& cond_fn, const SubgraphFn& body_fn, co
   const std::string base = next_name(ctx, "while_loop");
   Traced c = trace_subgraph(ctx, base + "_cond", "while_loop", "cond_fn", params, mark, [&](const Values& in) {
     const Predicate p = cond_fn(in);
-    ir::Graph* g = &ctx.graph();
-    int v;
-    if (p.is_tensor()) {
-      if (!p.tensor().defined() || p.tensor().dtype() != DType::kBool) {
-        op_error("while_loop", "cond_fn must return a SymBool or a bool tensor with one element", loc);
-      }
-      v = predicate_value(ctx, p, "while_loop", loc);
-    } else {
-      v = predicate_value(ctx, p, "while_loop", loc);
-    }
-    g = &ctx.graph();
-    g->outputs.push_back(v);
+    if (p.is_tensor() && !p.tensor().defined()) op_error("while_loop", "cond_fn returns an undefined tensor", loc);
+    const int v = predicate_value(ctx, p, "while_loop", loc);  // a read-only use: returning a carry is fine
+    ctx.graph().outputs.push_back(v);
     return Values{};
   });
   Traced b = trace_subgraph(ctx, base + "_body", "while_loop", "body_fn", params, mark, [&](const Values& in) {

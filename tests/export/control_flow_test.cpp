@@ -842,6 +842,10 @@ TEST(ControlFlowMore, RegionWithDataDependentSizesIsStillStoredOnce) {
   EXPECT_EQ(ep->program().graphs.size(), 2u) << ep->print();
   EXPECT_EQ(nodes(*ep, 0, OpKind::InvokeSubgraph).size(), 3u);
   ASSERT_EQ(graph(*ep, 1).bindings.size(), 1u);  // the masked_select's row count, bound inside
+  // The repeated traces' own symbols are not shown: only u0, bound in the region.
+  const std::string out = ep->print();
+  EXPECT_NE(out.find("u0: [0, 6] unbacked"), std::string::npos) << out;
+  EXPECT_EQ(out.find("u1:"), std::string::npos) << out;
   auto bytes = serialize_bundle(ep->program());
   ASSERT_TRUE(bytes.ok()) << bytes.status().message();
   EXPECT_TRUE(Bundle::from_bytes(*bytes).ok());

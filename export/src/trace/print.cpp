@@ -1,4 +1,5 @@
 // ExportedProgram::print: a readable listing in the spirit of PyTorch's print_readable.
+#include <set>
 #include <sstream>
 
 #include "kiln/export/export.h"
@@ -115,10 +116,22 @@ std::string ExportedProgram::print() const {
   std::ostringstream os;
   os << "ExportedProgram " << p.name << "\n";
   if (p.env.num_symbols() > 0) {
+    // Unbacked symbols no graph binds (left by a compile-region trace that was found to
+    // repeat an earlier one) are not part of the program.
+    std::set<int> bound_symbols;
+    for (const ir::Graph& g : p.graphs) {
+      for (const ir::UnbackedBinding& b : g.bindings) bound_symbols.insert(b.symbol);
+      for (int in : g.inputs) {
+        const ir::Value& v = g.values[static_cast<std::size_t>(in)];
+        for (int s : sym::free_symbols(v.expr)) bound_symbols.insert(s);
+        for (const sym::Expr& d : v.shape) for (int s : sym::free_symbols(d)) bound_symbols.insert(s);
+      }
+    }
     os << "symbols:\n";
     for (std::size_t s = 0; s < p.env.num_symbols(); ++s) {
       const sym::SymbolInfo& info = p.env.symbol(static_cast<int>(s));
       if (p.env.replacement(static_cast<int>(s))) continue;  // specialized away
+      if (info.kind == sym::SymbolKind::Unbacked && !bound_symbols.count(static_cast<int>(s))) continue;
       os << "    " << info.name << ": [" << bound(info.range.lo) << ", " << bound(info.range.hi) << "]"
          << (info.kind == sym::SymbolKind::Unbacked ? " unbacked" : "") << (info.user_name.empty() ? "" : " (" + info.user_name + ")") << "\n";
     }

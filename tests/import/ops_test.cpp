@@ -281,6 +281,28 @@ TEST(ImportOps, SymbolicSizesFromSreprAndRanges) {
   expect_near(h, {0, 1, 2, 3, 4, 5});
 }
 
+TEST(ImportOps, ScatterIntoSlicesRepeatInterleaveOuter) {
+  // y = x.clone(); y[:, 1:3] = src
+  expect_near(run({"aten.slice_scatter.default",
+                   {{"self", tensor_arg("x")}, {"src", tensor_arg("s")}, {"dim", {{"as_int", 1}}}, {"start", {{"as_int", 1}}}, {"end", {{"as_int", 3}}}},
+                   {{"x", {2, 4}}, {"s", {2, 2}}}, {2, 4}},
+                  {f32({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7}), f32({2, 2}, {-1, -2, -3, -4})}),
+              {0, -1, -2, 3, 4, -3, -4, 7});
+  // y[-1] = src (select_scatter on dim 0 with a negative index)
+  expect_near(run({"aten.select_scatter.default",
+                   {{"self", tensor_arg("x")}, {"src", tensor_arg("s")}, {"dim", {{"as_int", 0}}}, {"index", {{"as_int", -1}}}},
+                   {{"x", {2, 2}}, {"s", {2}}}, {2, 2}},
+                  {f32({2, 2}, {1, 2, 3, 4}), f32({2}, {9, 8})}),
+              {1, 2, 9, 8});
+  expect_near(run({"aten.repeat_interleave.self_int", {{"self", tensor_arg("x")}, {"repeats", {{"as_int", 2}}}, {"dim", {{"as_int", 1}}}},
+                   {{"x", {2, 2}}}, {2, 4}},
+                  {f32({2, 2}, {1, 2, 3, 4})}),
+              {1, 1, 2, 2, 3, 3, 4, 4});
+  expect_near(run({"aten.outer.default", {{"self", tensor_arg("a")}, {"vec2", tensor_arg("b")}}, {{"a", {2}}, {"b", {3}}}, {2, 3}},
+                  {f32({2}, {1, 2}), f32({3}, {1, 10, 100})}),
+              {1, 10, 100, 2, 20, 200});
+}
+
 TEST(ImportOps, ArgumentsKiln_CannotExpressNameTheOpAndLine) {
   OneOp op{"aten.pad.default", {{"self", tensor_arg("x")}, {"pad", {{"as_ints", {1, 1}}}}, {"mode", {{"as_string", "reflect"}}}},
            {{"x", {1, 3}}}, {1, 5}};

@@ -690,6 +690,12 @@ void register_nn(HandlerTable& t) {
     im.emit_out(OpKind::Matmul, {im.cast(im.tensor(0, "self"), dt), im.cast(im.tensor(1, "tensor"), dt)});
   };
   t["aten.addmm"] = addmm;
+  t["aten.outer"] = [](Importer& im) {  // a[:, None] * b[None, :]
+    const DType dt = im.out_dtype();
+    const int a = im.cast(im.tensor(0, "self"), dt), b = im.cast(im.tensor(1, "vec2"), dt);
+    im.emit_out(OpKind::Mul, {im.unsqueeze(a, 1), im.unsqueeze(b, 0)});
+  };
+  t["aten.ger"] = t["aten.outer"];
   t["aten.baddbmm"] = baddbmm;
   t["aten.einsum"] = einsum;
   t["aten.conv1d"] = [](Importer& im) { convolution(im, false); };

@@ -212,6 +212,80 @@ void repeat(Importer& im) {
   im.define(0, im.reshape(e, im.out_shape()));
 }
 
+// slice_scatter(self, src, dim, start, end, step=1): cat(self[:start], src, self[end:]).
+int slice_scatter_impl(Importer& im, int self, int src, std::int64_t d, Expr start, Expr end) {
+  const Shape s = im.shape(self);
+  const Expr n = s[static_cast<std::size_t>(d)];
+  // Python clamping of the bounds, as the slice kernel does.
+  auto clamp = [&](Expr e) {
+    if (auto k = e.constant_value()) {
+      if (*k < 0) e = im.simplify(n + e);
+      if (auto k2 = e.constant_value(); k2 && *k2 < 0) return c(0);
+      if (auto k3 = e.constant_value(); k3 && *k3 == INT64_MAX) return n;
+    }
+    return im.simplify(sym::min(sym::max(e, c(0)), n));
+  };
+  start = clamp(start);
+  end = clamp(end);
+  std::vector<int> parts;
+  const DType dt = im.dtype(self);
+  auto piece = [&](Expr a, Expr b) {
+    const Expr len = im.simplify(b - a);
+    if (len.constant_value() == 0) return;
+    Shape ps = s;
+    ps[static_cast<std::size_t>(d)] = len;
+    parts.push_back(im.emit(OpKind::Slice, {self}, {d, a, b, std::int64_t{1}}, dt, ps));
+  };
+  piece(c(0), start);
+  parts.push_back(im.cast(src, dt));
+  piece(end, n);
+  if (parts.size() == 1) return parts[0];
+  return im.emit(OpKind::Cat, parts, {d}, dt, s);
+}
+
+void slice_scatter(Importer& im) {
+  const int self = im.tensor(0, "self");
+  const int src = im.tensor(1, "src");
+  const std::int64_t d = im.norm_dim(im.int_arg(2, "dim", 0), im.rank(self));
+  if (im.int_arg(5, "step", 1) != 1) im.unsupported("slice_scatter with step != 1");
+  const Expr start = im.opt_sym_int(3, "start").value_or(c(0));
+  const Expr end = im.opt_sym_int(4, "end").value_or(c(INT64_MAX));
+  im.define(0, slice_scatter_impl(im, self, src, d, start, end));
+}
+
+void select_scatter(Importer& im) {
+  const int self = im.tensor(0, "self");
+  const std::int64_t d = im.norm_dim(im.int_arg(2, "dim"), im.rank(self));
+  const int src = im.unsqueeze(im.tensor(1, "src"), d);
+  Expr index = im.sym_int(3, "index");
+  if (auto k = index.constant_value(); k && *k < 0) index = im.simplify(im.shape(self)[static_cast<std::size_t>(d)] + index);
+  im.define(0, slice_scatter_impl(im, self, src, d, index, im.simplify(index + c(1))));
+}
+
+// repeat_interleave(self, repeats: int, dim): unsqueeze, expand, merge.
+void repeat_interleave(Importer& im) {
+  const int x = im.tensor(0, "self");
+  if (const json* r = im.arg(1, "repeats"); r && r->contains("as_tensor")) im.unsupported("repeat_interleave with a tensor of repeats");
+  const Expr reps = im.sym_int(1, "repeats");
+  int v = x;
+  std::int64_t d;
+  if (!im.has(2, "dim")) {
+    Expr n = c(1);
+    for (const Expr& e : im.shape(x)) n = n * e;
+    v = im.reshape(x, {im.simplify(n)});
+    d = 0;
+  } else {
+    d = im.norm_dim(im.int_arg(2, "dim"), im.rank(x));
+  }
+  const Shape s = im.shape(v);
+  Shape split = s, expanded = s;
+  split.insert(split.begin() + d + 1, c(1));
+  expanded.insert(expanded.begin() + d + 1, reps);
+  const int r = im.reshape(v, split);
+  const int e = im.emit(OpKind::Expand, {r}, {expanded}, im.dtype(v), expanded);
+  im.define(0, im.reshape(e, im.out_shape()));
+}
+
 // roll: per dim, cat(x[n-k:], x[:n-k]) (static sizes and shifts).
 void roll(Importer& im) {
   int v = im.tensor(0, "self");
@@ -424,6 +498,18 @@ void register_shape(HandlerTable& t) {
   t["aten.arange"] = arange;
   t["aten.topk"] = [](Importer& im) { topk(im, false, false); };
   t["aten.roll"] = roll;
+  t["aten.slice_scatter"] = slice_scatter;
+  t["aten.select_scatter"] = select_scatter;
+  t["aten.repeat_interleave"] = repeat_interleave;
+  t["aten.copy"] = [](Importer& im) {  // functional copy: src cast and broadcast to self
+    const int src = im.cast(im.tensor(1, "src"), im.out_dtype());
+    const Shape out = im.out_shape();
+    if (im.shape(src) == out) {
+      im.define(0, src);
+      return;
+    }
+    im.emit_out(OpKind::Expand, {src}, {out});
+  };
   t["aten.pixel_shuffle"] = [](Importer& im) { pixel_shuffle(im, false); };
   t["aten.pixel_unshuffle"] = [](Importer& im) { pixel_shuffle(im, true); };
   t["aten.sort"] = [](Importer& im) { topk(im, true, false); };

@@ -340,6 +340,22 @@ TEST_P(ControlFlowRun, CondInsideALoopBodyOnTheIntCarry) {
   }
 }
 
+TEST_P(ControlFlowRun, RepeatedOperandsAndCaptureOnlyFunctions) {
+  CompileRegion bias("bias", [] { return full({3}, 0.5); });
+  auto model = [&](Tensor x) {
+    Tensor y = cond(gt(sum(x), 0.0), [](Tensor a, Tensor b) { return a * b; }, [](Tensor a, Tensor b) { return a - b * 2.0; }, {x, x});
+    return y + bias() + cond(x.size(0) > 1, [&] { return x * 3.0; }, [&] { return x.clone(); });
+  };
+  auto ep = export_program(model, {input("x", Tensor::randn({3}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  for (const Tensor& x : {floats({3}, {1, 2, 3}), floats({3}, {-1, -2, -3})}) {
+    RUN_OR_SKIP(r, session, std::vector<HostValue>{host(x)});
+    expect_close(r->outputs[0], model(x));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, ControlFlowRun, ::testing::Values("cpu", "vulkan"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 

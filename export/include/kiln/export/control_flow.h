@@ -221,6 +221,8 @@ class CompileRegion {
   auto operator()(const FirstArg& first, const Rest&... rest) const {
     return call(Values{first.value, Value(rest)...}, first.loc);
   }
+  /// Calls a region whose function takes no parameters (it captures what it uses).
+  auto operator()(SourceLoc loc = SourceLoc::current()) const { return call(Values{}, loc); }
   /// Calls the region with its operands as Values (for a function taking `const Values&`).
   auto call(const Values& operands, SourceLoc loc = SourceLoc::current()) const {
     return detail::from_values<detail::result_of_t<F>>(detail::invoke_region(*state_, operands, loc));

@@ -303,6 +303,25 @@ TEST(ImportOps, ScatterIntoSlicesRepeatInterleaveOuter) {
               {1, 10, 100, 2, 20, 200});
 }
 
+TEST(ImportOps, BooleanMasksOverLeadingDimsAndMaskedAssignment) {
+  // x[mask] with mask over dim 0 of a [3, 2] tensor -> [u, 2]
+  OneOp op{"aten.index.Tensor", {{"self", tensor_arg("x")}, {"indices", {{"as_optional_tensors", {{{"as_tensor", {{"name", "m"}}}}}}}}},
+           {{"x", {3, 2}}, {"m", {3}}}, {2, 2}};
+  op.metas["m"] = meta({3}, 12);
+  op.metas["y"] = meta({0, 2});
+  op.metas["y"]["sizes"][0] = {{"as_expr", {{"expr_str", "Symbol('u0', integer=True)"}}}};
+  op.ranges["u0"] = {{"min_val", 0}, {"max_val", 3}};
+  HostTensor mask{DType::kBool, {3}, {1, 0, 1}};
+  expect_near(run(op, {f32({3, 2}, {1, 2, 3, 4, 5, 6}), HostValue::of(mask)}, nullptr, {2, 2}), {1, 2, 5, 6});
+  // x[x > 2] = 0 in the core IR: index_put with a full mask and a 0-d value
+  OneOp put{"aten.index_put.default",
+            {{"self", tensor_arg("x")}, {"indices", {{"as_optional_tensors", {{{"as_tensor", {{"name", "m"}}}}}}}}, {"values", tensor_arg("v")}},
+            {{"x", {4}}, {"m", {4}}, {"v", {}}}, {4}};
+  put.metas["m"] = meta({4}, 12);
+  HostTensor m4{DType::kBool, {4}, {0, 1, 0, 1}};
+  expect_near(run(put, {f32({4}, {1, 2, 3, 4}), HostValue::of(m4), f32({}, {-7})}), {1, -7, 3, -7});
+}
+
 TEST(ImportOps, ArgumentsKiln_CannotExpressNameTheOpAndLine) {
   OneOp op{"aten.pad.default", {{"self", tensor_arg("x")}, {"pad", {{"as_ints", {1, 1}}}}, {"mode", {{"as_string", "reflect"}}}},
            {{"x", {1, 3}}}, {1, 5}};

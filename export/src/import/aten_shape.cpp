@@ -162,6 +162,23 @@ void pad(Importer& im) {
   im.emit_out(OpKind::Pad, {x}, {pads, value});
 }
 
+// index_put(self, [mask], values) with one boolean mask of self's rank and a broadcastable
+// value: where(mask, values, self).
+void index_put(Importer& im) {
+  const int x = im.tensor(0, "self");
+  const auto idx = im.opt_tensor_list(1, "indices");
+  if (im.bool_arg(3, "accumulate", false)) im.unsupported("index_put with accumulate=True");
+  if (idx.size() != 1 || !idx[0] || (im.dtype(*idx[0]) != DType::kBool && im.dtype(*idx[0]) != DType::kU8) ||
+      im.rank(*idx[0]) != im.rank(x)) {
+    im.unsupported("index_put other than x[mask] = value with a full boolean mask");
+  }
+  const int values = im.cast(im.tensor(2, "values"), im.dtype(x));
+  if (im.rank(values) > 1 || (im.rank(values) == 1 && im.shape(values)[0].constant_value() != 1)) {
+    im.unsupported("index_put of more than one value through a boolean mask");
+  }
+  im.emit_out(OpKind::Where, {im.cast(*idx[0], DType::kBool), im.reshape(values, {}), x});
+}
+
 void index(Importer& im) {
   const int x = im.tensor(0, "self");
   const auto idx = im.opt_tensor_list(1, "indices");
@@ -178,7 +195,23 @@ void index(Importer& im) {
       im.emit_out(OpKind::MaskedSelect, {x, mask});
       return;
     }
-    im.unsupported("boolean-mask indexing over part of the dims");
+    // A mask over the leading dims: nonzero(mask) -> one index column per masked dim.
+    const std::int64_t k = im.rank(mask);
+    if (dims[0] != 0 || k == 0 || k > im.rank(x)) im.unsupported("a boolean mask that does not cover leading dims");
+    const Expr rows = im.out_shape()[0];
+    const int nz = im.emit(OpKind::Nonzero, {mask}, {}, DType::kI64, {rows, c(k)});
+    std::vector<int> cols{x};
+    std::vector<std::int64_t> idims;
+    std::vector<Shape> col_shapes(static_cast<std::size_t>(k), Shape{rows, c(1)});
+    const auto split = k == 1 ? std::vector<int>{nz}
+                              : im.emit_multi(OpKind::Split, {nz}, {std::int64_t{1}, std::vector<Expr>(static_cast<std::size_t>(k), c(1))},
+                                              DType::kI64, col_shapes);
+    for (std::int64_t i = 0; i < k; ++i) {
+      cols.push_back(im.reshape(split[static_cast<std::size_t>(i)], {rows}));
+      idims.push_back(i);
+    }
+    im.emit_out(OpKind::Index, cols, {idims});
+    return;
   }
   for (std::size_t k = 1; k < in.size(); ++k) {
     if (im.dtype(in[k]) == DType::kBool) im.unsupported("mixing boolean masks with other indices");
@@ -480,6 +513,7 @@ void register_shape(HandlerTable& t) {
     im.emit_out(OpKind::IndexSelect, {x, im.tensor(2, "index")}, {im.norm_dim(im.int_arg(1, "dim"), im.rank(x))});
   };
   t["aten.index"] = index;
+  t["aten.index_put"] = index_put;
   t["aten.repeat"] = repeat;
   t["aten.tril"] = [](Importer& im) { im.emit_out(OpKind::Tril, {im.tensor(0, "self")}, {im.int_arg(1, "diagonal", 0)}); };
   t["aten.triu"] = [](Importer& im) { im.emit_out(OpKind::Triu, {im.tensor(0, "self")}, {im.int_arg(1, "diagonal", 0)}); };

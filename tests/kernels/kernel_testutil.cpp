@@ -1,5 +1,7 @@
 #include "kernel_testutil.h"
 
+#include "backends/cpu/thread_pool.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <sstream>
@@ -198,8 +200,13 @@ Result<TensorView> TestContext::allocate_output(int index, DType dtype, std::spa
 }
 
 ThreadPool& TestContext::pool() {
-  // The kernels run single-threaded for now and never ask for the pool.
-  std::abort();
+  // Two threads, so that the kernels' parallel paths run in every test (KILN_TEST_THREADS
+  // overrides; one thread per process, shared: the tests run kernels one at a time).
+  static ThreadPool shared([] {
+    const char* env = std::getenv("KILN_TEST_THREADS");
+    return env != nullptr ? std::max(1, std::atoi(env)) : 2;
+  }());
+  return shared;
 }
 
 Status run_views(OpKind op, std::vector<TensorView> inputs, std::vector<TensorView>& outputs, const AttrList& attrs,

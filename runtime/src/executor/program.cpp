@@ -180,10 +180,7 @@ void partition(const fb::Program& p, std::uint32_t g, const backend::Backend& ac
     NodeInfo& ni = info.nodes[n];
     bool ok = !ni.hop && info.bindings_of[n].empty();
     std::vector<DType> in_dt, out_dt;
-    for (std::uint32_t v : ni.inputs) {
-      if (info.values[v].kind == fb::ValueKind::None) ok = false;
-      in_dt.push_back(info.values[v].dtype);
-    }
+    for (std::uint32_t v : ni.inputs) in_dt.push_back(info.values[v].dtype);
     for (std::uint32_t v : ni.outputs) out_dt.push_back(info.values[v].dtype);
     if (ok) {
       const auto* node = graph->nodes()->Get(n);
@@ -216,6 +213,38 @@ void partition(const fb::Program& p, std::uint32_t g, const backend::Backend& ac
     info.segments[static_cast<std::size_t>(open)].last = n;
     ni.segment = open;
   }
+}
+
+// Constant weights of linear layers and matmuls, packed once for the SGEMM so that runs
+// skip the per-call packing of B.
+Status pack_weights(const fb::Program& p, const Bundle& bundle, Program::Impl& impl) {
+  for (std::uint32_t g = 0; g < impl.graphs.size(); ++g) {
+    GraphInfo& info = impl.graphs[g];
+    for (NodeInfo& ni : info.nodes) {
+      if ((ni.op != OpKind::Linear && ni.op != OpKind::Matmul) || ni.segment >= 0 || ni.inputs.size() < 2) continue;
+      const ValueInfo& a = info.values[ni.inputs[0]];
+      const ValueInfo& w = info.values[ni.inputs[1]];
+      if (w.kind != fb::ValueKind::Constant || w.dtype != DType::kF32 || a.dtype != DType::kF32) continue;
+      const auto* c = p.constants()->Get(w.constant);
+      if (c->shape() == nullptr || c->shape()->size() != 2) continue;
+      const bool trans = ni.op == OpKind::Linear;
+      const std::int64_t rows = c->shape()->Get(0), cols = c->shape()->Get(1);
+      const auto key = std::make_pair(w.constant, trans);
+      auto it = impl.packed.find(key);
+      if (it == impl.packed.end()) {
+        const auto data = bundle.constant_data(w.constant);
+        if (data.size() != static_cast<std::size_t>(rows * cols) * 4) continue;
+        auto packed = cpu::pack_b(reinterpret_cast<const float*>(data.data()), cols, trans ? cols : rows, trans ? rows : cols, trans, nullptr);
+        if (!packed.ok()) {
+          if (packed.status().code() == StatusCode::kUnavailable) continue;  // no memory: pack per call
+          return packed.status();
+        }
+        it = impl.packed.emplace(key, std::move(packed).value()).first;
+      }
+      ni.packed_b = &it->second;
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -283,6 +312,7 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
       for (std::uint32_t g = 0; g < count(p.graphs()); ++g) partition(p, g, *impl.accelerator, impl.graphs[g]);
     }
   }
+  if (options.prepack_weights) KILN_RETURN_IF_ERROR(pack_weights(p, *bundle, impl));
   program->bundle_ = std::move(bundle);
   return std::shared_ptr<const Program>(std::move(program));
 }

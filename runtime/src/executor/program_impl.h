@@ -4,10 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/gemm/gemm.h"
 #include "backends/cpu/kernel.h"
 #include "kiln/format/kiln_generated.h"
 #include "kiln/format/ops.h"
@@ -26,6 +29,7 @@ struct NodeInfo {
   bool inplace_ok = false;             // elementwise: the output may overwrite a dying input
   std::uint32_t debug = 0;
   std::int32_t segment = -1;           // accelerator segment this node belongs to
+  const cpu::PackedB* packed_b = nullptr;  // input 1 (a constant weight) packed at load
 };
 
 struct ValueInfo {
@@ -58,6 +62,7 @@ struct Program::Impl {
   std::vector<OpKind> kinds;           // per Program.op_names index
   std::vector<cpu::KernelFn> kernels;  // per Program.op_names index
   std::vector<GraphInfo> graphs;
+  std::map<std::pair<std::uint32_t, bool>, cpu::PackedB> packed;  // (constant, transposed) -> packed
   std::unique_ptr<backend::Backend> accelerator;  // null: CPU only
   std::string backend_notice;                     // why `auto` fell back to the CPU
 };

@@ -603,7 +603,9 @@ namespace {
 class KernelCtx final : public cpu::KernelContext {
  public:
   using Alloc = cpu::FunctionRef<void*(int, std::size_t)>;
-  KernelCtx(std::span<TensorView> outs, cpu::ThreadPool& pool, Alloc alloc) : outs_(outs), pool_(pool), alloc_(alloc) {}
+  KernelCtx(std::span<TensorView> outs, cpu::ThreadPool& pool, Alloc alloc, const cpu::PackedB* packed_b1)
+      : outs_(outs), pool_(pool), alloc_(alloc), packed_b1_(packed_b1) {}
+  const cpu::PackedB* packed_b(int index) const override { return index == 1 ? packed_b1_ : nullptr; }
   Result<TensorView> allocate_output(int index, DType dtype, std::span<const std::int64_t> shape) override {
     if (index < 0 || static_cast<std::size_t>(index) >= outs_.size()) return Status(StatusCode::kInternal, "bad output index");
     if (shape.size() > cpu::kMaxRank) return Status(StatusCode::kInternal, "output rank above the maximum");
@@ -617,6 +619,7 @@ class KernelCtx final : public cpu::KernelContext {
   std::span<TensorView> outs_;
   cpu::ThreadPool& pool_;
   Alloc alloc_;
+  const cpu::PackedB* packed_b1_;
 };
 
 }  // namespace
@@ -695,6 +698,9 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
       out[k].dtype = vi.dtype;
       continue;
     }
+    if (!f.plan->dynamic[v] && f.views[v].data == nullptr) {  // planned for a device segment that fell back
+      f.views[v].data = heap_alloc(f, v, f.views[v].nbytes());
+    }
     if (f.plan->dynamic[v]) {
       std::array<std::int64_t, cpu::kMaxRank> shape{};
       const std::uint32_t rank = count(vi.shape);
@@ -718,7 +724,7 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
     attrs = &dyn_attrs;
   }
   auto alloc = [&](int index, std::size_t bytes) { return heap_alloc(f, ni.outputs[static_cast<std::size_t>(index)], bytes); };
-  KernelCtx ctx(out, pool, alloc);
+  KernelCtx ctx(out, pool, alloc, ni.packed_b);
   const auto t0 = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const Status st = ni.kernel(ctx, ins, out, attrs->values);
   if (options.profile) {
@@ -898,7 +904,7 @@ Status Session::Impl::run_segment(Frame& f, std::uint32_t s) {
   auto inside = [&](std::int32_t producer) { return producer >= static_cast<std::int32_t>(seg.first) && producer <= static_cast<std::int32_t>(seg.last); };
   for (std::uint32_t n = seg.first; n <= seg.last; ++n) {
     for (std::uint32_t v : f.info->nodes[n].inputs) {
-      if (!inside(f.info->values[v].producer) && f.info->values[v].kind != fb::ValueKind::Constant &&
+      if (!inside(f.info->values[v].producer) && f.info->values[v].kind != fb::ValueKind::Constant && f.info->values[v].kind != fb::ValueKind::None &&
           std::find(in_values.begin(), in_values.end(), v) == in_values.end()) {
         in_values.push_back(v);
       }
@@ -935,7 +941,7 @@ Status Session::Impl::run_segment(Frame& f, std::uint32_t s) {
       const NodeInfo& ni = f.info->nodes[n];
       backend::SegmentNode sn;
       sn.op = ni.op;
-      for (std::uint32_t v : ni.inputs) sn.inputs.push_back(add_tensor(v));
+      for (std::uint32_t v : ni.inputs) sn.inputs.push_back(f.info->values[v].kind == fb::ValueKind::None ? backend::kAbsentTensor : add_tensor(v));
       for (std::uint32_t v : ni.outputs) sn.outputs.push_back(add_tensor(v));
       sn.attrs = f.plan->attrs[n].values;  // spans into the plan, which outlives the prepared segment
       sn.where = graph_name(f.graph_id) + ", node " + std::to_string(n) + location(p, ni.debug);
@@ -945,6 +951,11 @@ Status Session::Impl::run_segment(Frame& f, std::uint32_t s) {
     desc.num_outputs = static_cast<std::uint32_t>(out_values.size());
     ConstantsOf constants(program.bundle());
     auto made = prog.accelerator->prepare(desc, constants);
+    if (!made.ok() && made.status().code() == StatusCode::kUnsupported) {
+      // The device cannot take these shapes (limits): these nodes run on the CPU from now on.
+      f.plan->segment_on_cpu[s] = 1;
+      return Status::Ok();
+    }
     if (!made.ok()) return made.status();
     prepared = std::move(made).value();
   }
@@ -1024,9 +1035,12 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
     if (ni.segment >= 0 && !plan->segment_on_cpu[static_cast<std::size_t>(ni.segment)]) {
       const Segment& seg = f.info->segments[static_cast<std::size_t>(ni.segment)];
       KILN_RETURN_IF_ERROR(run_segment(f, static_cast<std::uint32_t>(ni.segment)));
-      for (std::uint32_t m = seg.first; m <= seg.last; ++m) KILN_RETURN_IF_ERROR(check_asserts(f, m + 1));
-      n = seg.last;
-      continue;
+      if (!plan->segment_on_cpu[static_cast<std::size_t>(ni.segment)]) {
+        for (std::uint32_t m = seg.first; m <= seg.last; ++m) KILN_RETURN_IF_ERROR(check_asserts(f, m + 1));
+        n = seg.last;
+        continue;
+      }
+      // prepare() refused the segment: fall through to the CPU kernels.
     }
     KILN_RETURN_IF_ERROR(run_node(f, n));
     if (!f.info->bindings_of[n].empty() || ni.hop || std::find(ni.kernel_allocates.begin(), ni.kernel_allocates.end(), true) != ni.kernel_allocates.end()) {

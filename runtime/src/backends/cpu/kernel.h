@@ -55,6 +55,7 @@ struct AttrValue {
 };
 
 class ThreadPool;
+class PackedB;
 
 class KernelContext {
  public:
@@ -65,6 +66,13 @@ class KernelContext {
                                              std::span<const std::int64_t> shape) = 0;
   /// Threads the kernel may use (1 = run inline). Never null.
   virtual ThreadPool& pool() = 0;
+  /// Input `index` (a constant weight) packed once at load for the SGEMM (gemm/gemm.h):
+  /// linear's weight as op(B) = W^T, matmul's constant 2-D B as is. Null when not packed;
+  /// kernels then pack per call.
+  virtual const PackedB* packed_b(int index) const {
+    (void)index;
+    return nullptr;
+  }
 };
 
 using KernelFn = Status (*)(KernelContext& ctx, std::span<const TensorView> inputs,

@@ -3,6 +3,7 @@
 // small. 1x1 stride-1 unpadded convolutions skip im2col. f32 (f16/bf16 via f32).
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/window.h"
+#include "backends/cpu/thread_pool.h"
 
 namespace kiln::cpu::kernels {
 namespace {
@@ -62,45 +64,104 @@ void im2col(const float* src, const ConvGeometry& g, std::int64_t oh0, std::int6
   }
 }
 
-Status conv_f32(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g) {
+// One output channel of a depthwise convolution (one input channel per group): a direct
+// loop, much cheaper than a one-row GEMM over an im2col buffer.
+void depthwise_plane(const float* src, const float* wk, float bias, float* dst, const ConvGeometry& g) {
+  const std::int64_t h = g.in.height, w = g.in.width;
+  for (std::int64_t oy = 0; oy < g.oh; ++oy) {
+    float* out = dst + oy * g.ow;
+    std::fill(out, out + g.ow, bias);
+    for (std::int64_t i = 0; i < g.kh; ++i) {
+      const std::int64_t y = oy * g.stride[0] - g.padding[0] + i * g.dilation[0];
+      if (y < 0 || y >= h) continue;
+      const float* row = src + y * w;
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        const float wv = wk[i * g.kw + j];
+        const std::int64_t dx = j * g.dilation[1] - g.padding[1];
+        std::int64_t x_lo = dx >= 0 ? 0 : (-dx + g.stride[1] - 1) / g.stride[1];
+        std::int64_t x_hi = w - dx <= 0 ? 0 : (w - dx - 1) / g.stride[1] + 1;
+        x_lo = std::min(x_lo, g.ow);
+        x_hi = std::clamp(x_hi, x_lo, g.ow);
+        if (g.stride[1] == 1) {
+          const float* in = row + dx;
+          for (std::int64_t x = x_lo; x < x_hi; ++x) out[x] += wv * in[x];
+        } else {
+          for (std::int64_t x = x_lo; x < x_hi; ++x) out[x] += wv * row[x * g.stride[1] + dx];
+        }
+      }
+    }
+  }
+}
+
+// One (image, group): im2col tiles + GEMM, then the bias.
+Status conv_group(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g, std::int64_t n,
+                  std::int64_t grp, float* col, std::int64_t tile, ThreadPool* pool) {
   const std::int64_t spatial = g.oh * g.ow;
   const std::int64_t patch = g.patch();
-  const bool direct = g.kh == 1 && g.kw == 1 && g.stride[0] == 1 && g.stride[1] == 1 &&
-                      g.padding[0] == 0 && g.padding[1] == 0;
+  const std::int64_t in_plane = g.in.height * g.in.width;
+  const float* src = x + (n * g.in.channels + grp * g.group_in()) * in_plane;
+  const float* wg = w + grp * g.group_out() * patch;
+  float* dst = y + (n * g.out_channels + grp * g.group_out()) * spatial;
+  if (g.group_in() == 1 && g.group_out() == 1) {
+    depthwise_plane(src, wg, bias != nullptr ? bias[grp] : 0.0f, dst, g);
+    return Status::Ok();
+  }
+  if (col == nullptr) {
+    matmul_f32(g.group_out(), spatial, patch, wg, patch, src, spatial, false, dst, spatial, pool);
+  } else {
+    for (std::int64_t oh0 = 0; oh0 < g.oh; oh0 += tile) {
+      const std::int64_t oh1 = std::min(g.oh, oh0 + tile);
+      const std::int64_t cols = (oh1 - oh0) * g.ow;
+      im2col(src, g, oh0, oh1, col);
+      matmul_f32(g.group_out(), cols, patch, wg, patch, col, cols, false, dst + oh0 * g.ow, spatial, pool);
+    }
+  }
+  if (bias != nullptr) {
+    for (std::int64_t o = 0; o < g.group_out(); ++o) {
+      const float b = bias[grp * g.group_out() + o];
+      float* plane = dst + o * spatial;
+      for (std::int64_t i = 0; i < spatial; ++i) plane[i] += b;
+    }
+  }
+  return Status::Ok();
+}
+
+Status conv_f32(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g, ThreadPool& pool) {
+  const std::int64_t patch = g.patch();
+  const bool depthwise = g.group_in() == 1 && g.group_out() == 1;
+  const bool direct = depthwise || (g.kh == 1 && g.kw == 1 && g.stride[0] == 1 && g.stride[1] == 1 &&
+                                    g.padding[0] == 0 && g.padding[1] == 0);
   // Output rows per tile: keep the column buffer near 4 MiB.
   const std::int64_t tile = std::clamp<std::int64_t>((std::int64_t{1} << 20) / std::max<std::int64_t>(patch * g.ow, 1),
                                                      1, g.oh);
-  std::unique_ptr<float[]> col;
-  if (!direct) {
-    col.reset(new (std::nothrow) float[static_cast<std::size_t>(patch * tile * g.ow)]);
-    if (col == nullptr) {
-      return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate ", patch * tile * g.ow,
-                      " floats of im2col buffer");
-    }
+  const std::size_t col_floats = direct ? 0 : static_cast<std::size_t>(patch * tile * g.ow);
+  auto make_col = [&]() -> std::unique_ptr<float[]> {
+    return direct ? nullptr : std::unique_ptr<float[]>(new (std::nothrow) float[col_floats]);
+  };
+  auto no_memory = [&] {
+    return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate ", col_floats, " floats of im2col buffer");
+  };
+  const std::int64_t items = g.in.batch * g.groups;
+  // Many small (image, group) problems (depthwise, batches): one per thread at a time.
+  // Few large ones: one at a time, each GEMM split over the pool.
+  if (pool.num_threads() > 1 && items >= 2 * pool.num_threads() && (depthwise || g.group_out() * g.oh * g.ow * patch < (1 << 22))) {
+    std::atomic<bool> failed{false};
+    pool.parallel_for(items, 1, [&](std::int64_t begin, std::int64_t end) {
+      std::unique_ptr<float[]> col = make_col();
+      if (!direct && col == nullptr) {
+        failed = true;
+        return;
+      }
+      for (std::int64_t it = begin; it < end; ++it) {
+        (void)conv_group(x, w, bias, y, g, it / g.groups, it % g.groups, col.get(), tile, nullptr);
+      }
+    });
+    return failed ? no_memory() : Status::Ok();
   }
-  const std::int64_t in_plane = g.in.height * g.in.width;
-  for (std::int64_t n = 0; n < g.in.batch; ++n) {
-    for (std::int64_t grp = 0; grp < g.groups; ++grp) {
-      const float* src = x + (n * g.in.channels + grp * g.group_in()) * in_plane;
-      const float* wg = w + grp * g.group_out() * patch;
-      float* dst = y + (n * g.out_channels + grp * g.group_out()) * spatial;
-      if (direct) {
-        matmul_f32(g.group_out(), spatial, patch, wg, patch, src, spatial, false, dst, spatial);
-        continue;
-      }
-      for (std::int64_t oh0 = 0; oh0 < g.oh; oh0 += tile) {
-        const std::int64_t oh1 = std::min(g.oh, oh0 + tile);
-        const std::int64_t cols = (oh1 - oh0) * g.ow;
-        im2col(src, g, oh0, oh1, col.get());
-        matmul_f32(g.group_out(), cols, patch, wg, patch, col.get(), cols, false, dst + oh0 * g.ow, spatial);
-      }
-    }
-    if (bias != nullptr) {
-      for (std::int64_t o = 0; o < g.out_channels; ++o) {
-        float* plane = y + (n * g.out_channels + o) * spatial;
-        for (std::int64_t i = 0; i < spatial; ++i) plane[i] += bias[o];
-      }
-    }
+  std::unique_ptr<float[]> col = make_col();
+  if (!direct && col == nullptr) return no_memory();
+  for (std::int64_t it = 0; it < items; ++it) {
+    KILN_RETURN_IF_ERROR(conv_group(x, w, bias, y, g, it / g.groups, it % g.groups, col.get(), tile, &pool));
   }
   return Status::Ok();
 }
@@ -155,7 +216,7 @@ Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_out_shape("conv2d", out[0], std::span<const std::int64_t>(expected.data(), x.rank)));
   if (out[0].numel() == 0) return Status::Ok();
   return conv_f32(x.as<float>(), w.as<float>(), bias != nullptr ? bias->as<float>() : nullptr,
-                  out[0].as<float>(), g);
+                  out[0].as<float>(), g, ctx.pool());
 }
 
 }  // namespace kiln::cpu::kernels

@@ -223,9 +223,10 @@ inline constexpr KernelFn InvokeSubgraph = nullptr;
 
 /// The f32 matrix product C[m,n] = A[m,k] * op(B) (op(B) = B[k,n], or B stored [n,k] when
 /// b_transposed), row strides lda/ldb/ldc in elements; C is overwritten and must not alias
-/// A or B. Used by matmul, linear, bmm and conv2d: the seam where the tuned SGEMM
-/// (backends/cpu/gemm) will plug in. Single-threaded, cache-blocked i-k-j loops.
+/// A or B. Used by matmul, linear, bmm and conv2d: the packed SGEMM (backends/cpu/gemm),
+/// split over `pool` when given, with cache-blocked loops as the fallback.
 void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
-                const float* b, std::int64_t ldb, bool b_transposed, float* c, std::int64_t ldc);
+                const float* b, std::int64_t ldb, bool b_transposed, float* c, std::int64_t ldc,
+                ThreadPool* pool = nullptr);
 
 }  // namespace kiln::cpu::kernels

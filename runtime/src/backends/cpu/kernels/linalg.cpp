@@ -111,10 +111,10 @@ void matmul_generic(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, 
 
 // One [m,k] x [k,n] (or [n,k] transposed) product in any supported dtype.
 bool matmul_any(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, const void* a,
-                const void* b, bool b_transposed, void* c) {
+                const void* b, bool b_transposed, void* c, ThreadPool* pool) {
   if (dtype == DType::kF32) {
     matmul_f32(m, n, k, static_cast<const float*>(a), k, static_cast<const float*>(b),
-               b_transposed ? k : n, b_transposed, static_cast<float*>(c), n);
+               b_transposed ? k : n, b_transposed, static_cast<float*>(c), n, pool);
     return true;
   }
   return dispatch<DType::kF64, KILN_ALL_INT_DTYPES>(dtype, [&]<DType D>() {
@@ -184,7 +184,8 @@ Status matmul_shape(const TensorView& a, const TensorView& b, const TensorView& 
 }  // namespace
 
 void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
-                const float* b, std::int64_t ldb, bool b_transposed, float* c, std::int64_t ldc) {
+                const float* b, std::int64_t ldb, bool b_transposed, float* c, std::int64_t ldc,
+                ThreadPool* pool) {
   if (m <= 0 || n <= 0) return;
   // The packed AVX2/FMA SGEMM (gemm/gemm.h); the loops below remain as the fallback when
   // it cannot allocate its packing buffers.
@@ -199,7 +200,7 @@ void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, 
   params.ldb = ldb;
   params.c = c;
   params.ldc = ldc;
-  if (k > 0 && sgemm(params, nullptr).ok()) return;
+  if (k > 0 && sgemm(params, pool).ok()) return;
   if (!b_transposed) return gemm_nn(m, n, k, a, lda, b, ldb, c, ldc);
   // Transpose B once so the inner loop runs along contiguous rows of B (dot products when
   // M is small or the copy cannot be allocated).
@@ -235,7 +236,19 @@ Status Matmul(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   if (s.b_batch.rank == 0) {
     // b is one matrix: fold a's batch dims into its rows.
     const std::int64_t rows = s.m * s.a_batch.numel();
-    matmul_any(dtype, rows, s.n, s.k, pa, pb, false, pc);
+    // A constant B was packed once at load.
+    if (const PackedB* packed = ctx.packed_b(1); packed != nullptr && dtype == DType::kF32 && packed->k() == s.k && packed->n() == s.n) {
+      GemmParams params;
+      params.m = rows;
+      params.n = s.n;
+      params.k = s.k;
+      params.a = static_cast<const float*>(a.data);
+      params.lda = s.k;
+      params.c = static_cast<float*>(out[0].data);
+      params.ldc = s.n;
+      if (sgemm_prepacked(params, *packed, &ctx.pool()).ok()) return Status::Ok();
+    }
+    matmul_any(dtype, rows, s.n, s.k, pa, pb, false, pc, &ctx.pool());
     return Status::Ok();
   }
   BroadcastPlan plan;
@@ -250,7 +263,7 @@ Status Matmul(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
       const std::int64_t ai = off[0] + i * plan.inner_stride(0);
       const std::int64_t bi = off[1] + i * plan.inner_stride(1);
       matmul_any(dtype, s.m, s.n, s.k, pa + ai * a_size, pb + bi * b_size, false,
-                 pc + (row * len + i) * c_size);
+                 pc + (row * len + i) * c_size, &ctx.pool());
     }
   });
   return Status::Ok();
@@ -277,7 +290,7 @@ Status Bmm(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   auto* pc = static_cast<unsigned char*>(out[0].data);
   for (std::int64_t i = 0; i < batch; ++i) {
     if (!matmul_any(a.dtype, m, n, k, pa + i * m * k * elem, pb + i * k * n * elem, false,
-                    pc + i * m * n * elem)) {
+                    pc + i * m * n * elem, &ctx.pool())) {
       return unsupported_dtype("bmm", a.dtype, "a");
     }
   }
@@ -310,7 +323,29 @@ Status Linear(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_out_shape("linear", out[0], std::span<const std::int64_t>(expected.data(), x.rank)));
   if (out[0].numel() == 0) return Status::Ok();
   const std::int64_t rows = dims_product(x, 0, x.rank - 1);
-  if (!matmul_any(x.dtype, rows, n, k, x.data, w.data, true, out[0].data)) {
+  if (x.dtype == DType::kF32 && rows > 0 && n > 0 && k > 0) {
+    // One SGEMM with the bias fused into its epilogue; a constant weight was packed at load.
+    GemmParams params;
+    params.m = rows;
+    params.n = n;
+    params.k = k;
+    params.trans_b = true;
+    params.a = x.as<const float>();
+    params.lda = k;
+    params.b = w.as<const float>();
+    params.ldb = k;
+    params.c = out[0].as<float>();
+    params.ldc = n;
+    if (bias != nullptr) {
+      params.bias = bias->as<const float>();
+      params.bias_kind = GemmBias::kPerColumn;
+    }
+    const PackedB* packed = ctx.packed_b(1);
+    const Status st = packed != nullptr && packed->k() == k && packed->n() == n ? sgemm_prepacked(params, *packed, &ctx.pool())
+                                                                               : sgemm(params, &ctx.pool());
+    if (st.ok()) return st;
+  }
+  if (!matmul_any(x.dtype, rows, n, k, x.data, w.data, true, out[0].data, &ctx.pool())) {
     return unsupported_dtype("linear", x.dtype, "x");
   }
   if (bias != nullptr && rows > 0 && n > 0) {

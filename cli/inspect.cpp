@@ -1,6 +1,11 @@
-// kiln inspect BUNDLE [--graph] [--json]
+// kiln inspect BUNDLE [--graph] [--json] [--dot [FILE]]
+#include <unistd.h>
+
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -352,23 +357,234 @@ void print_human(std::ostream& os, const Bundle& b, const json& j, bool with_gra
   }
 }
 
+// ---- Graphviz DOT (--dot) -----------------------------------------------------------
+
+// A DOT double-quoted string; "\n" in `text` becomes a centered line break.
+std::string dot_quote(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '\n') out += "\\n";
+    else if (c == '"' || c == '\\') out += std::string("\\") + c;
+    else if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out + "\"";
+}
+
+struct GraphRole {
+  std::string title;           // the cluster label
+  std::vector<std::string> callers;  // "g0_n5" for each node calling this graph
+};
+
+// Why each graph exists: entry, specialization, or callee of which nodes.
+std::vector<GraphRole> graph_roles(const fb::Program& p) {
+  std::vector<GraphRole> roles(count(p.graphs()));
+  for (std::uint32_t gi = 0; gi < roles.size(); ++gi) {
+    roles[gi].title = "graph " + std::to_string(gi) + " " + str(p.graphs()->Get(gi)->name());
+  }
+  if (p.entry_graph() < roles.size()) {
+    roles[p.entry_graph()].title += count(p.specializations()) ? "  (entry: the generic variant)" : "  (entry)";
+  }
+  for (std::uint32_t s = 0; s < count(p.specializations()); ++s) {
+    const auto* sp = p.specializations()->Get(s);
+    if (sp->graph() < roles.size()) {
+      roles[sp->graph()].title += "  (specialization " + str(sp->label()) + ": " + expr_to_string(p, sp->predicate()) + ")";
+    }
+  }
+  for (std::uint32_t gi = 0; gi < roles.size(); ++gi) {
+    const auto* g = p.graphs()->Get(gi);
+    for (std::uint32_t n = 0; n < count(g->nodes()); ++n) {
+      const auto* node = g->nodes()->Get(n);
+      for (std::uint32_t k = 0; k < count(node->subgraphs()); ++k) {
+        const std::uint32_t callee = node->subgraphs()->Get(k);
+        if (callee < roles.size()) roles[callee].callers.push_back("g" + std::to_string(gi) + "_n" + std::to_string(n));
+      }
+    }
+  }
+  for (auto& role : roles) {
+    if (!role.callers.empty()) role.title += "  (subgraph)";
+  }
+  return roles;
+}
+
+// One cluster per graph: inputs (ellipses), nodes (boxes: op, output
+// types, source line, the asserts checked after it), outputs (ellipses). Returns the id of
+// the node that edges into this cluster point at. Constants (notes) come with the edges.
+std::string write_dot_graph(std::ostream& os, const fb::Program& p, std::uint32_t gi, const GraphRole& role) {
+  const auto* g = p.graphs()->Get(gi);
+  const std::string prefix = "g" + std::to_string(gi) + "_";
+  const std::uint32_t nvalues = count(g->values());
+  // Where each value comes from: "gI_inK", "gI_cV" or "gI_nN".
+  std::vector<std::string> source(nvalues);
+  std::string anchor;
+  os << "  subgraph cluster_g" << gi << " {\n";
+  std::string label = role.title;
+  for (std::uint32_t a = 0; a < count(g->asserts()); ++a) {
+    const auto* ra = g->asserts()->Get(a);
+    if (ra->after_node() >= 0) continue;
+    const std::string loc = location(p, ra->debug());
+    label += "\nassert " + expr_to_string(p, ra->expr()) + (loc.empty() ? "" : "  (" + loc + ")");
+  }
+  os << "    label=" << dot_quote(label) << ";\n";
+  os << "    style=\"rounded\"; color=\"" << (role.callers.empty() ? "#64748b" : "#d97706") << "\";\n";
+  for (std::uint32_t k = 0; k < count(g->inputs()); ++k) {
+    const std::uint32_t v = g->inputs()->Get(k);
+    if (v >= nvalues) continue;
+    source[v] = prefix + "in" + std::to_string(k);
+    if (anchor.empty()) anchor = source[v];
+    os << "    " << source[v] << " [shape=ellipse, fillcolor=\"#dbeafe\", label="
+       << dot_quote("input " + value_name(*g, v) + "\n" + value_text(p, *g, v)) << "];\n";
+  }
+  for (std::uint32_t n = 0; n < count(g->nodes()); ++n) {
+    const auto* node = g->nodes()->Get(n);
+    const std::string id = prefix + "n" + std::to_string(n);
+    std::string text = str(p.op_names()->Get(node->op()));
+    for (std::uint32_t k = 0; k < count(node->outputs()); ++k) {
+      const std::uint32_t v = node->outputs()->Get(k);
+      if (v >= nvalues) continue;
+      text += "\n" + value_text(p, *g, v);
+      if (source[v].empty()) source[v] = id;
+    }
+    const std::string loc = location(p, node->debug());
+    if (!loc.empty()) text += "\n" + loc;
+    for (std::uint32_t a = 0; a < count(g->asserts()); ++a) {
+      if (g->asserts()->Get(a)->after_node() == static_cast<std::int32_t>(n)) text += "\nassert " + expr_to_string(p, g->asserts()->Get(a)->expr());
+    }
+    const bool calls = count(node->subgraphs()) > 0;
+    os << "    " << id << " [label=" << dot_quote(text) << (calls ? ", fillcolor=\"#fef3c7\"" : "") << "];\n";
+    if (anchor.empty()) anchor = id;
+  }
+  for (std::uint32_t k = 0; k < count(g->outputs()); ++k) {
+    const std::uint32_t v = g->outputs()->Get(k);
+    if (v >= nvalues) continue;
+    const std::string id = prefix + "out" + std::to_string(k);
+    os << "    " << id << " [shape=ellipse, fillcolor=\"#dcfce7\", label="
+       << dot_quote("output " + std::to_string(k) + "\n" + value_text(p, *g, v)) << "];\n";
+    if (anchor.empty()) anchor = id;
+  }
+  if (anchor.empty()) {
+    anchor = prefix + "empty";
+    os << "    " << anchor << " [shape=plaintext, label=\"(empty)\"];\n";
+  }
+  // Data edges. Constants get a node at their first use; a value that no input, constant
+  // or node defines (impossible in a verified bundle) gets one too, so that every edge
+  // endpoint is declared.
+  auto from = [&](std::uint32_t v) -> std::string {
+    if (v >= nvalues || g->values()->Get(v)->kind() == fb::ValueKind::None) return "";
+    if (source[v].empty()) {
+      const bool constant = g->values()->Get(v)->kind() == fb::ValueKind::Constant;
+      source[v] = prefix + (constant ? "c" : "v") + std::to_string(v);
+      os << "    " << source[v] << (constant ? " [shape=note, fillcolor=\"#f1f5f9\", fontsize=9, label=" : " [shape=plaintext, label=")
+         << dot_quote(value_name(*g, v) + "\n" + value_text(p, *g, v)) << "];\n";
+    }
+    return source[v];
+  };
+  for (std::uint32_t n = 0; n < count(g->nodes()); ++n) {
+    const auto* node = g->nodes()->Get(n);
+    for (std::uint32_t k = 0; k < count(node->inputs()); ++k) {
+      const std::string src = from(node->inputs()->Get(k));
+      if (!src.empty()) os << "    " << src << " -> " << prefix << "n" << n << ";\n";
+    }
+  }
+  for (std::uint32_t k = 0; k < count(g->outputs()); ++k) {
+    const std::string src = from(g->outputs()->Get(k));
+    if (!src.empty()) os << "    " << src << " -> " << prefix << "out" << k << ";\n";
+  }
+  os << "  }\n";
+  return anchor;
+}
+
+// What the k-th graph a node calls is to it: "true"/"false" for cond, "cond"/"body" for
+// while_loop, "calls" otherwise.
+std::string call_label(const fb::Program& p, const fb::Node& node, std::uint32_t k) {
+  const std::string op = str(p.op_names()->Get(node.op()));
+  if (op == "cond" && k < 2) return k == 0 ? "true" : "false";
+  if (op == "while_loop" && k < 2) return k == 0 ? "cond" : "body";
+  return "calls";
+}
+
+// The whole program as one DOT digraph: a cluster per graph (entry, specializations,
+// subgraphs), and a dashed edge from every cond / while_loop / invoke_subgraph node to the
+// clusters of the graphs it calls.
+void write_dot(std::ostream& os, const fb::Program& p) {
+  os << "digraph " << dot_quote(str(p.name()).empty() ? "kiln" : str(p.name())) << " {\n"
+     << "  compound=true; rankdir=TB; newrank=true;\n"
+     << "  graph [fontname=\"Helvetica\", fontsize=11, labeljust=l];\n"
+     << "  node [shape=box, style=\"rounded,filled\", fillcolor=white, fontname=\"Helvetica\", fontsize=10];\n"
+     << "  edge [color=\"#475569\", arrowsize=0.6, fontname=\"Helvetica\", fontsize=9];\n";
+  const std::vector<GraphRole> roles = graph_roles(p);
+  std::vector<std::string> anchors;
+  for (std::uint32_t gi = 0; gi < roles.size(); ++gi) anchors.push_back(write_dot_graph(os, p, gi, roles[gi]));
+  for (std::uint32_t gi = 0; gi < roles.size(); ++gi) {
+    const auto* g = p.graphs()->Get(gi);
+    for (std::uint32_t n = 0; n < count(g->nodes()); ++n) {
+      const auto* node = g->nodes()->Get(n);
+      for (std::uint32_t k = 0; k < count(node->subgraphs()); ++k) {
+        const std::uint32_t callee = node->subgraphs()->Get(k);
+        if (callee >= roles.size()) continue;
+        os << "  g" << gi << "_n" << n << " -> " << anchors[callee] << " [lhead=cluster_g" << callee
+           << ", style=dashed, color=\"#d97706\", label=" << dot_quote(call_label(p, *node, k) + " (graph " + std::to_string(callee) + ")")
+           << "];\n";
+      }
+    }
+  }
+  os << "}\n";
+}
+
 struct InspectOptions {
   std::string path;
   bool graph = false;
   bool json = false;
+  CLI::Option* dot = nullptr;
+  std::string dot_path;  // "" or "-": stdout
 };
+
+// Writes `text` to `path` atomically (a temporary file, then rename): nothing partial is
+// left on failure.
+Status write_text_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!(f << text) || !f.flush()) {
+      std::remove(tmp.c_str());
+      return Status(StatusCode::kIoError, "cannot write " + path);
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status(StatusCode::kIoError, "cannot write " + path + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
 Command add_inspect(CLI::App& app) {
   auto opts = std::make_shared<InspectOptions>();
-  app.add_option("bundle", opts->path, "The .kiln bundle")->required();
+  app.add_option("bundle", opts->path, "The .kiln bundle");
   app.add_flag("--graph", opts->graph, "Also print every graph, node by node, with source locations");
   app.add_flag("--json", opts->json, "Print one JSON object on stdout");
-  app.footer("Example:\n  kiln inspect model.kiln --graph");
+  opts->dot = app.add_option("--dot", opts->dot_path,
+                             "Write the graphs as Graphviz DOT to FILE (stdout when omitted or '-') instead of the summary")
+                  ->expected(0, 1)
+                  ->type_name("FILE");
+  app.footer("Examples:\n  kiln inspect model.kiln --graph\n  kiln inspect model.kiln --dot model.dot && dot -Tsvg model.dot -o model.svg");
   return [opts]() {
+    // `kiln inspect --dot model.kiln`: CLI11 gives the one path to --dot; it is the bundle.
+    if (opts->path.empty() && opts->dot->count() > 0 && !opts->dot_path.empty()) std::swap(opts->path, opts->dot_path);
+    if (opts->path.empty()) return report_error(Status(StatusCode::kUsage, "inspect: a BUNDLE is required"), opts->json);
     auto bundle = Bundle::open(opts->path);
     if (!bundle.ok()) return report_error(bundle.status().with_context(opts->path), opts->json);
+    if (opts->dot->count() > 0) {
+      std::ostringstream dot;
+      write_dot(dot, (*bundle)->program());
+      if (opts->dot_path.empty() || opts->dot_path == "-") {
+        std::cout << dot.str();
+        return 0;
+      }
+      KILN_RETURN_IF_ERROR_CLI(write_text_file(opts->dot_path, dot.str()), opts->json);
+      std::cerr << "wrote " << opts->dot_path << "\n";
+      return 0;
+    }
     const json j = bundle_json(**bundle, opts->path, opts->graph);
     if (opts->json) std::cout << j.dump(2) << "\n";
     else print_human(std::cout, **bundle, j, opts->graph);

@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev
   clang libclang-rt-14-dev
+  graphviz
 )
 
 missing=()

@@ -144,7 +144,7 @@ Status conv_f32(const float* x, const float* w, const float* bias, float* y, con
   const std::int64_t items = g.in.batch * g.groups;
   // Many small (image, group) problems (depthwise, batches): one per thread at a time.
   // Few large ones: one at a time, each GEMM split over the pool.
-  if (pool.num_threads() > 1 && items >= 2 * pool.num_threads() && (depthwise || g.group_out() * g.oh * g.ow * patch < (1 << 22))) {
+  if (pool.num_threads() > 1 && items >= pool.num_threads() && (depthwise || items % pool.num_threads() == 0 || items >= 4 * pool.num_threads())) {
     std::atomic<bool> failed{false};
     pool.parallel_for(items, 1, [&](std::int64_t begin, std::int64_t end) {
       std::unique_ptr<float[]> col = make_col();

@@ -9,6 +9,7 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/thread_pool.h"
 #include "backends/cpu/kernels/simd.h"
 
 namespace kiln::cpu::kernels {
@@ -134,7 +135,11 @@ Status softmax_op(std::string_view op, KernelFn self, KernelContext& ctx, Inputs
     float* dst = out[0].as<float>();
     if (inner == 1) {
       const auto row = log ? simd().log_softmax_row : simd().softmax_row;
-      for (std::int64_t o = 0; o < outer; ++o) row(src + o * n, dst + o * n, n);
+      // Rows split over the pool once there is enough work (~16K elements per thread).
+      const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1));
+      ctx.pool().parallel_for(outer, grain, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t o = begin; o < end; ++o) row(src + o * n, dst + o * n, n);
+      });
     } else {
       softmax_cols(src, dst, outer, n, inner, log);
     }

@@ -9,6 +9,7 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/thread_pool.h"
 #include "backends/cpu/kernels/window.h"
 
 namespace kiln::cpu::kernels {
@@ -48,24 +49,27 @@ inline std::int64_t first_valid(std::int64_t start, std::int64_t step) {
 }
 
 template <typename T>
-void max_pool(const T* x, T* y, const PoolGeometry& g) {
+void max_pool(const T* x, T* y, const PoolGeometry& g, ThreadPool& pool) {
   const std::int64_t h = g.in.height, w = g.in.width;
   const std::int64_t planes = g.in.batch * g.in.channels;
-  for (std::int64_t p = 0; p < planes; ++p) {
-    const T* plane = x + p * h * w;
-    T* out = y + p * g.oh * g.ow;
-    for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-      const std::int64_t ys = oy * g.stride[0] - g.padding[0];
-      const std::int64_t ye = std::min(ys + (g.kernel[0] - 1) * g.dilation[0] + 1, h);
-      const std::int64_t y0 = first_valid(ys, g.dilation[0]);
-      for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-        const std::int64_t xs = ox * g.stride[1] - g.padding[1];
-        const std::int64_t xe = std::min(xs + (g.kernel[1] - 1) * g.dilation[1] + 1, w);
-        out[oy * g.ow + ox] = window_max(plane, w, y0, ye, g.dilation[0], first_valid(xs, g.dilation[1]), xe,
-                                         g.dilation[1]);
+  pool.parallel_for(planes, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(g.oh * g.ow * g.kernel[0] * g.kernel[1], 1)),
+                    [&](std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t p = p0; p < p1; ++p) {
+      const T* plane = x + p * h * w;
+      T* out = y + p * g.oh * g.ow;
+      for (std::int64_t oy = 0; oy < g.oh; ++oy) {
+        const std::int64_t ys = oy * g.stride[0] - g.padding[0];
+        const std::int64_t ye = std::min(ys + (g.kernel[0] - 1) * g.dilation[0] + 1, h);
+        const std::int64_t y0 = first_valid(ys, g.dilation[0]);
+        for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+          const std::int64_t xs = ox * g.stride[1] - g.padding[1];
+          const std::int64_t xe = std::min(xs + (g.kernel[1] - 1) * g.dilation[1] + 1, w);
+          out[oy * g.ow + ox] = window_max(plane, w, y0, ye, g.dilation[0], first_valid(xs, g.dilation[1]), xe,
+                                           g.dilation[1]);
+        }
       }
     }
-  }
+  });
 }
 
 template <typename T>
@@ -201,7 +205,7 @@ Status MaxPool2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_pool_out("max_pool2d", x, out[0], g));
   if (is_half_dtype(x.dtype)) return run_via_f32(MaxPool2d, ctx, in, out, attrs);
   const bool ok = dispatch<KILN_NUMERIC_DTYPES>(x.dtype, [&]<DType D>() {
-    max_pool(x.as<CType<D>>(), out[0].as<CType<D>>(), g);
+    max_pool(x.as<CType<D>>(), out[0].as<CType<D>>(), g, ctx.pool());
   });
   return ok ? Status::Ok() : unsupported_dtype("max_pool2d", x.dtype, "x");
 }

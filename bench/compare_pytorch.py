@@ -1,0 +1,91 @@
+"""Kiln vs PyTorch eager, side by side in one run, on the torch.export fixtures.
+
+For each fixture: `kiln import model.pt2` (timed), then for each valid case the median
+latency of `kiln bench --threads T` against PyTorch eager with torch.set_num_threads(T) on
+the same inputs and weights. The PyTorch model is the original nn.Module from the
+fixtures' generate.py with the exported state_dict loaded (true eager), or, for models
+whose class is not known, `ExportedProgram.module()`. Needs PyTorch >= 2.5 (torch.export.load).
+
+    python3 bench/compare_pytorch.py --kiln build/dev/bin/kiln --threads 2 \
+        --generate tests/fixtures/torch_export/generate.py \
+        tests/fixtures/torch_export/{mlp,convnet,decoder} tests/fixtures/torch_extra/{mobilenet_v3,vit,encoder}
+"""
+import argparse, json, os, statistics, subprocess, sys, tempfile, time
+
+import numpy as np
+import torch
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--kiln", required=True)
+ap.add_argument("--threads", type=int, default=2)
+ap.add_argument("--iters", type=int, default=50)
+ap.add_argument("--generate", help="generate.py whose model classes give true eager modules")
+ap.add_argument("fixtures", nargs="+")
+args = ap.parse_args()
+torch.set_num_threads(args.threads)
+torch.set_grad_enabled(False)
+
+classes = {}
+if args.generate:
+    src = open(args.generate).read()
+    src = src[src.index("class MLP"): src.index("def build_visible")]
+    ns = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
+    exec(compile(src, args.generate, "exec"), ns)
+    classes = {"mlp": ns["MLP"], "convnet": ns["ConvNet"], "decoder": ns["Decoder"]}
+
+
+def torch_module(name, ep):
+    if name in classes:
+        m = classes[name]()
+        state = dict(ep.state_dict)
+        state.update({k: v for k, v in ep.constants.items() if isinstance(v, torch.Tensor)})
+        m.load_state_dict(state, strict=False)
+        return m.eval(), "nn.Module"
+    return ep.module(), "ExportedProgram.module()"
+
+
+def median_ms(fn, iters, warmup=5):
+    for _ in range(warmup):
+        fn()
+    t = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        t.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(t)
+
+
+rows = []
+tmp = tempfile.mkdtemp()
+for d in args.fixtures:
+    name = os.path.basename(os.path.normpath(d))
+    man = json.load(open(os.path.join(d, "manifest.json")))
+    bundle = os.path.join(tmp, name + ".kiln")
+    t0 = time.perf_counter()
+    subprocess.run([args.kiln, "import", os.path.join(d, "model.pt2"), "-o", bundle], check=True, capture_output=True)
+    import_ms = (time.perf_counter() - t0) * 1000
+    ep = torch.export.load(os.path.join(d, "model.pt2"))
+    mod, kind = torch_module(name, ep)
+    for case in man["valid"]:
+        files = [os.path.join(d, case["inputs"][n]) for n in man["inputs"]]
+        arrays = [np.load(f) for f in files]
+        tensors = [torch.from_numpy(a) for a in arrays]
+        want = np.load(os.path.join(d, case["outputs"][0]))
+        got = mod(*tensors)
+        got = got[0] if isinstance(got, (tuple, list)) else got
+        err = float(np.max(np.abs(got.numpy() - want))) if want.size else 0.0
+        t_ms = median_ms(lambda: mod(*tensors), args.iters)
+        cmd = [args.kiln, "bench", bundle, "--threads", str(args.threads), "--iters", str(args.iters), "--warmup", "5", "--json"]
+        for n, f in zip(man["inputs"], files):
+            cmd += ["--input", f"{n}={f}"]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        k = json.loads(out)
+        shape = "x".join(str(s) for s in arrays[0].shape)
+        rows.append((name, shape, k["median_ms"], t_ms, t_ms / k["median_ms"], import_ms, kind, err))
+        print(f"{name:14s} {shape:14s} kiln {k['median_ms']:9.4f} ms  torch {t_ms:9.4f} ms  ratio {t_ms / k['median_ms']:6.2f}x  "
+              f"(import {import_ms:.0f} ms, torch {kind}, torch vs golden {err:.1e})", flush=True)
+
+print(f"\n| model | input | kiln ms | PyTorch {torch.__version__} eager ms | speedup |")
+print("| --- | --- | ---: | ---: | ---: |")
+for name, shape, k_ms, t_ms, ratio, _, _, _ in rows:
+    print(f"| {name} | {shape} | {k_ms:.4f} | {t_ms:.4f} | {ratio:.2f}x |")

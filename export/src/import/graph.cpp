@@ -581,6 +581,18 @@ void Importer::map_hop() {
 
 // ---- asserts and unbacked bindings --------------------------------------------------------
 
+std::string Importer::origin_of(int node_index, const std::string& suffix) {
+  const ir::Graph& g = graph();
+  const ir::Node& n = g.nodes[static_cast<std::size_t>(node_index)];
+  std::string text(op_name(n.op));
+  text += "(";
+  for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+    const std::string& vn = g.values[static_cast<std::size_t>(n.inputs[i])].name;
+    text += (i ? ", " : "") + (vn.empty() ? std::string("...") : vn);
+  }
+  return text + ")" + suffix;
+}
+
 void Importer::add_assert(sym::Expr e, const std::string& message) {
   // Not simplified: under the ranges recorded from the archive every assert reads as True.
   if (e.bool_value() == true) return;
@@ -592,7 +604,16 @@ void Importer::add_assert(sym::Expr e, const std::string& message) {
     auto it = scope_->binder.find(s);
     after = std::max(after, it == scope_->binder.end() ? static_cast<int>(graph().nodes.size()) - 1 : it->second);
   }
-  graph().asserts.push_back({e, message.empty() ? sym::to_string(e, &program.env) : message, after, meta_});
+  // The message names the expression and where each data-dependent symbol comes from:
+  // "u0 <= 16 (u0 = item(n_t))".
+  std::string text = message.empty() ? sym::to_string(e, &program.env) : message;
+  std::string origins;
+  for (int s : sym::free_symbols(e)) {
+    auto it = symbol_origin_.find(s);
+    if (it != symbol_origin_.end()) origins += (origins.empty() ? "" : ", ") + program.env.symbol(s).name + " = " + it->second;
+  }
+  if (!origins.empty()) text += " (" + origins + ")";
+  graph().asserts.push_back({e, text, after, meta_});
 }
 
 void Importer::add_range_asserts(int s, int node_index) {
@@ -609,6 +630,7 @@ void Importer::bind_scalar(sym::Expr e, int node_index, int output) {
   if (program.env.symbol(s).kind != sym::SymbolKind::Unbacked || scope_->binder.count(s)) return;
   graph().bindings.push_back({s, node_index, output, ir::UnbackedBinding::Kind::kScalar, 0, 1});
   scope_->binder[s] = node_index;
+  symbol_origin_[s] = origin_of(node_index, "");
   add_range_asserts(s, node_index);
 }
 
@@ -635,6 +657,8 @@ void Importer::bind_unbacked(int first_node) {
         if (s < 0 || divisor < 1 || program.env.symbol(s).kind != sym::SymbolKind::Unbacked || scope_->binder.count(s)) continue;
         g.bindings.push_back({s, ni, static_cast<int>(o), ir::UnbackedBinding::Kind::kSize, static_cast<int>(d), divisor});
         scope_->binder[s] = ni;
+        symbol_origin_[s] = origin_of(ni, (n.outputs.size() > 1 ? "[" + std::to_string(o) + "]" : std::string()) + ".size(" +
+                                              std::to_string(d) + ")" + (divisor > 1 ? " / " + std::to_string(divisor) : ""));
         add_range_asserts(s, ni);
       }
     }

@@ -181,6 +181,8 @@ class Importer {
   std::map<std::string, std::pair<std::int64_t, std::int64_t>> ranges_;
   std::map<std::string, int> subgraphs_;  // pt2 subgraph name -> graph index
   std::vector<std::pair<std::string, std::string>> input_dims_;  // "x.0" -> archive symbol
+  std::unordered_map<int, std::string> symbol_origin_;           // u0 -> "item(n_t)" for messages
+  std::string origin_of(int node_index, const std::string& suffix);
   Scope* scope_ = nullptr;
   const json* node_ = nullptr;
   std::string target_, overload_;

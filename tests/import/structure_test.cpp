@@ -107,13 +107,14 @@ TEST_F(ImportStructure, MlpHasBackedSymbolRangeHintSourceLinesAndModulePaths) {
   EXPECT_EQ(fc1.meta.user_op, "linear");
 }
 
-TEST_F(ImportStructure, CoreIrDecomposesAddmmAndKeepsTheSameSignature) {
+TEST_F(ImportStructure, CoreIrAddmmOfATransposedWeightIsALinearAgain) {
   auto ep = import_pt2(fixture("mlp", "model.core.pt2"));
   ASSERT_TRUE(ep.ok()) << ep.status().message();
   const ir::Graph& g = ep->program().graphs[0];
-  EXPECT_EQ(count_ops(g, OpKind::Linear), 0);
-  EXPECT_EQ(count_ops(g, OpKind::Matmul), 2);
-  EXPECT_EQ(count_ops(g, OpKind::Add), 2);
+  // permute(w, [1, 0]) + addmm -> linear(x, w, b); the dead permutes are removed.
+  EXPECT_EQ(count_ops(g, OpKind::Linear), 2);
+  EXPECT_EQ(count_ops(g, OpKind::Permute), 0);
+  EXPECT_EQ(count_ops(g, OpKind::Matmul), 0);
   EXPECT_EQ(ep->program().inputs[0].name, "x");
 }
 

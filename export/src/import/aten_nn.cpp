@@ -27,12 +27,33 @@ std::int64_t static_dim(Importer& im, int v, std::int64_t d, const char* what) {
   return *k;
 }
 
+// The [N, K] weight when `v` is permute(w, [1, 0]) (how the core IR spells nn.Linear), so
+// that x @ w^T can run as linear(x, w) without transposing the weight on every run.
+std::optional<int> transposed_source(Importer& im, int v) {
+  const ir::Graph& g = im.graph();
+  for (auto it = g.nodes.rbegin(); it != g.nodes.rend(); ++it) {
+    if (std::find(it->outputs.begin(), it->outputs.end(), v) == it->outputs.end()) continue;
+    if (it->op != OpKind::Permute || it->attrs.empty()) return std::nullopt;
+    const auto* dims = std::get_if<std::vector<std::int64_t>>(&it->attrs[0]);
+    if (!dims || *dims != std::vector<std::int64_t>{1, 0}) return std::nullopt;
+    return it->inputs[0];
+  }
+  return std::nullopt;
+}
+
 void addmm(Importer& im) {
   const DType out = im.out_dtype();
   const int a = im.cast(im.tensor(1, "mat1"), out);
   const int b = im.cast(im.tensor(2, "mat2"), out);
   const double beta = im.float_arg(3, "beta", 1.0), alpha = im.float_arg(4, "alpha", 1.0);
   const Shape s = im.out_shape();
+  if (alpha == 1.0 && beta == 1.0 && im.rank(a) == 2) {
+    const int bias = im.cast(im.tensor(0, "self"), out);
+    if (auto w = transposed_source(im, b); w && im.rank(bias) == 1 && im.dtype(*w) == out) {
+      im.emit_out(OpKind::Linear, {a, *w, bias});
+      return;
+    }
+  }
   int m = im.emit(OpKind::Matmul, {a, b}, {}, out, s);
   if (alpha != 1.0) m = im.emit(OpKind::Mul, {m, im.scalar(alpha, out)}, {}, out, s);
   int bias = im.cast(im.tensor(0, "self"), out);
@@ -675,7 +696,12 @@ void register_nn(HandlerTable& t) {
   t["aten.matmul"] = mm;
   t["aten.mm"] = [](Importer& im) {
     const DType dt = im.out_dtype();
-    im.emit_out(OpKind::Matmul, {im.cast(im.tensor(0, "self"), dt), im.cast(im.tensor(1, "mat2"), dt)});
+    const int a = im.cast(im.tensor(0, "self"), dt), b = im.cast(im.tensor(1, "mat2"), dt);
+    if (auto w = transposed_source(im, b); w && im.dtype(*w) == dt) {
+      im.emit_out(OpKind::Linear, {a, *w});
+      return;
+    }
+    im.emit_out(OpKind::Matmul, {a, b});
   };
   t["aten.bmm"] = [](Importer& im) {
     const DType dt = im.out_dtype();

@@ -1,8 +1,9 @@
 // `kiln inspect --dot`: Graphviz DOT of a bundle. Checked structurally (balanced braces,
 // every edge endpoint declared, a cluster per graph, dashed edges from the cond node into
 // its branch clusters, labels with op, symbolic shape and source line) on the format
-// sample, which has a cond with two branch subgraphs and a specialization; and, when
-// Graphviz is installed, rendered with `dot`.
+// sample, which has a cond with two branch subgraphs and a specialization, and on a traced
+// model with a while_loop and a compile region; and, when Graphviz is installed, rendered
+// with `dot`.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +18,10 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
+
+#include "kiln/export/export.h"
+#include "kiln/export/ops.h"
 
 namespace {
 
@@ -177,6 +182,36 @@ TEST_F(InspectDot, InvalidBundleExitsTwoAndWritesNothing) {
   EXPECT_FALSE(fs::exists(out));
   EXPECT_EQ(kiln("inspect " + path("s.kiln") + " --dot " + path("no/such/dir/x.dot")).code, 8);
   EXPECT_EQ(kiln("inspect --dot").code, 1);
+}
+
+TEST_F(InspectDot, WhileLoopAndCompileRegionCallees) {
+  using namespace kiln;
+  auto ep = export_program(
+      [](Tensor x, SymInt n) {
+        CompileRegion twice("twice", [](Tensor h) { return h * 2.0; });
+        auto [i, y] = while_loop([n](SymInt i, Tensor) { return i < n; },
+                                 [](SymInt i, Tensor v) { return std::make_tuple(i + 1, v + 1.0); }, {SymInt(0), twice(x)});
+        return std::make_tuple(twice(y), i);
+      },
+      {input("x", Tensor::randn({2, 3}), {Dim("batch", 1, 8)}), int_input("n", 3, Dim::DYNAMIC)}, {.name = "loop"});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  ASSERT_TRUE(ep->save(path("loop.kiln")).ok());
+  const CmdResult r = kiln("inspect " + path("loop.kiln") + " --dot");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Dot d = parse_dot(r.out);
+  EXPECT_TRUE(d.balanced);
+  for (const auto& [a, b] : d.edges) EXPECT_TRUE(d.nodes.count(a) && d.nodes.count(b)) << a << " -> " << b;
+  // The entry graph, the region's subgraph (called twice) and the loop's cond and body.
+  EXPECT_EQ(d.clusters.size(), 4u) << r.out;
+  int region_calls = 0;
+  for (std::size_t e = 0; e < d.edges.size(); ++e) {
+    if (d.edge_attrs[e].find("label=\"calls (graph") != std::string::npos) ++region_calls;
+  }
+  EXPECT_EQ(region_calls, 2) << r.out;
+  for (const char* needle : {"label=\"cond (graph", "label=\"body (graph", "label=\"while_loop\\n", "label=\"invoke_subgraph\\nf32[s0, 3]",
+                             "label=\"input n\\nSym(s1)\""}) {
+    EXPECT_NE(r.out.find(needle), std::string::npos) << "missing: " << needle << "\n" << r.out;
+  }
 }
 
 TEST_F(InspectDot, GraphvizRendersIt) {

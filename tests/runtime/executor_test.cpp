@@ -1,7 +1,9 @@
 // Export -> bundle -> Program/Session, against eager execution of the same model code.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 
 #include "../../samples/models/models.h"
 #include "kiln/export/guards.h"
@@ -190,6 +192,47 @@ TEST(Executor, DecoderMatchesEager) {
     ASSERT_TRUE(r.ok()) << r.status().message();
     expect_close(r->outputs[0].tensor, want, 1e-4f, 1e-4f);
   }
+}
+
+// One Program shared by 8 threads, each with its own Session (2 pool threads each), over
+// varying shapes: every result equals the single-threaded one bit for bit.
+TEST(Executor, EightThreadsShareOneProgram) {
+  models::Decoder model;
+  auto ep = export_program([&](Tensor x) { return model(x); },
+                           {input("ids", Tensor::from_ints({2, 5}, std::vector<std::int64_t>(10, 1)), {Dim("batch", 1, 8), Dim("seq", 1, 128)})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto program = load(*ep);
+  ASSERT_NE(program, nullptr);
+  std::vector<std::vector<HostValue>> inputs;
+  std::vector<HostTensor> expected;
+  Session reference(*program);
+  for (std::int64_t t = 1; t <= 8; ++t) {
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(2 * t));
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>((i * 31 + static_cast<std::size_t>(t)) % 256);
+    inputs.push_back({HostValue::of(host(Tensor::from_ints({2, t}, ids)))});
+    auto r = reference.run(inputs.back());
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    expected.push_back(r->outputs[0].tensor);
+  }
+  std::atomic<int> mismatches{0}, failures{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 8; ++w) {
+    threads.emplace_back([&, w] {
+      Session session(*program, {.threads = 2});
+      for (int round = 0; round < 20; ++round) {
+        const std::size_t k = static_cast<std::size_t>(w + round) % inputs.size();
+        auto r = session.run(inputs[k]);
+        if (!r.ok()) {
+          ++failures;
+          continue;
+        }
+        if (r->outputs[0].tensor.data != expected[k].data) ++mismatches;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(Executor, MissingOpsAreListedAtLoad) {

@@ -406,9 +406,9 @@ std::vector<GraphRole> graph_roles(const fb::Program& p) {
   return roles;
 }
 
-// One cluster per graph: inputs (ellipses), nodes (boxes: op, output
-// types, source line, the asserts checked after it), outputs (ellipses). Returns the id of
-// the node that edges into this cluster point at. Constants (notes) come with the edges.
+// One cluster per graph: inputs (ellipses), nodes (boxes: op, output types, source line,
+// the asserts checked after it), outputs (ellipses), constants (notes, declared with their
+// first edge). Returns the id of the node that edges into this cluster point at.
 std::string write_dot_graph(std::ostream& os, const fb::Program& p, std::uint32_t gi, const GraphRole& role) {
   const auto* g = p.graphs()->Get(gi);
   const std::string prefix = "g" + std::to_string(gi) + "_";

@@ -119,6 +119,36 @@ void prune_asserts(ir::Graph& g, const sym::ShapeEnv& env) {
   g.asserts = std::move(kept);
 }
 
+// Nodes with the same op, inputs and attributes compute the same value: later ones are
+// replaced by the first (and then removed by eliminate_dead_code). Control flow,
+// data-dependent ops and nodes that bind symbols are left alone.
+void eliminate_common_subexpressions(ir::Graph& g) {
+  std::set<int> binding_nodes;
+  for (const ir::UnbackedBinding& b : g.bindings) binding_nodes.insert(b.node);
+  std::vector<int> replace(g.values.size());
+  for (std::size_t v = 0; v < replace.size(); ++v) replace[v] = static_cast<int>(v);
+  std::map<std::pair<int, std::vector<int>>, std::vector<std::size_t>> seen;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    ir::Node& n = g.nodes[i];
+    for (int& in : n.inputs) in = replace[static_cast<std::size_t>(in)];
+    const bool pure = n.subgraphs.empty() && !binding_nodes.count(static_cast<int>(i)) && !n.outputs.empty() &&
+                      n.op != OpKind::Nonzero && n.op != OpKind::MaskedSelect && n.op != OpKind::Item &&
+                      n.op != OpKind::Cond && n.op != OpKind::WhileLoop && n.op != OpKind::InvokeSubgraph;
+    if (!pure) continue;
+    auto& bucket = seen[{static_cast<int>(n.op), n.inputs}];
+    bool merged = false;
+    for (std::size_t j : bucket) {
+      const ir::Node& m = g.nodes[j];
+      if (m.attrs != n.attrs || m.outputs.size() != n.outputs.size()) continue;
+      for (std::size_t k = 0; k < n.outputs.size(); ++k) replace[static_cast<std::size_t>(n.outputs[k])] = m.outputs[k];
+      merged = true;
+      break;
+    }
+    if (!merged) bucket.push_back(i);
+  }
+  for (int& out : g.outputs) out = replace[static_cast<std::size_t>(out)];
+}
+
 void eliminate_dead_code(ir::Graph& g) {
   std::vector<bool> live_value(g.values.size(), false);
   for (int v : g.outputs) live_value[static_cast<std::size_t>(v)] = true;
@@ -172,6 +202,7 @@ void finalize(TraceContext& ctx, const std::vector<std::pair<const Dim*, int>>& 
   add_unbacked_range_asserts(ctx);
   for (ir::Graph& g : p.graphs) {  // the entry graph and the subgraphs of higher-order ops
     simplify_graph(g, p.env);
+    eliminate_common_subexpressions(g);
     eliminate_dead_code(g);
     name_values(g);
   }

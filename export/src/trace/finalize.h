@@ -23,5 +23,7 @@ void prune_asserts(ir::Graph& g, const sym::ShapeEnv& env);
 /// Removes nodes whose results are never used (keeping nodes that bind unbacked
 /// symbols), then values nothing refers to; renumbers nodes and values.
 void eliminate_dead_code(ir::Graph& g);
+/// Replaces repeated pure nodes (same op, inputs, attributes) by their first occurrence.
+void eliminate_common_subexpressions(ir::Graph& g);
 
 }  // namespace kiln::detail

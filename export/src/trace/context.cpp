@@ -176,7 +176,10 @@ void TraceContext::check(sym::Expr e, const SourceLoc& loc) {
   if (a.kind == sym::GuardKind::Range && env().symbol(a.symbol).kind == sym::SymbolKind::Unbacked) {
     const Status st = env().constrain_range(a.symbol, a.range.lo, a.range.hi);
     if (!st.ok()) throw ExportError(StatusCode::kExportError, st.message() + " (" + loc_text(loc) + ")");
-    range_meta[a.symbol] = ir::NodeMeta{to_ir(loc), module_stack.empty() ? "" : module_stack.back(), "check"};
+    const ir::NodeMeta where{to_ir(loc), module_stack.empty() ? "" : module_stack.back(), "check"};
+    range_meta[a.symbol] = where;
+    if (a.range.lo != sym::kNegInf) range_lo_meta[a.symbol] = where;
+    if (a.range.hi != sym::kPosInf) range_hi_meta[a.symbol] = where;
     return;  // range bounds of unbacked symbols become asserts when the export finishes
   }
   bool has_unbacked = false;

@@ -65,6 +65,8 @@ class TraceContext {
   std::unordered_map<const TensorImpl*, int> lifted;      // eager tensor -> constant index
   std::vector<std::shared_ptr<TensorImpl>> lifted_alive;  // keeps those addresses from being reused
   std::unordered_map<int, ir::NodeMeta> range_meta;       // symbol -> where its range was narrowed
+  std::unordered_map<int, ir::NodeMeta> range_lo_meta;    // unbacked symbol -> the check that set its lower bound
+  std::unordered_map<int, ir::NodeMeta> range_hi_meta;    // ... its upper bound
   std::unordered_map<int, int> binder;                    // unbacked symbol -> binding node
   std::vector<SubgraphFrame> frames;                      // nested subgraph traces, innermost last
   /// A compile region's subgraph, and the symbols its trace created ([symbol_mark, symbol_end)).

@@ -32,13 +32,17 @@ void add_unbacked_range_asserts(TraceContext& ctx) {
     const sym::SymbolInfo& info = ctx.env().symbol(s);
     const sym::Expr u = sym::Expr::symbol(s);
     const ir::NodeMeta meta = ctx.range_meta.count(s) ? ctx.range_meta.at(s) : g.nodes[static_cast<std::size_t>(node)].meta;
+    // Each bound points at the check that set it (`check(n >= 2)` and `check(n <= 10)` are
+    // usually two lines).
+    const ir::NodeMeta lo_meta = ctx.range_lo_meta.count(s) ? ctx.range_lo_meta.at(s) : meta;
+    const ir::NodeMeta hi_meta = ctx.range_hi_meta.count(s) ? ctx.range_hi_meta.at(s) : meta;
     if (info.range.lo != sym::kNegInf) {
       const sym::Expr e = sym::ge(u, sym::Expr::constant(info.range.lo));
-      g.asserts.push_back({e, info.name + " >= " + std::to_string(info.range.lo), node, meta});
+      g.asserts.push_back({e, info.name + " >= " + std::to_string(info.range.lo), node, lo_meta});
     }
     if (info.range.hi != sym::kPosInf) {
       const sym::Expr e = sym::le(u, sym::Expr::constant(info.range.hi));
-      g.asserts.push_back({e, info.name + " <= " + std::to_string(info.range.hi), node, meta});
+      g.asserts.push_back({e, info.name + " <= " + std::to_string(info.range.hi), node, hi_meta});
     }
   }
   for (ir::Graph& g : ctx.program.graphs) {

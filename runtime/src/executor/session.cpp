@@ -29,6 +29,12 @@ std::uint32_t count(const V* v) { return v == nullptr ? 0 : v->size(); }
 
 Status bad_input(const std::string& m) { return Status(StatusCode::kInvalidInput, m); }
 
+// The expression ids of a shape; a 0-d tensor's shape vector may be absent.
+std::span<const std::uint32_t> dims_of(const flatbuffers::Vector<std::uint32_t>* shape) {
+  if (shape == nullptr) return {};
+  return {shape->data(), shape->size()};
+}
+
 std::size_t nbytes_of(DType dtype, std::span<const std::int64_t> shape) {
   std::size_t n = dtype_size(dtype);
   for (std::int64_t d : shape) n *= static_cast<std::size_t>(d);
@@ -240,7 +246,7 @@ Status Session::Impl::bind_entry(std::span<const CallArg> args) {
     }
     if (static_cast<std::uint32_t>(t.rank) != count(spec->shape())) {
       return bad_input("input " + name + ": rank " + std::to_string(t.rank) + ", expected " + std::to_string(count(spec->shape())) + " " +
-                       shape_to_string(p, dtype_name(t.dtype), {spec->shape()->data(), count(spec->shape())}));
+                       shape_to_string(p, dtype_name(t.dtype), dims_of(spec->shape())));
     }
     for (std::uint32_t d = 0; d < count(spec->shape()); ++d) {
       if (auto s = bare_symbol(p, spec->shape()->Get(d)); s && !bound[*s]) {
@@ -253,7 +259,7 @@ Status Session::Impl::bind_entry(std::span<const CallArg> args) {
   for (std::uint32_t i = 0; i < count(sig); ++i) {
     const auto* spec = sig->Get(i);
     if (spec->kind() != fb::InputKind::Tensor) continue;
-    KILN_RETURN_IF_ERROR(solve_derived({spec->shape()->data(), count(spec->shape())}, args[i], spec->name()->str()));
+    KILN_RETURN_IF_ERROR(solve_derived(dims_of(spec->shape()), args[i], spec->name()->str()));
   }
   return check_entry_ranges_and_dims(args);
 }
@@ -334,7 +340,7 @@ Status Session::Impl::bind_subgraph(std::uint32_t g, std::span<const CallArg> ar
     if (a.t.dtype != static_cast<DType>(v->dtype()) || static_cast<std::uint32_t>(a.t.rank) != count(v->shape())) {
       return Status(StatusCode::kInvalidBundle, where + ": input " + std::to_string(k) + " is " + std::string(dtype_name(a.t.dtype)) + " of rank " +
                                                     std::to_string(a.t.rank) + ", the subgraph declares " +
-                                                    shape_to_string(p, dtype_name(static_cast<DType>(v->dtype())), {v->shape()->data(), count(v->shape())}));
+                                                    shape_to_string(p, dtype_name(static_cast<DType>(v->dtype())), dims_of(v->shape())));
     }
     for (std::uint32_t d = 0; d < count(v->shape()); ++d) {
       if (auto s = bare_symbol(p, v->shape()->Get(d))) symbols[*s] = a.t.shape[d], bound[*s] = 1;
@@ -348,7 +354,7 @@ Status Session::Impl::bind_subgraph(std::uint32_t g, std::span<const CallArg> ar
       if (*want != args[k].i) return bad_input(where + ": input " + std::to_string(k) + " is " + std::to_string(args[k].i) + ", expected " + expr_to_string(p, v->expr()) + " = " + std::to_string(*want));
       continue;
     }
-    KILN_RETURN_IF_ERROR(solve_derived({v->shape()->data(), count(v->shape())}, args[k], where + " input " + std::to_string(k)));
+    KILN_RETURN_IF_ERROR(solve_derived(dims_of(v->shape()), args[k], where + " input " + std::to_string(k)));
     for (std::uint32_t d = 0; d < count(v->shape()); ++d) {
       auto want = eval(v->shape()->Get(d));
       if (!want.ok()) return want.status();

@@ -174,12 +174,14 @@ void TraceContext::check(sym::Expr e, const SourceLoc& loc) {
   }
   const sym::GuardAnalysis a = env().analyze_guard(e);
   if (a.kind == sym::GuardKind::Range && env().symbol(a.symbol).kind == sym::SymbolKind::Unbacked) {
+    const auto before = env().symbol(a.symbol).range;
     const Status st = env().constrain_range(a.symbol, a.range.lo, a.range.hi);
     if (!st.ok()) throw ExportError(StatusCode::kExportError, st.message() + " (" + loc_text(loc) + ")");
+    const auto after = env().symbol(a.symbol).range;
     const ir::NodeMeta where{to_ir(loc), module_stack.empty() ? "" : module_stack.back(), "check"};
     range_meta[a.symbol] = where;
-    if (a.range.lo != sym::kNegInf) range_lo_meta[a.symbol] = where;
-    if (a.range.hi != sym::kPosInf) range_hi_meta[a.symbol] = where;
+    if (after.lo != before.lo) range_lo_meta[a.symbol] = where;  // this check raised the lower bound
+    if (after.hi != before.hi) range_hi_meta[a.symbol] = where;
     return;  // range bounds of unbacked symbols become asserts when the export finishes
   }
   bool has_unbacked = false;

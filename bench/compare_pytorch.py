@@ -4,7 +4,9 @@ For each fixture: `kiln import model.pt2` (timed), then for each valid case the 
 latency of `kiln bench --threads T` against PyTorch eager with torch.set_num_threads(T) on
 the same inputs and weights. The PyTorch model is the original nn.Module from the
 fixtures' generate.py with the exported state_dict loaded (true eager), or, for models
-whose class is not known, `ExportedProgram.module()`. Needs PyTorch >= 2.5 (torch.export.load).
+whose class is not known, `ExportedProgram.module()`. With an older PyTorch (Debian 12's
+1.13, no torch.export) the weights are read from the archive itself and only the models with
+a known class (mlp, convnet, decoder) run.
 
     python3 bench/compare_pytorch.py --kiln build/dev/bin/kiln --threads 2 \
         --generate tests/fixtures/torch_export/generate.py \
@@ -32,6 +34,32 @@ if args.generate:
     ns = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
     exec(compile(src, args.generate, "exec"), ns)
     classes = {"mlp": ns["MLP"], "convnet": ns["ConvNet"], "decoder": ns["Decoder"]}
+
+
+# torch.export serde ScalarType codes (torch/_export/serde/schema.py) -> NumPy dtypes.
+ARCHIVE_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 7: np.float32, 8: np.float64, 12: np.bool_}
+
+
+def archive_state(pt2):
+    """The state_dict stored in a .pt2 (raw little-endian tensors per the weights config)."""
+    import zipfile
+    z = zipfile.ZipFile(pt2)
+    state = {}
+    for kind in ("weights", "constants"):
+        cfg_name = next((n for n in z.namelist() if n.endswith(f"data/{kind}/model_{kind}_config.json")), None)
+        if cfg_name is None:
+            continue
+        base = cfg_name.rsplit("/", 1)[0]
+        for name, entry in json.loads(z.read(cfg_name))["config"].items():
+            meta = entry["tensor_meta"]
+            sizes = [d["as_int"] for d in meta["sizes"]]
+            strides = [d["as_int"] for d in meta["strides"]]
+            dt = ARCHIVE_DTYPES[meta["dtype"]]
+            raw = np.frombuffer(z.read(base + "/" + entry["path_name"]), dtype=dt)
+            arr = np.lib.stride_tricks.as_strided(raw[meta["storage_offset"]["as_int"]:], sizes,
+                                                  [s * raw.itemsize for s in strides]).copy()
+            state[name] = torch.from_numpy(arr)
+    return state
 
 
 def torch_module(name, ep):
@@ -64,8 +92,16 @@ for d in args.fixtures:
     t0 = time.perf_counter()
     subprocess.run([args.kiln, "import", os.path.join(d, "model.pt2"), "-o", bundle], check=True, capture_output=True)
     import_ms = (time.perf_counter() - t0) * 1000
-    ep = torch.export.load(os.path.join(d, "model.pt2"))
-    mod, kind = torch_module(name, ep)
+    if hasattr(torch, "export") and hasattr(torch.export, "load"):
+        ep = torch.export.load(os.path.join(d, "model.pt2"))
+        mod, kind = torch_module(name, ep)
+    elif name in classes:
+        mod = classes[name]()
+        missing = mod.load_state_dict(archive_state(os.path.join(d, "model.pt2")), strict=False)
+        mod, kind = mod.eval(), "nn.Module (weights from the archive)"
+    else:
+        print(f"{name}: skipped (PyTorch {torch.__version__} has no torch.export and the class is unknown)")
+        continue
     for case in man["valid"]:
         files = [os.path.join(d, case["inputs"][n]) for n in man["inputs"]]
         arrays = [np.load(f) for f in files]

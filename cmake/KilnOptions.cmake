@@ -14,7 +14,9 @@ endif()
 function(kiln_mark_avx2_sources)
   foreach(src IN LISTS ARGN)
     if(src MATCHES "_avx2\\.cpp$")
-      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+      # -O3 in every build type: these are the vector kernels, and GCC's -O2 vectorizer
+      # ("very cheap" cost model) leaves loops such as softmax's exp unvectorized.
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-O3")
     endif()
   endforeach()
 endfunction()

@@ -11,19 +11,6 @@
 namespace kiln::pt2 {
 namespace {
 
-const json* member(const json& j, const char* key) {
-  if (!j.is_object()) return nullptr;
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-const json& need(const json& j, const char* key, const std::string& where) {
-  const json* m = member(j, key);
-  if (!m) fail(StatusCode::kInvalidBundle, "model json: " + where + " has no field '" + key + "'");
-  return *m;
-}
-
 // The array member `key`, or an empty array (a reference: pointers into it stay valid).
 const json& list(const json& j, const char* key) {
   static const json empty = json::array();

@@ -47,8 +47,6 @@ DType promote_types(DType a, DType b) {
   return width(a) >= width(b) ? a : b;
 }
 
-namespace {
-
 const json* member(const json& j, const char* key) {
   if (!j.is_object()) return nullptr;
   auto it = j.find(key);
@@ -61,6 +59,8 @@ const json& need(const json& j, const char* key, const std::string& where) {
   if (!m) fail(StatusCode::kInvalidBundle, "model json: " + where + " has no field '" + key + "'");
   return *m;
 }
+
+namespace {
 
 std::int64_t need_int(const json& j, const std::string& where) {
   if (!j.is_number_integer()) fail(StatusCode::kInvalidBundle, "model json: " + where + " is not an integer");

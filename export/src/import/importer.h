@@ -35,6 +35,11 @@ class ImportError : public std::runtime_error {
 
 [[noreturn]] void fail(StatusCode code, const std::string& message);
 
+/// The member `key` of a JSON object, or null when absent or null.
+const json* member(const json& j, const char* key);
+/// The member `key`, or a kInvalidBundle error naming `where` and the field.
+const json& need(const json& j, const char* key, const std::string& where);
+
 /// PyTorch ScalarType code (serde schema) -> DType; nullopt for complex / float8 / unknown.
 std::optional<DType> dtype_from_torch(std::int64_t code);
 /// PyTorch's promotion of two tensor dtypes (bool < integers < floating, wider wins).

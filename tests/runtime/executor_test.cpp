@@ -235,6 +235,26 @@ TEST(Executor, EightThreadsShareOneProgram) {
   EXPECT_EQ(mismatches.load(), 0);
 }
 
+TEST(Executor, ReusedResultKeepsItsBuffers) {
+  models::Mlp model;
+  auto ep = export_program([&](Tensor x) { return model(x); }, {input("x", Tensor::randn({4, 64}), {Dim("batch", 2, 1024)})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto program = load(*ep);
+  ASSERT_NE(program, nullptr);
+  Session session(*program);
+  RunResult result;
+  const std::uint8_t* buffer = nullptr;
+  for (int seed = 1; seed <= 3; ++seed) {
+    const Tensor x = Tensor::randn({5, 64}, static_cast<std::uint64_t>(seed));
+    ASSERT_TRUE(session.run(std::vector<HostValue>{HostValue::of(host(x))}, result).ok());
+    expect_close(result.outputs[0].tensor, model(x));
+    if (buffer != nullptr) EXPECT_EQ(result.outputs[0].tensor.data.data(), buffer) << "reallocated on run " << seed;
+    buffer = result.outputs[0].tensor.data.data();
+  }
+  const Status bad = session.run(std::vector<HostValue>{HostValue::integer(3)}, result);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidInput);
+}
+
 TEST(Executor, MissingOpsAreListedAtLoad) {
   auto sample = testing::make_format_sample();
   sample->program.op_names[0] = "frobnicate";

@@ -305,7 +305,11 @@ TEST(VulkanBackend, ARunPastTheTimeoutIsUnavailableNotAHang) {
   ::setenv("KILN_VULKAN_TIMEOUT_MS", "1", 1);
   auto r = backend::create_backend("vulkan");
   ::unsetenv("KILN_VULKAN_TIMEOUT_MS");
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  if (!r.ok()) {  // on a busy machine even device setup can exceed 1 ms: the same error, earlier
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("timeout"), std::string::npos) << r.status().message();
+    return;
+  }
   std::mt19937 rng(1);
   Graph g;
   const std::int64_t n = 384;

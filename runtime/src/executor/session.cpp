@@ -206,13 +206,18 @@ struct Session::Impl {
     heap_bytes += bytes;
     return f.heap[v].get();
   }
-  Result<RunResult> run(std::span<const HostValue> inputs);
+  Status run(std::span<const HostValue> inputs, RunResult& result);
 };
 
 Session::Session(const Program& program, SessionOptions options) : impl_(std::make_unique<Impl>(program, options)) {}
 Session::~Session() = default;
 const RunStats& Session::last_stats() const { return impl_->stats; }
-Result<RunResult> Session::run(std::span<const HostValue> inputs) { return impl_->run(inputs); }
+Result<RunResult> Session::run(std::span<const HostValue> inputs) {
+  RunResult result;
+  KILN_RETURN_IF_ERROR(impl_->run(inputs, result));
+  return result;
+}
+Status Session::run(std::span<const HostValue> inputs, RunResult& result) { return impl_->run(inputs, result); }
 
 // ---------------------------------------------------------------------------------------
 // Binding and checking inputs (once per signature)
@@ -1069,7 +1074,7 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
   return Status::Ok();
 }
 
-Result<RunResult> Session::Impl::run(std::span<const HostValue> inputs) {
+Status Session::Impl::run(std::span<const HostValue> inputs, RunResult& result) {
   stats = RunStats{};
   heap_bytes = 0;
   arena_used.assign(arenas.size(), 0);
@@ -1100,26 +1105,26 @@ Result<RunResult> Session::Impl::run(std::span<const HostValue> inputs) {
     if (n != t.data.size()) return bad_input("input " + std::string(name) + ": " + std::to_string(t.data.size()) + " bytes of data for " + std::to_string(n) + " expected");
     args[i].t = make_view(t.dtype, t.shape, const_cast<std::uint8_t*>(t.data.data()));  // kernels never write inputs
   }
-  RunResult result;
   result.outputs.resize(count(p.signature()->outputs()));
   auto sink = [&](std::size_t k, const CallArg& value) -> Status {
     if (k >= result.outputs.size()) return Status(StatusCode::kInvalidBundle, "the entry graph returns more outputs than the signature lists");
+    HostValue& out = result.outputs[k];
+    out.is_int = value.is_int;
     if (value.is_int) {
-      result.outputs[k] = HostValue::integer(value.i);
+      out.int_value = value.i;
       return Status::Ok();
     }
-    HostTensor t;
-    t.dtype = value.t.dtype;
-    t.shape.assign(value.t.shape.begin(), value.t.shape.begin() + value.t.rank);
+    // assign() reuses the caller's capacity: a result reused across runs allocates nothing.
+    out.tensor.dtype = value.t.dtype;
+    out.tensor.shape.assign(value.t.shape.begin(), value.t.shape.begin() + value.t.rank);
     const auto* bytes = static_cast<const std::uint8_t*>(value.t.data);
-    t.data.assign(bytes, bytes + value.t.nbytes());
-    result.outputs[k] = HostValue::of(std::move(t));
+    out.tensor.data.assign(bytes, bytes + value.t.nbytes());
     return Status::Ok();
   };
   KILN_RETURN_IF_ERROR(run_graph(p.entry_graph(), args, true, sink, &result.variant));
   stats.peak_bytes = heap_bytes;
   for (std::uint64_t a : arena_used) stats.peak_bytes += a;
-  return result;
+  return Status::Ok();
 }
 
 }  // namespace kiln

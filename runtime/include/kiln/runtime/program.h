@@ -131,6 +131,10 @@ class Session {
 
   /// Runs the program on `inputs` (signature order).
   Result<RunResult> run(std::span<const HostValue> inputs);
+  /// The same, writing into `result`, whose output buffers are reused: a serving loop that
+  /// passes the same RunResult every time allocates nothing once shapes repeat. On error,
+  /// `result` holds unspecified (valid) contents.
+  Status run(std::span<const HostValue> inputs, RunResult& result);
   /// Statistics of the most recent run().
   const RunStats& last_stats() const;
 

@@ -122,6 +122,7 @@ struct GraphPlan {
   std::vector<std::uint8_t> attrs_ready;
   std::vector<std::uint8_t> segment_on_cpu;  // per accelerator segment: shapes not static
   std::vector<std::unique_ptr<backend::PreparedSegment>> prepared;
+  std::vector<std::vector<std::uint32_t>> segment_inputs, segment_outputs;  // per segment: host-side values
   std::uint64_t arena_bytes = 0, naive_bytes = 0;
 };
 
@@ -485,7 +486,6 @@ Result<std::unique_ptr<GraphPlan>> Session::Impl::make_plan(std::uint32_t g) {
     for (std::uint32_t k = 0; k < count(node->attrs()) && ready; ++k) {
       const auto* a = node->attrs()->Get(k);
       if (a->kind() != fb::AttrKind::Expr && a->kind() != fb::AttrKind::Exprs) continue;
-      std::vector<std::uint32_t> syms;
       for (std::uint32_t e = 0; e < count(a->exprs()); ++e) {
         const auto* ref = p.exprs()->Get(a->exprs()->Get(e));
         for (std::uint32_t t = ref->start(); t < ref->start() + ref->length(); ++t) {
@@ -502,6 +502,28 @@ Result<std::unique_ptr<GraphPlan>> Session::Impl::make_plan(std::uint32_t g) {
   // Accelerator segments run on the device only when all their shapes are static here.
   plan->segment_on_cpu.assign(info.segments.size(), 0);
   plan->prepared.resize(info.segments.size());
+  plan->segment_inputs.resize(info.segments.size());
+  plan->segment_outputs.resize(info.segments.size());
+  for (std::size_t s = 0; s < info.segments.size(); ++s) {
+    // Inputs: values read by the segment and defined outside it; outputs: values defined in
+    // it and read after it (or returned).
+    const Segment& seg = info.segments[s];
+    auto inside = [&](std::int32_t producer) { return producer >= static_cast<std::int32_t>(seg.first) && producer <= static_cast<std::int32_t>(seg.last); };
+    for (std::uint32_t n = seg.first; n <= seg.last; ++n) {
+      for (std::uint32_t v : info.nodes[n].inputs) {
+        const ValueInfo& vi = info.values[v];
+        auto& ins = plan->segment_inputs[s];
+        if (!inside(vi.producer) && vi.kind != fb::ValueKind::Constant && vi.kind != fb::ValueKind::None &&
+            std::find(ins.begin(), ins.end(), v) == ins.end()) {
+          ins.push_back(v);
+        }
+      }
+      for (std::uint32_t v : info.nodes[n].outputs) {
+        const ValueInfo& vi = info.values[v];
+        if (vi.graph_output || vi.last_use > static_cast<std::int32_t>(seg.last)) plan->segment_outputs[s].push_back(v);
+      }
+    }
+  }
   std::vector<std::uint8_t> device_only(nv, 0);  // produced and consumed inside one device segment
   for (std::size_t s = 0; s < info.segments.size(); ++s) {
     const Segment& seg = info.segments[s];
@@ -694,7 +716,10 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
     for (std::uint32_t v : ni.inputs) in_big.push_back(f.views[v]);
     ins = in_big;
   }
-  std::vector<TensorView> out(ni.outputs.size());
+  TensorView out_small[4];
+  std::vector<TensorView> out_big;
+  if (ni.outputs.size() > 4) out_big.resize(ni.outputs.size());
+  const std::span<TensorView> out = ni.outputs.size() > 4 ? std::span<TensorView>(out_big) : std::span<TensorView>(out_small, ni.outputs.size());
   for (std::size_t k = 0; k < ni.outputs.size(); ++k) {
     const std::uint32_t v = ni.outputs[k];
     const ValueInfo& vi = f.info->values[v];
@@ -817,45 +842,32 @@ Status Session::Impl::run_control_flow(Frame& f, std::uint32_t n) {
   };
   std::vector<CallArg> args;
   Status st = Status::Ok();
-  if (ni.op == OpKind::Cond) {
-    KILN_ASSIGN_OR_RETURN(CallArg pred, arg_of(ni.inputs[0]));
-    KILN_ASSIGN_OR_RETURN(bool take, truth(pred, "the cond predicate"));
-    for (std::size_t k = 1; k < ni.inputs.size(); ++k) {
+  // cond and invoke_subgraph: outputs are copied out before the callee's memory is reused.
+  std::vector<CallArg> results(ni.outputs.size());
+  std::vector<std::unique_ptr<std::uint8_t[]>> keep(ni.outputs.size());
+  auto keep_sink = [&](std::size_t k, const CallArg& value) -> Status {
+    results[k] = value;
+    if (!value.is_int) {
+      keep[k].reset(new std::uint8_t[std::max<std::size_t>(value.t.nbytes(), 1)]);
+      if (value.t.nbytes()) std::memcpy(keep[k].get(), value.t.data, value.t.nbytes());
+      results[k].t.data = keep[k].get();
+    }
+    return Status::Ok();
+  };
+  if (ni.op == OpKind::Cond || ni.op == OpKind::InvokeSubgraph) {
+    std::uint32_t callee = ni.subgraphs[0];
+    std::size_t first_operand = 0;
+    if (ni.op == OpKind::Cond) {
+      KILN_ASSIGN_OR_RETURN(CallArg pred, arg_of(ni.inputs[0]));
+      KILN_ASSIGN_OR_RETURN(bool take, truth(pred, "the cond predicate"));
+      callee = ni.subgraphs[take ? 0 : 1];
+      first_operand = 1;
+    }
+    for (std::size_t k = first_operand; k < ni.inputs.size(); ++k) {
       KILN_ASSIGN_OR_RETURN(CallArg a, arg_of(ni.inputs[k]));
       args.push_back(a);
     }
-    std::vector<CallArg> results(ni.outputs.size());
-    std::vector<std::unique_ptr<std::uint8_t[]>> keep(ni.outputs.size());
-    auto sink = [&](std::size_t k, const CallArg& value) -> Status {
-      results[k] = value;
-      if (!value.is_int) {  // copy out before the branch's memory is reused
-        keep[k].reset(new std::uint8_t[std::max<std::size_t>(value.t.nbytes(), 1)]);
-        if (value.t.nbytes()) std::memcpy(keep[k].get(), value.t.data, value.t.nbytes());
-        results[k].t.data = keep[k].get();
-      }
-      return Status::Ok();
-    };
-    st = run_graph(ni.subgraphs[take ? 0 : 1], args, false, sink, nullptr);
-    restore();
-    if (!st.ok()) return st;
-    for (std::size_t k = 0; k < results.size(); ++k) KILN_RETURN_IF_ERROR(store_output(f, n, k, results[k]));
-  } else if (ni.op == OpKind::InvokeSubgraph) {
-    for (std::uint32_t v : ni.inputs) {
-      KILN_ASSIGN_OR_RETURN(CallArg a, arg_of(v));
-      args.push_back(a);
-    }
-    std::vector<CallArg> results(ni.outputs.size());
-    std::vector<std::unique_ptr<std::uint8_t[]>> keep(ni.outputs.size());
-    auto sink = [&](std::size_t k, const CallArg& value) -> Status {
-      results[k] = value;
-      if (!value.is_int) {
-        keep[k].reset(new std::uint8_t[std::max<std::size_t>(value.t.nbytes(), 1)]);
-        if (value.t.nbytes()) std::memcpy(keep[k].get(), value.t.data, value.t.nbytes());
-        results[k].t.data = keep[k].get();
-      }
-      return Status::Ok();
-    };
-    st = run_graph(ni.subgraphs[0], args, false, sink, nullptr);
+    st = run_graph(callee, args, false, keep_sink, nullptr);
     restore();
     if (!st.ok()) return st;
     for (std::size_t k = 0; k < results.size(); ++k) KILN_RETURN_IF_ERROR(store_output(f, n, k, results[k]));
@@ -909,22 +921,8 @@ Status Session::Impl::run_control_flow(Frame& f, std::uint32_t n) {
 Status Session::Impl::run_segment(Frame& f, std::uint32_t s) {
   const Segment& seg = f.info->segments[s];
   std::unique_ptr<backend::PreparedSegment>& prepared = f.plan->prepared[s];
-  // Inputs: values read by the segment and defined outside it; outputs: values defined in it
-  // and read after it (or returned).
-  std::vector<std::uint32_t> in_values, out_values;
-  auto inside = [&](std::int32_t producer) { return producer >= static_cast<std::int32_t>(seg.first) && producer <= static_cast<std::int32_t>(seg.last); };
-  for (std::uint32_t n = seg.first; n <= seg.last; ++n) {
-    for (std::uint32_t v : f.info->nodes[n].inputs) {
-      if (!inside(f.info->values[v].producer) && f.info->values[v].kind != fb::ValueKind::Constant && f.info->values[v].kind != fb::ValueKind::None &&
-          std::find(in_values.begin(), in_values.end(), v) == in_values.end()) {
-        in_values.push_back(v);
-      }
-    }
-    for (std::uint32_t v : f.info->nodes[n].outputs) {
-      const ValueInfo& vi = f.info->values[v];
-      if (vi.graph_output || vi.last_use > static_cast<std::int32_t>(seg.last)) out_values.push_back(v);
-    }
-  }
+  const std::vector<std::uint32_t>& in_values = f.plan->segment_inputs[s];
+  const std::vector<std::uint32_t>& out_values = f.plan->segment_outputs[s];
   if (!prepared) {
     backend::SegmentDesc desc;
     std::vector<std::int32_t> tensor_of(f.info->values.size(), -1);

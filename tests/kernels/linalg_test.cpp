@@ -175,6 +175,13 @@ TEST(Conv2dKernel, MatchesDirectConvolution) {
       {{1, 2, 13, 11}, {4, 2, 4, 3}, {3, 2}, {0, 1}, {1, 1}, 1, true},
       {{0, 2, 5, 5}, {3, 2, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1, true},      // empty batch
       {{1, 3, 40, 40}, {8, 3, 5, 5}, {1, 1}, {2, 2}, {1, 1}, 1, true},
+      // Direct path: a 24 + 16-wide (13 valid) row tail, a strided stem, strides with
+      // dilations and a 5-channel block tail, groups; then im2col (72 outputs per group).
+      {{2, 16, 9, 37}, {16, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+      {{1, 3, 33, 50}, {16, 3, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 1, true},
+      {{1, 8, 20, 29}, {5, 8, 3, 3}, {3, 2}, {2, 1}, {2, 3}, 1, false},
+      {{2, 8, 10, 10}, {12, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2, true},
+      {{1, 4, 12, 12}, {72, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
   };
   std::mt19937 rng(8);
   for (const ConvCase& c : cases) {

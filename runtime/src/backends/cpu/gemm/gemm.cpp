@@ -19,19 +19,14 @@
 #include <string>
 
 #include "backends/cpu/gemm/gemm_kernels.h"
+#include "backends/cpu/kernels/simd.h"
 #include "backends/cpu/thread_pool.h"
 
 namespace kiln::cpu {
 namespace gemm_detail {
 
-bool cpu_has_avx2_fma() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return supported;
-#else
-  return false;
-#endif
-}
+// The same choice as the vector kernels' (simd.h), KILN_CPU_ISA=baseline included.
+bool cpu_has_avx2_fma() { return kernels::simd_avx2() != nullptr; }
 
 }  // namespace gemm_detail
 

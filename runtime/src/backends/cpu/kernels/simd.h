@@ -1,6 +1,7 @@
 // Hot f32 loops compiled twice from simd_math.inc: once for the baseline target
 // (simd_baseline.cpp) and once with AVX2+FMA+F16C (simd_avx2.cpp). simd() returns the
-// best table the CPU supports (chosen once, with __builtin_cpu_supports).
+// best table the CPU supports (chosen once, with __builtin_cpu_supports), or the baseline
+// one when the environment has KILN_CPU_ISA=baseline (the GEMM follows the same choice).
 //
 // Every function takes n elements; y may equal x (in place) but may not partially overlap.
 // Accuracy: exp/sigmoid/silu/tanh within a few ulp of libm (exp flushes results below
@@ -10,6 +11,23 @@
 #include <cstdint>
 
 namespace kiln::cpu::kernels {
+
+/// One (image, group) of a direct convolution (conv.cpp prepares it). The input is a
+/// zero-padded copy split into `stride_w` column phases: input column x of padded row y of
+/// channel c is at input[c * channel_stride + y * row_stride + (x % stride_w) * phase_stride
+/// + x / stride_w], so every tap of a strided convolution reads contiguous floats. At least
+/// 8 readable floats follow the last one. Weights are packed in blocks of 4 output
+/// channels: weights[((block * channels + c) * kh * kw + tap) * 4 + o], zero past
+/// out_channels; bias4 holds ceil(out_channels / 4) * 4 values (zeros without a bias).
+struct ConvDirectArgs {
+  const float* input;
+  std::int64_t channels, channel_stride, row_stride, phase_stride;
+  std::int64_t kh, kw, stride_h, stride_w, dilation_h, dilation_w;  // kh * kw <= 64
+  const float* weights;
+  const float* bias4;
+  float* output;  // [out_channels][oh][ow]
+  std::int64_t out_channels, out_plane, ow;
+};
 
 struct SimdKernels {
   const char* name;
@@ -33,13 +51,15 @@ struct SimdKernels {
   /// conversion (the baseline one), in which case callers convert in software.
   void (*f32_to_f16)(const float* x, std::uint16_t* y, std::int64_t n);
   void (*f16_to_f32)(const std::uint16_t* x, float* y, std::int64_t n);
+  /// Output rows [oy0, oy1) of every output channel of one direct convolution.
+  void (*conv_direct_rows)(const ConvDirectArgs& args, std::int64_t oy0, std::int64_t oy1);
 };
 
 /// The table for this CPU (AVX2+FMA when available).
 const SimdKernels& simd();
 /// The portable table (for tests comparing both paths).
 const SimdKernels& simd_baseline();
-/// The AVX2+FMA table, or nullptr when this CPU (or build) lacks it.
+/// The AVX2+FMA table, or nullptr when this CPU (or build) lacks it or KILN_CPU_ISA=baseline.
 const SimdKernels* simd_avx2();
 
 }  // namespace kiln::cpu::kernels

@@ -18,9 +18,11 @@ namespace kiln::cpu::kernels {
 namespace simd_avx2_impl {
 
 #define KILN_SIMD_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
+#define KILN_SIMD_FMA8(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define KILN_SIMD_NAME "avx2"
 #include "backends/cpu/kernels/simd_math.inc"
 #undef KILN_SIMD_FMA
+#undef KILN_SIMD_FMA8
 #undef KILN_SIMD_NAME
 
 }  // namespace simd_avx2_impl

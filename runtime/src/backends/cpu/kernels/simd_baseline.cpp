@@ -1,5 +1,7 @@
 // The portable build of simd_math.inc, and the run-time choice between it and AVX2.
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -17,9 +19,11 @@ namespace kiln::cpu::kernels {
 namespace simd_baseline_impl {
 
 #define KILN_SIMD_FMA(a, b, c) ((a) * (b) + (c))
+#define KILN_SIMD_FMA8(a, b, c) ((a) * (b) + (c))
 #define KILN_SIMD_NAME "baseline"
 #include "backends/cpu/kernels/simd_math.inc"
 #undef KILN_SIMD_FMA
+#undef KILN_SIMD_FMA8
 #undef KILN_SIMD_NAME
 
 }  // namespace simd_baseline_impl
@@ -31,6 +35,12 @@ const SimdKernels& simd_baseline() { return simd_baseline_impl::kTable; }
 
 #if defined(__x86_64__) || defined(__i386__)
 namespace {
+// KILN_CPU_ISA=baseline: run the portable kernels on an AVX2 machine (tests, triage).
+bool forced_baseline() {
+  const char* isa = std::getenv("KILN_CPU_ISA");
+  return isa != nullptr && std::strcmp(isa, "baseline") == 0;
+}
+
 // F16C through CPUID (leaf 1, ECX bit 29): older clangs reject __builtin_cpu_supports("f16c").
 bool cpu_has_f16c() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -41,7 +51,8 @@ bool cpu_has_f16c() {
 
 const SimdKernels* simd_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c() &&
+                                !forced_baseline();
   return supported ? &simd_avx2_table() : nullptr;
 #else
   return nullptr;

@@ -1,8 +1,14 @@
-// Graph passes run by finalize: common subexpressions are merged before dead code goes.
+// Graph passes run by finalize: common subexpressions are merged and inference batch norms
+// fold into the convolutions before them, before dead code goes.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
 
 #include "kiln/export/export.h"
 #include "kiln/export/ops.h"
+#include "kiln/runtime/bundle.h"
+#include "kiln/runtime/program.h"
 
 namespace kiln {
 namespace {
@@ -34,6 +40,63 @@ TEST(Passes, DataDependentOpsAreNotMerged) {
   auto ep = export_program([](Tensor x) { return cat({nonzero(x), nonzero(x)}, 0); }, {input("x", Tensor::randn({3, 4}))});
   ASSERT_TRUE(ep.ok()) << ep.status().message();
   EXPECT_EQ(count_ops(ep->program().graphs[0], OpKind::Nonzero), 2);
+}
+
+// Runs the exported program on x and compares with eager execution of the same code.
+void expect_runs_like_eager(const ExportedProgram& ep, const Tensor& x, const Tensor& want) {
+  auto bytes = serialize_bundle(ep.program());
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  auto bundle = Bundle::from_bytes(*bytes);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+  auto program = Program::load(std::move(bundle).value());
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  Session session(**program);
+  auto r = session.run(std::vector<HostValue>{HostValue::of({x.dtype(), x.concrete_shape(), x.bytes()})});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->outputs[0].tensor.shape, want.concrete_shape());
+  const auto w = want.to_vector<float>();
+  std::vector<float> got(w.size());
+  std::memcpy(got.data(), r->outputs[0].tensor.data.data(), got.size() * sizeof(float));
+  for (std::size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(got[i], w[i], 1e-5f + 1e-5f * std::fabs(w[i])) << "element " << i;
+}
+
+struct ConvBnParams {
+  Tensor w = Tensor::randn({5, 3, 3, 3}, 1), b = Tensor::randn({5}, 2);
+  Tensor gamma = Tensor::randn({5}, 3), beta = Tensor::randn({5}, 4), mean = Tensor::randn({5}, 5);
+  Tensor var = abs(Tensor::randn({5}, 6)) + 0.5;
+};
+
+TEST(Passes, InferenceBatchNormFoldsIntoTheConvBeforeIt) {
+  const ConvBnParams p;
+  auto model = [&](Tensor x) {
+    Tensor with_bias = batch_norm(conv2d(x, p.w, p.b, {1, 1}, {1, 1}), p.gamma, p.beta, p.mean, p.var, 1e-3);
+    Tensor no_bias = batch_norm(conv2d(x, p.w, Tensor(), {2, 2}), p.gamma, p.beta, p.mean, p.var);
+    return add(relu(with_bias), sum(no_bias));
+  };
+  const Tensor x = Tensor::randn({2, 3, 8, 8}, 7);
+  auto ep = export_program(model, {input("x", x, {Dim("n", 1, 8)})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const ir::Graph& g = ep->program().graphs[0];
+  EXPECT_EQ(count_ops(g, OpKind::BatchNorm), 0);
+  EXPECT_EQ(count_ops(g, OpKind::Conv2d), 2);
+  // Only the folded weights and biases remain: the statistics and the originals are gone.
+  ASSERT_EQ(ep->program().constants.size(), 4u);
+  for (const ir::ConstantTensor& c : ep->program().constants) EXPECT_NE(c.name.find('+'), std::string::npos) << c.name;
+  expect_runs_like_eager(*ep, x, model(x));
+}
+
+TEST(Passes, BatchNormStaysWhenTheConvResultIsUsedElsewhere) {
+  const ConvBnParams p;
+  auto model = [&](Tensor x) {
+    Tensor c = conv2d(x, p.w, p.b, {1, 1}, {1, 1});
+    return add(batch_norm(c, p.gamma, p.beta, p.mean, p.var), c);
+  };
+  const Tensor x = Tensor::randn({1, 3, 6, 6}, 8);
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  EXPECT_EQ(count_ops(ep->program().graphs[0], OpKind::BatchNorm), 1);
+  EXPECT_EQ(ep->program().constants.size(), 6u);
+  expect_runs_like_eager(*ep, x, model(x));
 }
 
 }  // namespace

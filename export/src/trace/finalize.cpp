@@ -1,7 +1,10 @@
 #include "trace/finalize.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "kiln/export/symbolic/parse.h"
@@ -153,6 +156,132 @@ void eliminate_common_subexpressions(ir::Graph& g) {
   for (int& out : g.outputs) out = replace[static_cast<std::size_t>(out)];
 }
 
+namespace {
+
+// The f32 data of value v when it is a constant of that dtype (else null).
+const ir::ConstantTensor* f32_constant(const ir::Program& p, const ir::Graph& g, int v) {
+  const ir::Value& val = g.values[static_cast<std::size_t>(v)];
+  if (val.kind != ir::ValueKind::kConstant || val.constant < 0) return nullptr;
+  const ir::ConstantTensor& c = p.constants[static_cast<std::size_t>(val.constant)];
+  return c.dtype == DType::kF32 && c.data != nullptr ? &c : nullptr;
+}
+
+std::vector<double> f32_values(const ir::ConstantTensor& c) {
+  std::vector<float> f(c.data->size() / sizeof(float));
+  std::memcpy(f.data(), c.data->data(), f.size() * sizeof(float));
+  return {f.begin(), f.end()};
+}
+
+int add_f32_constant(ir::Program& p, ir::Graph& g, std::string name, std::vector<std::int64_t> shape,
+                     const std::vector<double>& data) {
+  std::vector<std::uint8_t> bytes(data.size() * sizeof(float));
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    const float f = static_cast<float>(data[i]);
+    std::memcpy(bytes.data() + i * sizeof(float), &f, sizeof(float));
+  }
+  ir::ConstantTensor c;
+  c.name = std::move(name);
+  c.dtype = DType::kF32;
+  c.shape = shape;
+  c.data = std::make_shared<const std::vector<std::uint8_t>>(std::move(bytes));
+  p.constants.push_back(std::move(c));
+  std::vector<sym::Expr> dims;
+  for (std::int64_t d : shape) dims.push_back(sym::Expr::constant(d));
+  return g.add_value({ir::ValueKind::kConstant, DType::kF32, std::move(dims), {},
+                      static_cast<int>(p.constants.size()) - 1, p.constants.back().name});
+}
+
+}  // namespace
+
+int fold_batch_norms(ir::Program& p, ir::Graph& g) {
+  std::vector<int> uses(g.values.size(), 0), producer(g.values.size(), -1);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    for (int in : g.nodes[i].inputs) ++uses[static_cast<std::size_t>(in)];
+    for (int out : g.nodes[i].outputs) producer[static_cast<std::size_t>(out)] = static_cast<int>(i);
+  }
+  for (int out : g.outputs) ++uses[static_cast<std::size_t>(out)];
+  int folded = 0;
+  for (ir::Node& bn : g.nodes) {
+    if (bn.op != OpKind::BatchNorm || bn.inputs.size() != 5 || bn.outputs.size() != 1 || bn.attrs.empty()) continue;
+    const int x = bn.inputs[0];
+    const int pi = producer[static_cast<std::size_t>(x)];
+    if (pi < 0 || uses[static_cast<std::size_t>(x)] != 1) continue;
+    ir::Node& conv = g.nodes[static_cast<std::size_t>(pi)];
+    if (conv.op != OpKind::Conv2d || conv.outputs.size() != 1) continue;
+    const ir::ConstantTensor* w = f32_constant(p, g, conv.inputs[1]);
+    const bool has_bias = conv.inputs.size() > 2 && g.values[static_cast<std::size_t>(conv.inputs[2])].kind != ir::ValueKind::kNone;
+    const ir::ConstantTensor* b = has_bias ? f32_constant(p, g, conv.inputs[2]) : nullptr;
+    const ir::ConstantTensor* mean = f32_constant(p, g, bn.inputs[3]);
+    const ir::ConstantTensor* var = f32_constant(p, g, bn.inputs[4]);
+    auto optional = [&](int v, const ir::ConstantTensor*& out) {
+      out = nullptr;
+      if (g.values[static_cast<std::size_t>(v)].kind == ir::ValueKind::kNone) return true;
+      out = f32_constant(p, g, v);
+      return out != nullptr;
+    };
+    const ir::ConstantTensor *gamma = nullptr, *beta = nullptr;
+    if (w == nullptr || (has_bias && b == nullptr) || mean == nullptr || var == nullptr ||
+        !optional(bn.inputs[1], gamma) || !optional(bn.inputs[2], beta) || w->shape.empty()) {
+      continue;
+    }
+    const std::int64_t out_channels = w->shape[0];
+    const auto per_channel = [&](const ir::ConstantTensor* c) {
+      return c == nullptr || (c->shape.size() == 1 && c->shape[0] == out_channels);
+    };
+    if (!per_channel(b) || !per_channel(mean) || !per_channel(var) || !per_channel(gamma) || !per_channel(beta)) continue;
+    const double* eps = std::get_if<double>(&bn.attrs[0]);
+    if (eps == nullptr) continue;
+    // s = gamma / sqrt(var + eps); w' = w * s; b' = (b - mean) * s + beta, in double.
+    const std::vector<double> mv = f32_values(*mean), vv = f32_values(*var);
+    const std::vector<double> gv = gamma ? f32_values(*gamma) : std::vector<double>(mv.size(), 1.0);
+    const std::vector<double> bv = beta ? f32_values(*beta) : std::vector<double>(mv.size(), 0.0);
+    const std::vector<double> cb = b ? f32_values(*b) : std::vector<double>(mv.size(), 0.0);
+    std::vector<double> wv = f32_values(*w);
+    const std::size_t per_out = wv.size() / static_cast<std::size_t>(out_channels);
+    std::vector<double> nb(mv.size());
+    for (std::size_t o = 0; o < mv.size(); ++o) {
+      const double scale = gv[o] / std::sqrt(vv[o] + *eps);
+      for (std::size_t k = 0; k < per_out; ++k) wv[o * per_out + k] *= scale;
+      nb[o] = (cb[o] - mv[o]) * scale + bv[o];
+    }
+    const std::string base = w->name + "+" + p.constants[static_cast<std::size_t>(
+                                                  g.values[static_cast<std::size_t>(bn.inputs[3])].constant)].name;
+    const std::vector<std::int64_t> wshape = w->shape;
+    const int new_w = add_f32_constant(p, g, base + ".weight", wshape, wv);
+    const int new_b = add_f32_constant(p, g, base + ".bias", {out_channels}, nb);
+    conv.inputs.resize(3);
+    conv.inputs[1] = new_w;
+    conv.inputs[2] = new_b;
+    // The conv now yields the batch_norm's value; the batch_norm yields the old, unused one.
+    conv.outputs[0] = bn.outputs[0];
+    bn.outputs[0] = x;
+    bn.inputs.clear();
+    ++folded;
+  }
+  return folded;
+}
+
+void drop_unused_constants(ir::Program& p) {
+  std::vector<int> remap(p.constants.size(), -1);
+  for (const ir::Graph& g : p.graphs) {
+    for (const ir::Value& v : g.values) {
+      if (v.kind == ir::ValueKind::kConstant && v.constant >= 0) remap[static_cast<std::size_t>(v.constant)] = 0;
+    }
+  }
+  std::vector<ir::ConstantTensor> kept;
+  for (std::size_t i = 0; i < p.constants.size(); ++i) {
+    if (remap[i] < 0) continue;
+    remap[i] = static_cast<int>(kept.size());
+    kept.push_back(std::move(p.constants[i]));
+  }
+  p.constants = std::move(kept);
+  for (ir::Graph& g : p.graphs) {
+    for (ir::Value& v : g.values) {
+      if (v.kind == ir::ValueKind::kConstant && v.constant >= 0) v.constant = remap[static_cast<std::size_t>(v.constant)];
+    }
+  }
+}
+
 void eliminate_dead_code(ir::Graph& g) {
   std::vector<bool> live_value(g.values.size(), false);
   for (int v : g.outputs) live_value[static_cast<std::size_t>(v)] = true;
@@ -204,12 +333,15 @@ void eliminate_dead_code(ir::Graph& g) {
 void finalize(TraceContext& ctx, const std::vector<std::pair<const Dim*, int>>& named_dims) {
   ir::Program& p = ctx.program;
   add_unbacked_range_asserts(ctx);
+  int folded = 0;
   for (ir::Graph& g : p.graphs) {  // the entry graph and the subgraphs of higher-order ops
     simplify_graph(g, p.env);
     eliminate_common_subexpressions(g);
+    folded += fold_batch_norms(p, g);
     eliminate_dead_code(g);
     name_values(g);
   }
+  if (folded > 0) drop_unused_constants(p);
   for (ir::InputSpec& in : p.inputs) {
     in.shape = simplified(in.shape, p.env);
     if (in.is_int && in.dynamism != ir::Dynamism::kStatic) {

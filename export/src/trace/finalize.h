@@ -23,6 +23,13 @@ void prune_asserts(ir::Graph& g, const sym::ShapeEnv& env);
 /// Removes nodes whose results are never used (keeping nodes that bind unbacked
 /// symbols), then values nothing refers to; renumbers nodes and values.
 void eliminate_dead_code(ir::Graph& g);
+/// Folds every inference batch_norm whose input is a conv2d used nowhere else, with constant
+/// f32 weights and statistics, into that conv2d's weights and bias (the batch_norm's
+/// result then comes from the conv2d; the batch_norm is left for eliminate_dead_code).
+/// New constants are appended to `p`; returns how many were folded.
+int fold_batch_norms(ir::Program& p, ir::Graph& g);
+/// Drops the constants no graph refers to and renumbers the rest.
+void drop_unused_constants(ir::Program& p);
 /// Replaces repeated pure nodes (same op, inputs, attributes) by their first occurrence.
 void eliminate_common_subexpressions(ir::Graph& g);
 

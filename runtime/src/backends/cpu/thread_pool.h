@@ -20,6 +20,7 @@
 //   that some thread has already started.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -79,6 +80,17 @@ class ThreadPool {
   /// the pool has one thread, fn(0, n) runs inline.
   void parallel_for(std::int64_t n, std::int64_t grain,
                     FunctionRef<void(std::int64_t, std::int64_t)> fn);
+
+  /// A grain for parallel_for over n items of `item_cost` work each that gives every
+  /// thread an even share, in as many chunks as there are threads at most, but no chunk
+  /// under `min_chunk_cost` (so small work runs inline). A plain `min_chunk_cost /
+  /// item_cost` grain would split 444 rows as 442 + 2.
+  std::int64_t even_grain(std::int64_t n, std::int64_t item_cost, std::int64_t min_chunk_cost) const {
+    const std::int64_t total = n * std::max<std::int64_t>(item_cost, 1);
+    const std::int64_t parts = std::clamp<std::int64_t>(total / std::max<std::int64_t>(min_chunk_cost, 1), 1,
+                                                        num_threads());
+    return (n + parts - 1) / parts;
+  }
 
  private:
   using Body = FunctionRef<void(std::int64_t, std::int64_t)>;

@@ -153,7 +153,8 @@ Status Context::one_shot(std::string_view what, F record) {
         VkResult r = api_.vkWaitForFences(device_, 1, &fence, VK_TRUE, timeout_ns_);
         if (r == VK_TIMEOUT) {
           lost_ = true;
-          st = Status(StatusCode::kUnavailable, std::string("Vulkan: ") + std::string(what) + " timed out");
+          st = Status(StatusCode::kUnavailable, std::string("Vulkan: ") + std::string(what) +
+                                                         " did not finish within the timeout (KILN_VULKAN_TIMEOUT_MS)");
         } else {
           st = check(r, what);
         }

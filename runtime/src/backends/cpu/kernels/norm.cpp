@@ -135,9 +135,8 @@ Status softmax_op(std::string_view op, KernelFn self, KernelContext& ctx, Inputs
     float* dst = out[0].as<float>();
     if (inner == 1) {
       const auto row = log ? simd().log_softmax_row : simd().softmax_row;
-      // Rows split over the pool once there is enough work (~16K elements per thread).
-      const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1));
-      ctx.pool().parallel_for(outer, grain, [&](std::int64_t begin, std::int64_t end) {
+      // Rows split evenly over the pool once there are ~4K elements per thread.
+      ctx.pool().parallel_for(outer, ctx.pool().even_grain(outer, n, 4096), [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t o = begin; o < end; ++o) row(src + o * n, dst + o * n, n);
       });
     } else {
@@ -204,9 +203,11 @@ Status LayerNorm(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
     const auto row = simd().layer_norm_row;
     const float* wp = w != nullptr ? w->as<float>() : nullptr;
     const float* bp = b != nullptr ? b->as<float>() : nullptr;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      row(x.as<float>() + r * n, wp, bp, out[0].as<float>() + r * n, n, static_cast<float>(eps));
-    }
+    ctx.pool().parallel_for(rows, ctx.pool().even_grain(rows, n, 4096), [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) {
+        row(x.as<float>() + r * n, wp, bp, out[0].as<float>() + r * n, n, static_cast<float>(eps));
+      }
+    });
     return Status::Ok();
   }
   if (x.dtype == DType::kF64) {

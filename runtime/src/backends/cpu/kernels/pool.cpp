@@ -61,8 +61,7 @@ void max_pool(const T* x, T* y, const PoolGeometry& g, ThreadPool& pool) {
   const std::int64_t h = g.in.height, w = g.in.width;
   const std::int64_t planes = g.in.batch * g.in.channels;
   const std::int64_t rows = planes * g.oh;
-  pool.parallel_for(rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(w * g.kernel[0], 1)),
-                    [&](std::int64_t r0, std::int64_t r1) {
+  pool.parallel_for(rows, pool.even_grain(rows, w * g.kernel[0], 8192), [&](std::int64_t r0, std::int64_t r1) {
     std::vector<T> colmax(static_cast<std::size_t>(w));
     T* cm = colmax.data();
     for (std::int64_t r = r0; r < r1; ++r) {

@@ -22,7 +22,9 @@ std::vector<std::pair<Shape, Shape>> binary_shapes() {
   return {{{2, 3}, {2, 3}},     {{7}, {7}},           {{}, {}},          {{5, 3}, {}},
           {{}, {4}},            {{3, 1, 5}, {4, 1}},  {{4, 1}, {3, 1, 5}}, {{2, 3, 4}, {4}},
           {{2, 3, 4}, {3, 1}},  {{0, 3}, {3}},        {{1, 0}, {5, 1}},  {{33}, {1}},
-          {{1, 1, 17}, {2, 3, 1}}, {{2, 1, 3, 1}, {1, 4, 1, 5}}, {{257}, {257}}};
+          {{1, 1, 17}, {2, 3, 1}}, {{2, 1, 3, 1}, {1, 4, 1, 5}}, {{257}, {257}},
+          // flat runs over kParallelElements, split over the pool
+          {{257, 257}, {257, 257}}, {{66001}, {}}, {{}, {66001}}};
 }
 
 Tensor expected_binary(const Tensor& a, const Tensor& b, DType out_dtype, const Ref2& ref) {
@@ -228,7 +230,8 @@ TEST(BinaryKernels, RejectsBadShapesAndDtypes) {
 void check_unary(OpKind op, DType dtype, const Ref1& ref, double lo, double hi, const AttrList& attrs = {},
                  double rtol = 1e-5, double atol = 1e-6, DType out_dtype = DType::kF32, bool same_out = true) {
   std::mt19937 rng(static_cast<unsigned>(static_cast<int>(op) * 7 + 1));
-  for (const Shape& shape : std::vector<Shape>{{}, {1}, {7}, {3, 5}, {0, 4}, {2, 3, 37}, {1000}}) {
+  // {66001}: over kParallelElements, so the run is split over the pool.
+  for (const Shape& shape : std::vector<Shape>{{}, {1}, {7}, {3, 5}, {0, 4}, {2, 3, 37}, {1000}, {66001}}) {
     Tensor x = Tensor::random(dtype, shape, rng, lo, hi);
     const DType od = same_out ? dtype : out_dtype;
     std::vector<double> want(static_cast<std::size_t>(x.numel()));

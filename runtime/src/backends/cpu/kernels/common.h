@@ -23,6 +23,10 @@
 
 namespace kiln::cpu::kernels {
 
+/// Elementwise ops split a flat run over the pool from this many elements (a relu of 64K
+/// floats takes ~15 us, well above a pool dispatch).
+inline constexpr std::int64_t kParallelElements = 65536;
+
 using Inputs = std::span<const TensorView>;
 using Outputs = std::span<TensorView>;
 using Attrs = std::span<const AttrValue>;

@@ -7,6 +7,7 @@
 
 #include "backends/cpu/kernels/broadcast.h"
 #include "backends/cpu/kernels/common.h"
+#include "backends/cpu/thread_pool.h"
 #include "backends/cpu/kernels/kernels.h"
 
 namespace kiln::cpu::kernels {
@@ -215,7 +216,20 @@ Status same_dtype_op(std::string_view op, KernelFn self, KernelContext& ctx, Inp
     return invalid_input(op, "integer division by zero");
   }
   const bool ok = dispatch<Ds...>(in[0].dtype, [&]<DType D>() {
-    run_binary<CType<D>, CType<D>>(plan, in[0].data, in[1].data, out[0].data, f);
+    using T = CType<D>;
+    if (plan.rank == 1 && plan.numel >= kParallelElements) {
+      // One flat run (same shapes, or a scalar operand): split it over the pool.
+      const T* a = in[0].as<T>();
+      const T* b = in[1].as<T>();
+      T* o = out[0].as<T>();
+      const std::int64_t sa = plan.inner_stride(0), sb = plan.inner_stride(1);
+      ctx.pool().parallel_for(plan.numel, ctx.pool().even_grain(plan.numel, 1, kParallelElements / 2),
+                              [&](std::int64_t begin, std::int64_t end) {
+        binary_row(a + begin * sa, sa, b + begin * sb, sb, o + begin, end - begin, f);
+      });
+      return;
+    }
+    run_binary<T, T>(plan, in[0].data, in[1].data, out[0].data, f);
   });
   return ok ? Status::Ok() : unsupported_dtype(op, in[0].dtype, "a");
 }

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "backends/cpu/kernels/common.h"
+#include "backends/cpu/thread_pool.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/simd.h"
 
@@ -37,9 +38,14 @@ Status unary_op(std::string_view op, KernelFn self, KernelContext& ctx, Inputs i
                 Attrs attrs, F f) {
   KILN_RETURN_IF_ERROR(prepare(op, in, out));
   if (is_half_dtype(in[0].dtype)) return run_via_f32(self, ctx, in, out, attrs);
+  const std::int64_t n = in[0].numel();
   const bool ok = dispatch<Ds...>(in[0].dtype, [&]<DType D>() {
     using T = CType<D>;
-    map1<T, T>(in[0].data, out[0].data, in[0].numel(), f);
+    if (n < kParallelElements) return map1<T, T>(in[0].data, out[0].data, n, f);
+    const T* x = in[0].as<T>();
+    T* y = out[0].as<T>();
+    ctx.pool().parallel_for(n, ctx.pool().even_grain(n, 1, kParallelElements / 2),
+                            [&](std::int64_t begin, std::int64_t end) { map1<T, T>(x + begin, y + begin, end - begin, f); });
   });
   return ok ? Status::Ok() : unsupported_dtype(op, in[0].dtype, "x");
 }
@@ -53,7 +59,15 @@ Status simd_float_op(std::string_view op, KernelFn self, KernelContext& ctx, Inp
   KILN_RETURN_IF_ERROR(prepare(op, in, out));
   const std::int64_t n = in[0].numel();
   switch (in[0].dtype) {
-    case DType::kF32: (simd().*loop)(in[0].as<float>(), out[0].as<float>(), n); return Status::Ok();
+    case DType::kF32: {
+      const auto fn = simd().*loop;
+      const float* x = in[0].as<float>();
+      float* y = out[0].as<float>();
+      if (n < kParallelElements / 4) return fn(x, y, n), Status::Ok();  // these loops cost ~10x a relu
+      ctx.pool().parallel_for(n, ctx.pool().even_grain(n, 1, kParallelElements / 8),
+                              [&](std::int64_t begin, std::int64_t end) { fn(x + begin, y + begin, end - begin); });
+      return Status::Ok();
+    }
     case DType::kF64: map1<double, double>(in[0].data, out[0].data, n, f64); return Status::Ok();
     case DType::kF16:
     case DType::kBF16: return run_via_f32(self, ctx, in, out, attrs);

@@ -2,7 +2,10 @@
 // fold into the convolutions before them, before dead code goes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 #include <cstring>
 
 #include "kiln/export/export.h"
@@ -42,17 +45,22 @@ TEST(Passes, DataDependentOpsAreNotMerged) {
   EXPECT_EQ(count_ops(ep->program().graphs[0], OpKind::Nonzero), 2);
 }
 
-// Runs the exported program on x and compares with eager execution of the same code.
-void expect_runs_like_eager(const ExportedProgram& ep, const Tensor& x, const Tensor& want) {
+// Runs the exported program on x and compares with eager execution of the same code; the
+// op names of the profiled run go to `ops` when given.
+void expect_runs_like_eager(const ExportedProgram& ep, const Tensor& x, const Tensor& want,
+                            std::vector<std::string>* ops = nullptr) {
   auto bytes = serialize_bundle(ep.program());
   ASSERT_TRUE(bytes.ok()) << bytes.status().message();
   auto bundle = Bundle::from_bytes(*bytes);
   ASSERT_TRUE(bundle.ok()) << bundle.status().message();
   auto program = Program::load(std::move(bundle).value());
   ASSERT_TRUE(program.ok()) << program.status().message();
-  Session session(**program);
+  Session session(**program, {.profile = ops != nullptr});
   auto r = session.run(std::vector<HostValue>{HostValue::of({x.dtype(), x.concrete_shape(), x.bytes()})});
   ASSERT_TRUE(r.ok()) << r.status().message();
+  if (ops != nullptr) {
+    for (const RunStats::Op& op : session.last_stats().ops) ops->push_back(op.op);
+  }
   ASSERT_EQ(r->outputs[0].tensor.shape, want.concrete_shape());
   const auto w = want.to_vector<float>();
   std::vector<float> got(w.size());
@@ -97,6 +105,50 @@ TEST(Passes, BatchNormStaysWhenTheConvResultIsUsedElsewhere) {
   EXPECT_EQ(count_ops(ep->program().graphs[0], OpKind::BatchNorm), 1);
   EXPECT_EQ(ep->program().constants.size(), 6u);
   expect_runs_like_eager(*ep, x, model(x));
+}
+
+// The runtime fuses an activation into the linear or conv2d before it when nothing else
+// reads the intermediate: the profile names the fused kernel, the activation node is gone.
+TEST(Passes, RuntimeFusesActivationsIntoTheKernelBefore) {
+  const Tensor w = Tensor::randn({6, 4}, 11), b = Tensor::randn({6}, 12);
+  const Tensor cw = Tensor::randn({3, 6, 3, 3}, 13);
+  auto model = [&](Tensor x) {
+    Tensor a = relu(linear(x, w, b));
+    Tensor g = gelu(linear(add(x, x), w, b), "none");  // not linear(x): CSE would merge the two
+    Tensor t = gelu(linear(mul(x, x), w), "tanh");
+    Tensor s = silu(linear(relu(x), w, b));
+    Tensor c = relu(conv2d(reshape(cat({a, g, t, s}, 0), {1, 6, 4, 4}), cw, Tensor(), {1, 1}, {1, 1}));
+    Tensor l = linear(neg(x), w, b);
+    return add(sum(c), sum(add(relu(l), l)));  // l is read twice: not fused
+  };
+  const Tensor x = Tensor::randn({4, 4}, 14);
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  std::vector<std::string> ops;
+  expect_runs_like_eager(*ep, x, model(x), &ops);
+  auto has = [&](const std::string& name) { return std::count(ops.begin(), ops.end(), name); };
+  EXPECT_EQ(has("linear+relu"), 1);
+  EXPECT_EQ(has("linear+gelu"), 1);
+  EXPECT_EQ(has("linear+gelu_tanh"), 1);
+  EXPECT_EQ(has("linear+silu"), 1);
+  EXPECT_EQ(has("conv2d+relu"), 1);
+  EXPECT_EQ(has("linear"), 1);  // the one read twice
+  EXPECT_EQ(has("relu"), 2);    // its relu, and the one before the silu's linear
+  EXPECT_EQ(has("gelu") + has("silu"), 0);
+}
+
+// A linear whose rows depend on the data has no planned buffer: the fused activation's
+// node copies the result on instead of sharing its bytes.
+TEST(Passes, FusedActivationOnADataDependentSize) {
+  const Tensor w = Tensor::randn({3, 2}, 15);
+  auto model = [&](Tensor x) { return relu(linear(cast(nonzero(x), DType::kF32), w)); };
+  const std::vector<float> xv{0, 1, 0, 2, 3, 0, 0, 0, 4, 5, 6, 0};
+  const Tensor x = Tensor::from_floats({3, 4}, xv);
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  std::vector<std::string> ops;
+  expect_runs_like_eager(*ep, x, model(x), &ops);
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "linear+relu"), 1);
 }
 
 }  // namespace

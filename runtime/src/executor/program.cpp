@@ -171,6 +171,46 @@ GraphInfo analyze(const fb::Program& p, const Program::Impl& impl, std::uint32_t
   return info;
 }
 
+// A linear/conv2d on the CPU whose f32 result only the next node reads, an activation,
+// takes that activation into its kernel; the activation node then passes the bytes on.
+void fuse_activations(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
+  const auto* graph = p.graphs()->Get(g);
+  std::vector<std::uint32_t> readers(info.values.size(), 0);
+  for (const NodeInfo& ni : info.nodes) {
+    for (std::uint32_t v : ni.inputs) ++readers[v];
+  }
+  for (std::uint32_t n = 0; n + 1 < info.nodes.size(); ++n) {
+    NodeInfo& producer = info.nodes[n];
+    NodeInfo& act = info.nodes[n + 1];
+    if (producer.segment >= 0 || act.segment >= 0 || producer.outputs.size() != 1 || act.inputs.size() != 1 ||
+        act.outputs.size() != 1 || !info.bindings_of[n].empty() || !info.bindings_of[n + 1].empty() ||
+        producer.fused_away) {
+      continue;
+    }
+    const std::uint32_t v = producer.outputs[0];
+    const ValueInfo& vi = info.values[v];
+    if (act.inputs[0] != v || readers[v] != 1 || vi.graph_output || vi.kind != fb::ValueKind::Tensor ||
+        vi.dtype != DType::kF32 || info.values[act.outputs[0]].dtype != DType::kF32) {
+      continue;
+    }
+    cpu::FusedActivation kind = cpu::FusedActivation::kNone;
+    if (act.op == OpKind::Relu) kind = cpu::FusedActivation::kRelu;
+    if (act.op == OpKind::Silu) kind = cpu::FusedActivation::kSilu;
+    if (act.op == OpKind::Gelu) {
+      const auto* attrs = graph->nodes()->Get(n + 1)->attrs();
+      const auto* approx = count(attrs) > 0 ? attrs->Get(0)->s() : nullptr;
+      const std::string_view a = approx != nullptr ? approx->string_view() : std::string_view("none");
+      kind = a == "none" ? cpu::FusedActivation::kGeluErf : a == "tanh" ? cpu::FusedActivation::kGeluTanh
+                                                                       : cpu::FusedActivation::kNone;
+    }
+    if (!cpu::kernel_fuses(producer.op, kind)) continue;
+    producer.fused_act = kind;
+    act.fused_away = true;
+    act.alias_ok = true;
+    act.inplace_ok = false;
+  }
+}
+
 // Consecutive nodes the accelerator supports form a segment. Nodes that bind symbols or
 // produce kernel-sized outputs, and control flow, stay on the CPU.
 void partition(const fb::Program& p, std::uint32_t g, const backend::Backend& acc, GraphInfo& info) {
@@ -312,6 +352,7 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
       for (std::uint32_t g = 0; g < count(p.graphs()); ++g) partition(p, g, *impl.accelerator, impl.graphs[g]);
     }
   }
+  for (std::uint32_t g = 0; g < count(p.graphs()); ++g) fuse_activations(p, g, impl.graphs[g]);
   if (options.prepack_weights) KILN_RETURN_IF_ERROR(pack_weights(p, *bundle, impl));
   program->bundle_ = std::move(bundle);
   return std::shared_ptr<const Program>(std::move(program));

@@ -30,6 +30,10 @@ struct NodeInfo {
   std::uint32_t debug = 0;
   std::int32_t segment = -1;           // accelerator segment this node belongs to
   const cpu::PackedB* packed_b = nullptr;  // input 1 (a constant weight) packed at load
+  // Activation fusion (CPU nodes): this node's kernel applies `fused_act` to its output,
+  // and the activation node after it is `fused_away` (its output aliases this one's).
+  cpu::FusedActivation fused_act = cpu::FusedActivation::kNone;
+  bool fused_away = false;
 };
 
 struct ValueInfo {

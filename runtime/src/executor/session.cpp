@@ -636,9 +636,11 @@ namespace {
 class KernelCtx final : public cpu::KernelContext {
  public:
   using Alloc = cpu::FunctionRef<void*(int, std::size_t)>;
-  KernelCtx(std::span<TensorView> outs, cpu::ThreadPool& pool, Alloc alloc, const cpu::PackedB* packed_b1)
-      : outs_(outs), pool_(pool), alloc_(alloc), packed_b1_(packed_b1) {}
+  KernelCtx(std::span<TensorView> outs, cpu::ThreadPool& pool, Alloc alloc, const cpu::PackedB* packed_b1,
+            cpu::FusedActivation act)
+      : outs_(outs), pool_(pool), alloc_(alloc), packed_b1_(packed_b1), act_(act) {}
   const cpu::PackedB* packed_b(int index) const override { return index == 1 ? packed_b1_ : nullptr; }
+  cpu::FusedActivation fused_activation() const override { return act_; }
   Result<TensorView> allocate_output(int index, DType dtype, std::span<const std::int64_t> shape) override {
     if (index < 0 || static_cast<std::size_t>(index) >= outs_.size()) return Status(StatusCode::kInternal, "bad output index");
     if (shape.size() > cpu::kMaxRank) return Status(StatusCode::kInternal, "output rank above the maximum");
@@ -653,6 +655,7 @@ class KernelCtx final : public cpu::KernelContext {
   cpu::ThreadPool& pool_;
   Alloc alloc_;
   const cpu::PackedB* packed_b1_;
+  cpu::FusedActivation act_;
 };
 
 }  // namespace
@@ -753,6 +756,10 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
   }
   // A reshape sharing its input's bytes has nothing to do.
   if (ni.alias_ok && out.size() == 1 && !ins.empty() && out[0].data == ins[0].data && out[0].data != nullptr) return Status::Ok();
+  if (ni.fused_away) {  // the node before applied this activation; unplanned bytes are copied
+    std::memcpy(out[0].data, ins[0].data, ins[0].nbytes());
+    return Status::Ok();
+  }
   NodeAttrs dyn_attrs;
   const NodeAttrs* attrs = &f.plan->attrs[n];
   if (!f.plan->attrs_ready[n]) {
@@ -760,14 +767,16 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
     attrs = &dyn_attrs;
   }
   auto alloc = [&](int index, std::size_t bytes) { return heap_alloc(f, ni.outputs[static_cast<std::size_t>(index)], bytes); };
-  KernelCtx ctx(out, pool, alloc, ni.packed_b);
+  KernelCtx ctx(out, pool, alloc, ni.packed_b, ni.fused_act);
   const auto t0 = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const Status st = ni.kernel(ctx, ins, out, attrs->values);
   if (options.profile) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::string where = location(p, ni.debug);
     if (where.size() > 3) where = where.substr(2, where.size() - 3);
-    stats.ops.push_back({std::string(op_info(ni.op).name), where, ms});
+    std::string name(op_info(ni.op).name);
+    if (ni.fused_act != cpu::FusedActivation::kNone) name = name + "+" + cpu::activation_name(ni.fused_act);
+    stats.ops.push_back({std::move(name), where, ms});
   }
   if (!st.ok()) {
     return Status(st.code(), st.message() + " [" + graph_name(f.graph_id) + ", node " + std::to_string(n) + "]" + location(p, ni.debug));

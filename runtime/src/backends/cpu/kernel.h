@@ -57,6 +57,19 @@ struct AttrValue {
 class ThreadPool;
 class PackedB;
 
+/// An activation the executor fused into the node before it (a linear followed by a relu
+/// whose input nothing else reads): that node's kernel applies it to its own result, and
+/// the activation node only passes the bytes on.
+enum class FusedActivation : std::uint8_t { kNone, kRelu, kGeluErf, kGeluTanh, kSilu };
+
+/// Whether the kernel of `op` applies `act` when its context asks (linear: all of them, in
+/// the SGEMM epilogue; conv2d: relu). Only f32 outputs are fused.
+bool kernel_fuses(OpKind op, FusedActivation act);
+/// Applies `act` to n floats in place (the fallback of a kernel that fused it).
+void apply_activation(FusedActivation act, float* y, std::int64_t n);
+/// "relu", "gelu", "gelu_tanh", "silu" ("" for kNone): how profiles name a fused node.
+const char* activation_name(FusedActivation act);
+
 class KernelContext {
  public:
   virtual ~KernelContext() = default;
@@ -73,6 +86,9 @@ class KernelContext {
     (void)index;
     return nullptr;
   }
+  /// The activation to apply to the output (see FusedActivation); kNone unless the
+  /// executor fused one into a kernel for which kernel_fuses() holds.
+  virtual FusedActivation fused_activation() const { return FusedActivation::kNone; }
 };
 
 using KernelFn = Status (*)(KernelContext& ctx, std::span<const TensorView> inputs,

@@ -4,6 +4,7 @@
 #include <cstddef>
 
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/kernels/simd.h"
 #include "backends/cpu/kernels/kernels.h"
 
 namespace kiln::cpu {
@@ -16,6 +17,35 @@ constexpr std::array<KernelFn, kOpCount> kKernels = {
 };
 
 }  // namespace
+
+bool kernel_fuses(OpKind op, FusedActivation act) {
+  if (act == FusedActivation::kNone) return false;
+  return op == OpKind::Linear || (op == OpKind::Conv2d && act == FusedActivation::kRelu);
+}
+
+void apply_activation(FusedActivation act, float* y, std::int64_t n) {
+  const kernels::SimdKernels& k = kernels::simd();
+  switch (act) {
+    case FusedActivation::kNone: return;
+    case FusedActivation::kRelu:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = y[i] < 0.0f ? 0.0f : y[i];  // NaN stays NaN
+      return;
+    case FusedActivation::kGeluErf: return k.gelu_erf(y, y, n);
+    case FusedActivation::kGeluTanh: return k.gelu_tanh(y, y, n);
+    case FusedActivation::kSilu: return k.silu(y, y, n);
+  }
+}
+
+const char* activation_name(FusedActivation act) {
+  switch (act) {
+    case FusedActivation::kNone: return "";
+    case FusedActivation::kRelu: return "relu";
+    case FusedActivation::kGeluErf: return "gelu";
+    case FusedActivation::kGeluTanh: return "gelu_tanh";
+    case FusedActivation::kSilu: return "silu";
+  }
+  return "";
+}
 
 KernelFn cpu_kernel(OpKind op) {
   const auto index = static_cast<std::size_t>(op);

@@ -143,7 +143,7 @@ bool use_direct(const ConvGeometry& g) {
 }
 
 Status conv_direct(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g,
-                   ThreadPool& pool) {
+                   ThreadPool& pool, bool relu) {
   const std::int64_t cin = g.group_in(), cout = g.group_out(), taps = g.kh * g.kw;
   const std::int64_t sw = g.stride[1];
   const std::int64_t hp = g.in.height + 2 * g.padding[0];
@@ -228,6 +228,7 @@ Status conv_direct(const float* x, const float* w, const float* bias, float* y, 
       a.out_channels = cout;
       a.out_plane = g.oh * g.ow;
       a.ow = g.ow;
+      a.relu = relu;
       rows(a, oy0, oy1);
       begin += oy1 - oy0;
     }
@@ -237,7 +238,6 @@ Status conv_direct(const float* x, const float* w, const float* bias, float* y, 
 
 Status conv_f32(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g, ThreadPool& pool) {
   const std::int64_t patch = g.patch();
-  if (g.group_in() > 1 && use_direct(g)) return conv_direct(x, w, bias, y, g, pool);
   const bool depthwise = g.group_in() == 1 && g.group_out() == 1;
   const bool direct = depthwise || (g.kh == 1 && g.kw == 1 && g.stride[0] == 1 && g.stride[1] == 1 &&
                                     g.padding[0] == 0 && g.padding[1] == 0);
@@ -325,8 +325,12 @@ Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   const auto expected = planes_shape(x, g.out_channels, g.oh, g.ow);
   KILN_RETURN_IF_ERROR(check_out_shape("conv2d", out[0], std::span<const std::int64_t>(expected.data(), x.rank)));
   if (out[0].numel() == 0) return Status::Ok();
-  return conv_f32(x.as<float>(), w.as<float>(), bias != nullptr ? bias->as<float>() : nullptr,
-                  out[0].as<float>(), g, ctx.pool());
+  const float* bp = bias != nullptr ? bias->as<float>() : nullptr;
+  const bool relu = ctx.fused_activation() == FusedActivation::kRelu;
+  if (g.group_in() > 1 && use_direct(g)) return conv_direct(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.pool(), relu);
+  KILN_RETURN_IF_ERROR(conv_f32(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.pool()));
+  apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
+  return Status::Ok();
 }
 
 }  // namespace kiln::cpu::kernels

@@ -340,6 +340,13 @@ Status Linear(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
       params.bias = bias->as<const float>();
       params.bias_kind = GemmBias::kPerColumn;
     }
+    switch (ctx.fused_activation()) {
+      case FusedActivation::kNone: break;
+      case FusedActivation::kRelu: params.activation = GemmActivation::kRelu; break;
+      case FusedActivation::kGeluErf: params.activation = GemmActivation::kGeluErf; break;
+      case FusedActivation::kGeluTanh: params.activation = GemmActivation::kGeluTanh; break;
+      case FusedActivation::kSilu: params.activation = GemmActivation::kSilu; break;
+    }
     const PackedB* packed = ctx.packed_b(1);
     const Status st = packed != nullptr && packed->k() == k && packed->n() == n ? sgemm_prepacked(params, *packed, &ctx.pool())
                                                                                : sgemm(params, &ctx.pool());
@@ -358,6 +365,7 @@ Status Linear(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
       }
     });
   }
+  if (out[0].dtype == DType::kF32) apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
   return Status::Ok();
 }
 

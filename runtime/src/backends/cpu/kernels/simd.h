@@ -27,6 +27,7 @@ struct ConvDirectArgs {
   const float* bias4;
   float* output;  // [out_channels][oh][ow]
   std::int64_t out_channels, out_plane, ow;
+  bool relu;  // max(x, 0) on the way out
 };
 
 struct SimdKernels {

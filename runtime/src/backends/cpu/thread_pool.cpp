@@ -1,6 +1,7 @@
 #include "backends/cpu/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -9,14 +10,6 @@
 namespace kiln::cpu {
 namespace {
 
-// Spin iterations (PAUSE, ~70 ns each on Zen 4: ~70 us in all) before a thread sleeps. A
-// kernel sequence issues parallel_for calls microseconds apart; a short spin avoids a futex
-// wake-up for each, while the bound keeps idle workers from taking a core from other work.
-constexpr int kSpinIterations = 1000;
-
-// The pool whose parallel_for body the current thread is running, to run nested calls inline.
-thread_local const ThreadPool* t_running_pool = nullptr;
-
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
@@ -24,6 +17,28 @@ inline void cpu_relax() {
   asm volatile("yield");
 #endif
 }
+
+// How long a thread spins (PAUSE) before it sleeps. A kernel sequence issues parallel_for
+// calls microseconds apart, with serial kernels of up to ~100 us between them; a spin that
+// outlasts those gaps avoids a futex wake-up for each call, which costs 5-10 us on bare
+// metal and up to ~50 us for a sleeping vCPU. The bound keeps idle workers from taking a
+// core from other work for longer than that.
+constexpr auto kSpinTime = std::chrono::microseconds(70);
+
+// Spins until done() or kSpinTime passed; true when done() held.
+template <typename Done>
+bool spin_until(Done done) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 1;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() - start > kSpinTime) return done();
+  }
+}
+
+// The pool whose parallel_for body the current thread is running, to run nested calls inline.
+thread_local const ThreadPool* t_running_pool = nullptr;
+
 
 class RunningPoolScope {
  public:
@@ -114,20 +129,14 @@ void ThreadPool::run_chunks(std::uint32_t generation) {
 
 void ThreadPool::wait_for_chunks(std::int64_t total) {
   auto done = [&] { return chunks_done_.load(std::memory_order_acquire) == total; };
-  for (int i = 0; i < kSpinIterations; ++i) {
-    if (done()) return;
-    cpu_relax();
-  }
+  if (spin_until(done)) return;
   std::unique_lock<std::mutex> lock(mutex_);
   done_cv_.wait(lock, done);
 }
 
 bool ThreadPool::wait_for_job(std::uint32_t seen) {
   auto published = [&] { return job_state_.load(std::memory_order_acquire) >> 32 != seen; };
-  for (int i = 0; i < kSpinIterations; ++i) {
-    if (published()) return true;
-    cpu_relax();
-  }
+  if (spin_until(published)) return true;
   std::unique_lock<std::mutex> lock(mutex_);
   wake_cv_.wait(lock, [&] { return stop_ || published(); });
   return !stop_;

@@ -1,0 +1,176 @@
+// conv2d throughput: Kiln's conv2d kernel (whatever path it picks: the direct AVX2
+// convolution up to 64 output channels per group, im2col + SGEMM above) against im2col +
+// OpenBLAS sgemm, the classic CPU lowering (PyTorch's slow_conv2d), on the same inputs.
+//
+//   kiln_conv_bench --benchmark_min_time=0.5 --benchmark_repetitions=3
+//
+// Reports GFLOP/s as "GFLOP=x/s" (2 * N * O * OH * OW * C/groups * KH * KW per call, wall-clock). The
+// shapes are the 3x3 convolutions of the convnet fixture (16 and 32 channels) and of
+// ResNet-style stages (64 to 256 channels). Numbers are noisy on a shared machine: repeat
+// and take the best.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#if defined(KILN_HAVE_OPENBLAS)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+#include <cblas.h>
+#pragma GCC diagnostic pop
+extern "C" void openblas_set_num_threads(int);
+#endif
+
+#include "backends/cpu/kernel.h"
+#include "backends/cpu/thread_pool.h"
+
+namespace kiln::cpu {
+namespace {
+
+struct Case {
+  std::int64_t n, c, h, w, o, k, stride;
+};
+
+// Indexed by benchmark argument.
+constexpr std::array<Case, 7> kCases = {{
+    {3, 16, 32, 32, 16, 3, 1},   // convnet block at 64 px, batch 3
+    {2, 16, 48, 48, 16, 3, 1},   // convnet block at 96 px, batch 2
+    {3, 3, 64, 64, 16, 3, 2},    // convnet stem
+    {1, 32, 28, 28, 32, 3, 1},
+    {1, 64, 56, 56, 64, 3, 1},   // ResNet stage 1
+    {1, 128, 28, 28, 128, 3, 1}, // stage 2
+    {1, 256, 14, 14, 256, 3, 1}, // stage 3
+}};
+
+std::int64_t out_size(std::int64_t in, std::int64_t k, std::int64_t s) { return (in + 2 * (k / 2) - k) / s + 1; }
+
+double flops(const Case& c) {
+  return 2.0 * static_cast<double>(c.n * c.o * out_size(c.h, c.k, c.stride) * out_size(c.w, c.k, c.stride) * c.c * c.k * c.k);
+}
+
+ThreadPool& pool_for(int threads) {
+  static ThreadPool one(1);
+  static ThreadPool two(2);
+  return threads == 1 ? one : two;
+}
+
+class BenchContext final : public KernelContext {
+ public:
+  explicit BenchContext(ThreadPool& pool) : pool_(pool) {}
+  Result<TensorView> allocate_output(int, DType, std::span<const std::int64_t>) override {
+    return Status(StatusCode::kInternal, "not used");
+  }
+  ThreadPool& pool() override { return pool_; }
+
+ private:
+  ThreadPool& pool_;
+};
+
+TensorView view(std::vector<float>& data, std::initializer_list<std::int64_t> shape) {
+  TensorView v;
+  v.dtype = DType::kF32;
+  v.rank = static_cast<int>(shape.size());
+  std::copy(shape.begin(), shape.end(), v.shape.begin());
+  v.data = data.data();
+  return v;
+}
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+void BM_KilnConv2d(benchmark::State& state) {
+  const Case& c = kCases[static_cast<std::size_t>(state.range(0))];
+  const int threads = static_cast<int>(state.range(1));
+  const std::int64_t oh = out_size(c.h, c.k, c.stride), ow = out_size(c.w, c.k, c.stride);
+  std::vector<float> x = random_floats(static_cast<std::size_t>(c.n * c.c * c.h * c.w), 1);
+  std::vector<float> w = random_floats(static_cast<std::size_t>(c.o * c.c * c.k * c.k), 2);
+  std::vector<float> b = random_floats(static_cast<std::size_t>(c.o), 3);
+  std::vector<float> y(static_cast<std::size_t>(c.n * c.o * oh * ow));
+  const std::array<TensorView, 3> in{view(x, {c.n, c.c, c.h, c.w}), view(w, {c.o, c.c, c.k, c.k}), view(b, {c.o})};
+  std::array<TensorView, 1> out{view(y, {c.n, c.o, oh, ow})};
+  const std::array<std::int64_t, 2> stride{c.stride, c.stride}, pad{c.k / 2, c.k / 2}, dil{1, 1};
+  std::array<AttrValue, 4> attrs{};
+  attrs[0].type = attrs[1].type = attrs[2].type = AttrType::kInts;
+  attrs[0].ints = stride;
+  attrs[1].ints = pad;
+  attrs[2].ints = dil;
+  attrs[3].type = AttrType::kInt;
+  attrs[3].i = 1;
+  BenchContext ctx(pool_for(threads));
+  const KernelFn conv = cpu_kernel(OpKind::Conv2d);
+  for (auto _ : state) {
+    const Status s = conv(ctx, in, out, attrs);
+    if (!s.ok()) {
+      state.SkipWithError(s.message().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP"] = benchmark::Counter(flops(c) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+#if defined(KILN_HAVE_OPENBLAS)
+// im2col (one image at a time, the whole patch matrix) + cblas_sgemm, then the bias.
+void BM_Im2colOpenBlas(benchmark::State& state) {
+  const Case& c = kCases[static_cast<std::size_t>(state.range(0))];
+  openblas_set_num_threads(static_cast<int>(state.range(1)));
+  const std::int64_t oh = out_size(c.h, c.k, c.stride), ow = out_size(c.w, c.k, c.stride), pad = c.k / 2;
+  std::vector<float> x = random_floats(static_cast<std::size_t>(c.n * c.c * c.h * c.w), 1);
+  std::vector<float> w = random_floats(static_cast<std::size_t>(c.o * c.c * c.k * c.k), 2);
+  std::vector<float> b = random_floats(static_cast<std::size_t>(c.o), 3);
+  std::vector<float> y(static_cast<std::size_t>(c.n * c.o * oh * ow));
+  std::vector<float> col(static_cast<std::size_t>(c.c * c.k * c.k * oh * ow));
+  for (auto _ : state) {
+    for (std::int64_t img = 0; img < c.n; ++img) {
+      const float* src = x.data() + img * c.c * c.h * c.w;
+      for (std::int64_t ch = 0; ch < c.c; ++ch) {
+        for (std::int64_t i = 0; i < c.k; ++i) {
+          for (std::int64_t j = 0; j < c.k; ++j) {
+            float* dst = col.data() + ((ch * c.k + i) * c.k + j) * oh * ow;
+            for (std::int64_t oy = 0; oy < oh; ++oy) {
+              const std::int64_t iy = oy * c.stride - pad + i;
+              for (std::int64_t ox = 0; ox < ow; ++ox) {
+                const std::int64_t ix = ox * c.stride - pad + j;
+                dst[oy * ow + ox] = iy >= 0 && iy < c.h && ix >= 0 && ix < c.w ? src[(ch * c.h + iy) * c.w + ix] : 0.0f;
+              }
+            }
+          }
+        }
+      }
+      float* out = y.data() + img * c.o * oh * ow;
+      for (std::int64_t o = 0; o < c.o; ++o) std::fill(out + o * oh * ow, out + (o + 1) * oh * ow, b[static_cast<std::size_t>(o)]);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(c.o), static_cast<int>(oh * ow),
+                  static_cast<int>(c.c * c.k * c.k), 1.0f, w.data(), static_cast<int>(c.c * c.k * c.k), col.data(),
+                  static_cast<int>(oh * ow), 1.0f, out, static_cast<int>(oh * ow));
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP"] = benchmark::Counter(flops(c) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+#endif
+
+void Args(benchmark::internal::Benchmark* b) {
+  for (int i = 0; i < static_cast<int>(kCases.size()); ++i) {
+    for (int t : {1, 2}) b->Args({i, t});
+  }
+  b->ArgNames({"case", "threads"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+
+BENCHMARK(BM_KilnConv2d)->Apply(Args);
+#if defined(KILN_HAVE_OPENBLAS)
+BENCHMARK(BM_Im2colOpenBlas)->Apply(Args);
+#endif
+
+}  // namespace
+}  // namespace kiln::cpu
+
+BENCHMARK_MAIN();

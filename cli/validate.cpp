@@ -30,16 +30,6 @@ HostValue test_value(const Bundle& b, const fb::TestTensor& t) {
   return HostValue::of(std::move(h));
 }
 
-double element(const HostTensor& t, std::size_t i) {
-  switch (t.dtype) {
-    case DType::kF32: { float f; std::memcpy(&f, t.data.data() + 4 * i, 4); return f; }
-    case DType::kF64: { double d; std::memcpy(&d, t.data.data() + 8 * i, 8); return d; }
-    case DType::kI64: { std::int64_t v; std::memcpy(&v, t.data.data() + 8 * i, 8); return static_cast<double>(v); }
-    case DType::kI32: { std::int32_t v; std::memcpy(&v, t.data.data() + 4 * i, 4); return v; }
-    default: return t.data[i * dtype_size(t.dtype)];
-  }
-}
-
 // Compares one output; fills `report` and returns whether it passed.
 bool compare(const HostValue& got, const HostValue& want, const fb::TestTensor& spec, json& report) {
   if (want.is_int) {
@@ -59,7 +49,7 @@ bool compare(const HostValue& got, const HostValue& want, const fb::TestTensor& 
   std::size_t worst = 0, failures = 0;
   const std::size_t n = static_cast<std::size_t>(w.numel());
   for (std::size_t i = 0; i < n; ++i) {
-    const double a = element(g, i), b = element(w, i);
+    const double a = g.element(i), b = w.element(i);
     const double diff = (std::isnan(a) || std::isnan(b)) ? (std::isnan(a) && std::isnan(b) ? 0.0 : INFINITY)
                         : (a == b ? 0.0 : std::fabs(a - b));
     const bool ok = exact ? diff == 0.0 : diff <= spec.atol() + spec.rtol() * std::fabs(b);

@@ -116,10 +116,12 @@ std::vector<std::uint8_t> encode_npy(const HostTensor& t) {
   const std::size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
-  std::vector<std::uint8_t> out = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
-                                   static_cast<std::uint8_t>(header.size() & 0xFF), static_cast<std::uint8_t>(header.size() >> 8)};
-  out.insert(out.end(), header.begin(), header.end());
-  out.insert(out.end(), t.data.begin(), t.data.end());
+  const std::uint8_t magic[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<std::uint8_t>(header.size() & 0xFF),
+                                  static_cast<std::uint8_t>(header.size() >> 8)};
+  std::vector<std::uint8_t> out(sizeof(magic) + header.size() + t.data.size());
+  std::memcpy(out.data(), magic, sizeof(magic));
+  std::memcpy(out.data() + sizeof(magic), header.data(), header.size());
+  if (!t.data.empty()) std::memcpy(out.data() + sizeof(magic) + header.size(), t.data.data(), t.data.size());
   return out;
 }
 

@@ -33,21 +33,11 @@ std::string fixture_name(const ::testing::TestParamInfo<Fixture>& info) {
   return info.param.model + (info.param.file == "model.pt2" ? "_training" : "_core") + "_" + info.param.backend;
 }
 
-double element(const HostTensor& t, std::size_t i) {
-  switch (t.dtype) {
-    case DType::kF32: { float f; std::memcpy(&f, t.data.data() + 4 * i, 4); return f; }
-    case DType::kF64: { double d; std::memcpy(&d, t.data.data() + 8 * i, 8); return d; }
-    case DType::kI64: { std::int64_t v; std::memcpy(&v, t.data.data() + 8 * i, 8); return static_cast<double>(v); }
-    case DType::kI32: { std::int32_t v; std::memcpy(&v, t.data.data() + 4 * i, 4); return v; }
-    default: return t.data[i * dtype_size(t.dtype)];
-  }
-}
-
 ::testing::AssertionResult matches(const HostValue& got, const HostTensor& want, double rtol = 1e-4, double atol = 1e-5) {
   if (got.is_int) {
     if (want.numel() != 1) return ::testing::AssertionFailure() << "got an int, expected a tensor";
-    if (static_cast<double>(got.int_value) != element(want, 0)) {
-      return ::testing::AssertionFailure() << "int " << got.int_value << " != " << element(want, 0);
+    if (static_cast<double>(got.int_value) != want.element(0)) {
+      return ::testing::AssertionFailure() << "int " << got.int_value << " != " << want.element(0);
     }
     return ::testing::AssertionSuccess();
   }
@@ -57,7 +47,7 @@ double element(const HostTensor& t, std::size_t i) {
   }
   if (g.dtype != want.dtype) return ::testing::AssertionFailure() << "dtype " << dtype_name(g.dtype) << " != " << dtype_name(want.dtype);
   for (std::size_t i = 0; i < static_cast<std::size_t>(want.numel()); ++i) {
-    const double a = element(g, i), b = element(want, i);
+    const double a = g.element(i), b = want.element(i);
     if (std::isnan(a) && std::isnan(b)) continue;
     if (!(std::abs(a - b) <= atol + rtol * std::abs(b))) {
       return ::testing::AssertionFailure() << "element " << i << ": " << a << " != " << b;
@@ -82,7 +72,7 @@ class FixtureTest : public ::testing::TestWithParam<Fixture> {
       auto t = read_npy_any_order((folder() / c["inputs"][key].get<std::string>()).string());
       EXPECT_TRUE(t.ok()) << t.status().message();
       if (!t.ok()) return {};
-      if (p.inputs[i].is_int) out.push_back(HostValue::integer(static_cast<std::int64_t>(element(*t, 0))));
+      if (p.inputs[i].is_int) out.push_back(HostValue::integer(static_cast<std::int64_t>(t->element(0))));
       else out.push_back(HostValue::of(std::move(*t)));
     }
     return out;

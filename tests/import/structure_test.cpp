@@ -187,7 +187,9 @@ TEST_F(ImportStructure, RepeatedRegionIsOneSubgraphCalledFourTimes) {
     const ir::Graph& g = p.graphs[static_cast<std::size_t>(p.entry)];
     EXPECT_EQ(count_ops(g, OpKind::InvokeSubgraph), 4) << file;
     for (const auto& n : g.nodes) {
-      if (n.op == OpKind::InvokeSubgraph) EXPECT_EQ(n.subgraphs, std::vector<int>{1 - p.entry});
+      if (n.op == OpKind::InvokeSubgraph) {
+        EXPECT_EQ(n.subgraphs, std::vector<int>{1 - p.entry});
+      }
     }
   }
 }

@@ -248,7 +248,9 @@ TEST(Executor, ReusedResultKeepsItsBuffers) {
     const Tensor x = Tensor::randn({5, 64}, static_cast<std::uint64_t>(seed));
     ASSERT_TRUE(session.run(std::vector<HostValue>{HostValue::of(host(x))}, result).ok());
     expect_close(result.outputs[0].tensor, model(x));
-    if (buffer != nullptr) EXPECT_EQ(result.outputs[0].tensor.data.data(), buffer) << "reallocated on run " << seed;
+    if (buffer != nullptr) {
+      EXPECT_EQ(result.outputs[0].tensor.data.data(), buffer) << "reallocated on run " << seed;
+    }
     buffer = result.outputs[0].tensor.data.data();
   }
   const Status bad = session.run(std::vector<HostValue>{HostValue::integer(3)}, result);
@@ -268,6 +270,41 @@ TEST(Executor, MissingOpsAreListedAtLoad) {
   EXPECT_EQ(program.status().code(), StatusCode::kUnsupported);
   EXPECT_EQ(exit_code(program.status().code()), 6);
   EXPECT_EQ(program.status().message(), "this build cannot run 2 ops used by the bundle: frobnicate (2 nodes), warp_drive (2 nodes)");
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(HostTensor, ElementReadsEveryDtype) {
+  auto make = [](DType dt, std::vector<std::uint8_t> bytes) {
+    HostTensor t;
+    t.dtype = dt;
+    t.shape = {static_cast<std::int64_t>(bytes.size() / dtype_size(dt))};
+    t.data = std::move(bytes);
+    return t;
+  };
+  auto bytes_of = [](auto... v) {
+    std::vector<std::uint8_t> out;
+    (..., [&] {
+      const auto* p = reinterpret_cast<const std::uint8_t*>(&v);
+      out.insert(out.end(), p, p + sizeof(v));
+    }());
+    return out;
+  };
+  EXPECT_EQ(make(DType::kF32, bytes_of(1.5f, -2.25f)).element(1), -2.25);
+  EXPECT_EQ(make(DType::kF64, bytes_of(0.1)).element(0), 0.1);
+  EXPECT_EQ(make(DType::kF16, bytes_of(std::uint16_t{0x3e00}, std::uint16_t{0xc000})).element(0), 1.5);  // half 1.5, -2
+  EXPECT_EQ(make(DType::kF16, bytes_of(std::uint16_t{0x3e00}, std::uint16_t{0xc000})).element(1), -2.0);
+  EXPECT_EQ(make(DType::kBF16, bytes_of(std::uint16_t{0x3fc0})).element(0), 1.5);
+  EXPECT_EQ(make(DType::kI8, bytes_of(std::int8_t{-7})).element(0), -7.0);
+  EXPECT_EQ(make(DType::kI16, bytes_of(std::int16_t{-300})).element(0), -300.0);
+  EXPECT_EQ(make(DType::kI32, bytes_of(std::int32_t{1} << 30)).element(0), 1073741824.0);
+  EXPECT_EQ(make(DType::kI64, bytes_of(std::int64_t{-5}, std::int64_t{1} << 40)).element(1), 1099511627776.0);
+  EXPECT_EQ(make(DType::kU8, bytes_of(std::uint8_t{200})).element(0), 200.0);
+  EXPECT_EQ(make(DType::kBool, bytes_of(std::uint8_t{0}, std::uint8_t{7})).element(1), 1.0);
 }
 
 }  // namespace

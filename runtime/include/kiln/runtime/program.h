@@ -38,6 +38,9 @@ struct HostTensor {
     for (std::int64_t d : shape) n *= d;
     return n;
   }
+  /// Element i (C order) of any dtype as a double (halves widened, bool as 0/1); i must be
+  /// below numel() and data must hold numel() elements.
+  double element(std::int64_t i) const;
 };
 
 /// An input or output: a tensor or an int.

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite (what CI runs): dependencies, a dev build with every test (samples
 # included), an install of it used by a find_package(kiln) consumer, the
-# loader tests under ASan+UBSan, the runtime-only -fno-exceptions build, and a bounded
-# fuzzing run of the loader. Idempotent; build folders are reused (build/<preset>).
+# loader tests under ASan+UBSan, the executor and kernel tests under TSan (8 sessions on
+# one Program, the thread pool, every threaded kernel), the runtime-only -fno-exceptions
+# build, and a bounded fuzzing run of the loader. Idempotent; build folders are reused (build/<preset>).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${KILN_JOBS:-2}"
@@ -49,6 +50,12 @@ cmake --preset asan >/dev/null
 cmake --build --preset asan -j"$jobs" --target kiln_format_tests kiln_runtime
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ./build/asan/tests/kiln_format_tests --gtest_brief=1
+
+step "executor and kernel tests under TSan"
+cmake --preset tsan -DKILN_VULKAN=OFF >/dev/null
+cmake --build --preset tsan -j"$jobs" --target kiln_runtime_tests kiln_kernel_tests
+TSAN_OPTIONS=halt_on_error=1 ./build/tsan/tests/kiln_runtime_tests --gtest_brief=1
+TSAN_OPTIONS=halt_on_error=1 KILN_TEST_THREADS=2 ./build/tsan/tests/kiln_kernel_tests --gtest_brief=1
 
 step "runtime-only build (-fno-exceptions, no export code)"
 cmake --preset runtime-only >/dev/null

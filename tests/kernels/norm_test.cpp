@@ -17,7 +17,9 @@ const double kInf = std::numeric_limits<double>::infinity();
 TEST(SoftmaxKernels, AlongEveryDimStable) {
   std::mt19937 rng(1);
   for (DType dt : {DType::kF32, DType::kF64, DType::kBF16}) {
-    for (const Shape& shape : std::vector<Shape>{{7}, {3, 5}, {2, 3, 4}, {2, 0, 3}, {4, 1000}, {3, 300, 2}, {1}}) {
+    // {9, 37}, {5, 4, 13}: rows taken 4 at a time, then one by one.
+    for (const Shape& shape : std::vector<Shape>{{7}, {3, 5}, {2, 3, 4}, {2, 0, 3}, {4, 1000}, {3, 300, 2}, {1}, {9, 37},
+                                                 {5, 4, 13}}) {
       Tensor x = Tensor::random(dt, shape, rng, -50, 50);  // large spread: needs the max shift
       for (int dim = 0; dim < static_cast<int>(shape.size()); ++dim) {
         for (bool log : {false, true}) {
@@ -53,6 +55,17 @@ TEST(SoftmaxKernels, NaNRowsAndScalars) {
   ASSERT_TRUE(run(OpKind::Softmax, {&x}, {&out}, AttrList().i(1)).ok());
   EXPECT_TRUE(std::isnan(out.at(0)) && std::isnan(out.at(2)));
   EXPECT_FALSE(std::isnan(out.at(3)));
+  // Rows 4 at a time: a NaN row, a fully masked row (all -inf: NaN, as in PyTorch), a row
+  // with one finite element, and a plain one.
+  const double inf = kInf;
+  Tensor m = Tensor::of(DType::kF32, {5, 3}, {1, kNaN, 2, -inf, -inf, -inf, -inf, 4, -inf, 0, 0, 0, 1, 2, 3});
+  Tensor mo(DType::kF32, {5, 3});
+  ASSERT_TRUE(run(OpKind::Softmax, {&m}, {&mo}, AttrList().i(1)).ok());
+  for (int i = 0; i < 6; ++i) EXPECT_TRUE(std::isnan(mo.at(i))) << i;
+  for (int i = 6; i < 15; ++i) {
+    const double want[] = {0, 1, 0, 1.0 / 3, 1.0 / 3, 1.0 / 3, 0.09003057317, 0.24472847105, 0.66524095577};
+    EXPECT_NEAR(mo.at(i), want[i - 6], 1e-6) << i;
+  }
   Tensor s = Tensor::of(DType::kF32, {}, {5});
   Tensor so(DType::kF32, {});
   ASSERT_TRUE(run(OpKind::Softmax, {&s}, {&so}, AttrList().i(0)).ok());

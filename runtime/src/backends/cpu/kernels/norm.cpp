@@ -134,10 +134,10 @@ Status softmax_op(std::string_view op, KernelFn self, KernelContext& ctx, Inputs
     const float* src = x.as<float>();
     float* dst = out[0].as<float>();
     if (inner == 1) {
-      const auto row = log ? simd().log_softmax_row : simd().softmax_row;
       // Rows split evenly over the pool once there are ~4K elements per thread.
       ctx.pool().parallel_for(outer, ctx.pool().even_grain(outer, n, 4096), [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t o = begin; o < end; ++o) row(src + o * n, dst + o * n, n);
+        if (!log) return simd().softmax_rows(src + begin * n, dst + begin * n, end - begin, n);
+        for (std::int64_t o = begin; o < end; ++o) simd().log_softmax_row(src + o * n, dst + o * n, n);
       });
     } else {
       softmax_cols(src, dst, outer, n, inner, log);

@@ -40,8 +40,8 @@ struct SimdKernels {
   void (*gelu_tanh)(const float* x, float* y, std::int64_t n);
   void (*sqrt)(const float* x, float* y, std::int64_t n);
   void (*rsqrt)(const float* x, float* y, std::int64_t n);
-  /// y = softmax(x) over one contiguous row.
-  void (*softmax_row)(const float* x, float* y, std::int64_t n);
+  /// y = softmax(x) over `rows` contiguous rows of n (short rows a few at a time).
+  void (*softmax_rows)(const float* x, float* y, std::int64_t rows, std::int64_t n);
   /// y = log_softmax(x) over one contiguous row.
   void (*log_softmax_row)(const float* x, float* y, std::int64_t n);
   /// y = (x - mean) / sqrt(var + eps) * w + b over one row (biased variance); w and b may

@@ -124,6 +124,28 @@ TEST_P(ControlFlowRun, WhileLoopWithIntAndTensorCarries) {
   expect_close(r->outputs[1], v);
 }
 
+// Each iteration's data-dependent intermediate (masked_select of 1,000 floats) is freed
+// with the iteration: the run's peak counts one of them, not all 50.
+TEST_P(ControlFlowRun, PeakBytesCountLiveLoopTensorsOnce) {
+  auto model = [](Tensor x) {
+    return while_loop([](SymInt i, Tensor) { return i < 50; },
+                      [](SymInt i, Tensor v) {
+                        return std::make_tuple(i + 1, v * 0.5 + sum(masked_select(v, gt(v, -1.0))) * 1e-6);
+                      },
+                      {SymInt(0), x});
+  };
+  const Tensor x = floats({1000}, std::vector<float>(1000, 1.0f));
+  auto ep = export_program([&](Tensor t) { return std::get<1>(model(t)); }, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  LOAD_OR_SKIP(program, *ep);
+  Session session(*program);
+  RUN_OR_SKIP(r, session, std::vector<HostValue>{host(x)});
+  expect_close(r->outputs[0], std::get<1>(model(x)));
+  const std::uint64_t one_select = 1000 * sizeof(float);
+  EXPECT_GE(session.last_stats().peak_bytes, one_select);
+  EXPECT_LT(session.last_stats().peak_bytes, 10 * one_select) << "every iteration's tensors counted";
+}
+
 TEST_P(ControlFlowRun, WhileLoopWithTensorPredicateAndLiftedTensor) {
   auto model = [](Tensor x, Tensor step) {
     return while_loop([](Tensor v) { return lt(sum(v), 100.0); }, [&](Tensor v) { return v + step; }, {x});

@@ -160,7 +160,7 @@ struct Session::Impl {
   std::vector<Arena> arenas;  // per graph id that runs
   SignatureKey scratch_key;
   std::vector<std::uint32_t> backed_symbols;
-  std::uint64_t heap_bytes = 0;
+  std::uint64_t heap_live = 0, heap_peak = 0;  // tensors sized at run time, this run
   std::vector<std::uint64_t> arena_used;  // per graph id: the largest arena this run used
 
   struct Frame {
@@ -170,6 +170,15 @@ struct Session::Impl {
     std::uint32_t graph_id = 0;
     std::vector<TensorView> views;
     std::vector<std::unique_ptr<std::uint8_t[]>> heap;  // per value, when sized at run time
+    std::vector<std::size_t> heap_size;                 // bytes of heap[v]
+  };
+  // Takes a frame's heap tensors off heap_live when the frame ends (they are freed then).
+  struct HeapRelease {
+    Impl& impl;
+    Frame& f;
+    ~HeapRelease() {
+      for (std::size_t b : f.heap_size) impl.heap_live -= b;
+    }
   };
 
   Impl(const Program& prog_, SessionOptions o)
@@ -203,8 +212,11 @@ struct Session::Impl {
   Status build_attrs(std::uint32_t g, std::uint32_t n, NodeAttrs& out);
   Status store_output(Frame& f, std::uint32_t n, std::size_t k, const CallArg& value);
   void* heap_alloc(Frame& f, std::uint32_t v, std::size_t bytes) {
+    heap_live -= f.heap_size[v];  // a value re-sized (a loop carry) frees its old bytes
     f.heap[v].reset(new std::uint8_t[std::max<std::size_t>(bytes, 1)]);
-    heap_bytes += bytes;
+    f.heap_size[v] = bytes;
+    heap_live += bytes;
+    heap_peak = std::max(heap_peak, heap_live);
     return f.heap[v].get();
   }
   Status run(std::span<const HostValue> inputs, RunResult& result);
@@ -1032,6 +1044,8 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
   f.graph = p.graphs()->Get(plan->graph);
   f.views = plan->views;
   f.heap.resize(f.views.size());
+  f.heap_size.assign(f.views.size(), 0);
+  HeapRelease release{*this, f};
   std::uint8_t* base = arena_for(plan->graph, plan->arena_bytes);
   arena_used[plan->graph] = std::max(arena_used[plan->graph], plan->arena_bytes);
   if (entry) {
@@ -1083,7 +1097,7 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
 
 Status Session::Impl::run(std::span<const HostValue> inputs, RunResult& result) {
   stats = RunStats{};
-  heap_bytes = 0;
+  heap_live = heap_peak = 0;
   arena_used.assign(arenas.size(), 0);
   const auto* sig = p.signature()->inputs();
   if (inputs.size() != count(sig)) {
@@ -1129,7 +1143,7 @@ Status Session::Impl::run(std::span<const HostValue> inputs, RunResult& result) 
     return Status::Ok();
   };
   KILN_RETURN_IF_ERROR(run_graph(p.entry_graph(), args, true, sink, &result.variant));
-  stats.peak_bytes = heap_bytes;
+  stats.peak_bytes = heap_peak;
   for (std::uint64_t a : arena_used) stats.peak_bytes += a;
   return Status::Ok();
 }

@@ -105,7 +105,8 @@ struct SessionOptions {
 /// What the last run() did.
 struct RunStats {
   /// Peak bytes of intermediate and output tensors: the planned arenas of the graphs that
-  /// ran plus tensors sized at run time (data-dependent sizes).
+  /// ran plus the most bytes of tensors sized at run time (data-dependent sizes) alive at
+  /// once (a while_loop's carries of one iteration, not of all of them).
   std::uint64_t peak_bytes = 0;
   /// The planned arena of the graph that ran, and what its tensors would take without
   /// reuse (every intermediate alive until the end).

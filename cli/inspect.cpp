@@ -49,13 +49,8 @@ std::string shape_text(const fb::Program& p, fb::DType dtype, const flatbuffers:
 
 // "model.cpp:41 (fc)" for a 1-based debug id, "" when absent or stripped.
 std::string location(const fb::Program& p, std::uint32_t debug) {
-  const auto* d = p.debug();
-  if (d == nullptr || debug == 0 || debug > count(d->entries())) return "";
-  const auto* e = d->entries()->Get(debug - 1);
-  std::string out = d->strings()->Get(e->file())->str() + ":" + std::to_string(e->line());
-  const std::string module = d->strings()->Get(e->module_path())->str();
-  if (!module.empty()) out += " (" + module + ")";
-  return out;
+  const DebugLocation d = debug_location(p, debug);
+  return d.module.empty() ? d.file_line : d.file_line + " (" + d.module + ")";
 }
 
 std::string value_text(const fb::Program& p, const fb::Graph& g, std::uint32_t id) {

@@ -259,4 +259,14 @@ std::span<const std::uint8_t> Bundle::constant_data(std::uint32_t index) const {
   return data_ref(c->segment(), c->offset(), c->nbytes());
 }
 
+DebugLocation debug_location(const fb::Program& program, std::uint32_t debug) {
+  const auto* d = program.debug();
+  if (d == nullptr || d->entries() == nullptr || d->strings() == nullptr || debug == 0 || debug > d->entries()->size()) {
+    return {};
+  }
+  const auto* e = d->entries()->Get(debug - 1);
+  const auto text = [&](std::uint32_t i) { return i < d->strings()->size() ? d->strings()->Get(i)->str() : std::string(); };
+  return {text(e->file()) + ":" + std::to_string(e->line()), text(e->module_path())};
+}
+
 }  // namespace kiln

@@ -60,13 +60,9 @@ std::optional<std::uint32_t> bare_symbol(const fb::Program& p, std::uint32_t id)
 }
 
 std::string location(const fb::Program& p, std::uint32_t debug) {
-  const auto* d = p.debug();
-  if (d == nullptr || debug == 0 || debug > count(d->entries())) return "";
-  const auto* e = d->entries()->Get(debug - 1);
-  std::string out = d->strings()->Get(e->file())->str() + ":" + std::to_string(e->line());
-  const std::string module = d->strings()->Get(e->module_path())->str();
-  if (!module.empty()) out += ", " + module;
-  return " (" + out + ")";
+  const DebugLocation d = debug_location(p, debug);
+  if (d.empty()) return "";
+  return " (" + d.file_line + (d.module.empty() ? "" : ", " + d.module) + ")";
 }
 
 // One input or output of a graph call: an int or a tensor view (not owned).

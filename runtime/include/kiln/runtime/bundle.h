@@ -105,4 +105,14 @@ class Bundle {
   std::vector<ExprInfo> expr_info_;
 };
 
+/// Where a node or assert came from: the source "file:line" and the module path ("" at top
+/// level) recorded at export for a 1-based debug id. Both empty when the id is 0, out of
+/// range, or the bundle's debug table was stripped.
+struct DebugLocation {
+  std::string file_line;
+  std::string module;
+  bool empty() const { return file_line.empty(); }
+};
+DebugLocation debug_location(const fb::Program& program, std::uint32_t debug);
+
 }  // namespace kiln

@@ -60,6 +60,11 @@ DType promote(DType a, DType b) {
 
 Tensor operand_tensor(const Operand& o, DType like) {
   if (o.tensor.defined()) return o.tensor;
+  if (o.symbol) {  // arange(s, s + 1) holds s: a 0-d tensor of it, in the operation's dtype
+    const SymInt& s = *o.symbol;
+    const Tensor t = reshape(arange(s, s + 1, 1, DType::kI64, o.loc), {}, o.loc);
+    return cast_to(t, like == DType::kBool ? DType::kI64 : like, o.loc);
+  }
   if (o.is_int && !dtype_is_floating(like)) {
     const DType d = like == DType::kBool ? DType::kI64 : like;
     if (d == DType::kI32) {

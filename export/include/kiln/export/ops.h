@@ -24,9 +24,16 @@ struct Operand {
   Operand(float v, SourceLoc loc = SourceLoc::current()) : value(v), loc(loc) {}           // NOLINT
   Operand(int v, SourceLoc loc = SourceLoc::current()) : value(v), is_int(true), loc(loc) {}  // NOLINT
   Operand(std::int64_t v, SourceLoc loc = SourceLoc::current()) : value(static_cast<double>(v)), is_int(true), loc(loc) {}  // NOLINT
+  /// A SymInt acts like a Python int scalar (the tensor's dtype wins; bool becomes i64): a
+  /// known value folds, a symbolic one becomes a 0-d tensor computed from the symbol.
+  Operand(const SymInt& v, SourceLoc loc = SourceLoc::current())  // NOLINT
+      : value(v.maybe_int() ? static_cast<double>(*v.maybe_int()) : 0.0), is_int(true), loc(loc) {
+    if (v.is_symbolic()) symbol = v;
+  }
   Tensor tensor;
   double value = 0.0;
   bool is_int = false;
+  std::optional<SymInt> symbol;  // a symbolic SymInt operand
   SourceLoc loc;
 };
 

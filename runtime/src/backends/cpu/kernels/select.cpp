@@ -11,18 +11,26 @@
 namespace kiln::cpu::kernels {
 namespace {
 
+// cond ? a : b on the bits, without a branch (so the contiguous loops vectorize; T is an
+// unsigned integer of the element's size).
+template <typename T>
+inline T pick(std::uint8_t cond, T a, T b) {
+  const T mask = static_cast<T>(T(0) - static_cast<T>(cond != 0));
+  return static_cast<T>(b ^ ((a ^ b) & mask));
+}
+
 // out[i] = cond[i] ? a[i] : b[i] over one row with element strides.
 template <typename T>
 void where_row(const std::uint8_t* c, std::int64_t sc, const T* a, std::int64_t sa, const T* b,
                std::int64_t sb, T* o, std::int64_t n) {
   if (sc == 1 && sa == 1 && sb == 1) {
-    for (std::int64_t i = 0; i < n; ++i) o[i] = c[i] != 0 ? a[i] : b[i];
+    for (std::int64_t i = 0; i < n; ++i) o[i] = pick(c[i], a[i], b[i]);
   } else if (sc == 1 && sa == 1 && sb == 0) {
     const T bv = *b;
-    for (std::int64_t i = 0; i < n; ++i) o[i] = c[i] != 0 ? a[i] : bv;
+    for (std::int64_t i = 0; i < n; ++i) o[i] = pick(c[i], a[i], bv);
   } else if (sc == 1 && sa == 0 && sb == 1) {
     const T av = *a;
-    for (std::int64_t i = 0; i < n; ++i) o[i] = c[i] != 0 ? av : b[i];
+    for (std::int64_t i = 0; i < n; ++i) o[i] = pick(c[i], av, b[i]);
   } else {
     for (std::int64_t i = 0; i < n; ++i) o[i] = c[i * sc] != 0 ? a[i * sa] : b[i * sb];
   }

@@ -67,7 +67,7 @@ KILN_INLINE __m256 times_sigmoid(__m256 x, __m256 z) {
   return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
-__m256 activate(__m256 x, GemmActivation act) {
+KILN_INLINE __m256 activate(__m256 x, GemmActivation act) {
   switch (act) {
     case GemmActivation::kNone:
       return x;

@@ -8,10 +8,8 @@
 #include <vector>
 #include <cstring>
 
-#include "kiln/export/export.h"
+#include "common/exported.h"
 #include "kiln/export/ops.h"
-#include "kiln/runtime/bundle.h"
-#include "kiln/runtime/program.h"
 
 namespace kiln {
 namespace {
@@ -49,14 +47,10 @@ TEST(Passes, DataDependentOpsAreNotMerged) {
 // op names of the profiled run go to `ops` when given.
 void expect_runs_like_eager(const ExportedProgram& ep, const Tensor& x, const Tensor& want,
                             std::vector<std::string>* ops = nullptr) {
-  auto bytes = serialize_bundle(ep.program());
-  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
-  auto bundle = Bundle::from_bytes(*bytes);
-  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
-  auto program = Program::load(std::move(bundle).value());
-  ASSERT_TRUE(program.ok()) << program.status().message();
-  Session session(**program, {.profile = ops != nullptr});
-  auto r = session.run(std::vector<HostValue>{HostValue::of({x.dtype(), x.concrete_shape(), x.bytes()})});
+  const auto program = testing::load_exported(ep);
+  ASSERT_NE(program, nullptr);
+  Session session(*program, {.profile = ops != nullptr});
+  auto r = session.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
   ASSERT_TRUE(r.ok()) << r.status().message();
   if (ops != nullptr) {
     for (const RunStats::Op& op : session.last_stats().ops) ops->push_back(op.op);

@@ -5,25 +5,14 @@
 
 #include <cstring>
 
-#include "kiln/export/export.h"
+#include "common/exported.h"
 #include "kiln/export/ops.h"
-#include "kiln/runtime/bundle.h"
-#include "kiln/runtime/program.h"
 
 namespace kiln {
 namespace {
 
-HostValue host(const Tensor& t) { return HostValue::of({t.dtype(), t.concrete_shape(), t.bytes()}); }
-
-std::shared_ptr<const Program> load(const ExportedProgram& ep) {
-  auto bytes = serialize_bundle(ep.program());
-  EXPECT_TRUE(bytes.ok()) << bytes.status().message();
-  auto bundle = Bundle::from_bytes(*bytes);
-  EXPECT_TRUE(bundle.ok()) << bundle.status().message();
-  auto program = Program::load(std::move(bundle).value());
-  EXPECT_TRUE(program.ok()) << program.status().message();
-  return program.ok() ? *program : nullptr;
-}
+HostValue host(const Tensor& t) { return HostValue::of(testing::host_tensor(t)); }
+std::shared_ptr<const Program> load(const ExportedProgram& ep) { return testing::load_exported(ep); }
 
 int count_ops(const ir::Graph& g, OpKind op) {
   int n = 0;

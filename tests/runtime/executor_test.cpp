@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "../../samples/models/models.h"
+#include "common/exported.h"
 #include "kiln/export/guards.h"
 #include "kiln/export/testing/format_sample.h"
 #include "kiln/runtime/program.h"
@@ -13,23 +14,8 @@
 namespace kiln {
 namespace {
 
-HostTensor host(const Tensor& t) {
-  HostTensor h;
-  h.dtype = t.dtype();
-  h.shape = t.concrete_shape();
-  h.data = t.bytes();
-  return h;
-}
-
-std::shared_ptr<const Program> load(const ExportedProgram& ep) {
-  auto bytes = serialize_bundle(ep.program());
-  EXPECT_TRUE(bytes.ok()) << bytes.status().message();
-  auto bundle = Bundle::from_bytes(*bytes);
-  EXPECT_TRUE(bundle.ok()) << bundle.status().message();
-  auto program = Program::load(std::move(bundle).value());
-  EXPECT_TRUE(program.ok()) << program.status().message();
-  return program.ok() ? *program : nullptr;
-}
+HostTensor host(const Tensor& t) { return testing::host_tensor(t); }
+std::shared_ptr<const Program> load(const ExportedProgram& ep) { return testing::load_exported(ep); }
 
 void expect_close(const HostTensor& got, const Tensor& want, float rtol = 1e-4f, float atol = 1e-5f) {
   ASSERT_EQ(got.shape, want.concrete_shape());
@@ -90,11 +76,12 @@ TEST(Executor, InputChecksNameTheInputDimAndConstraint) {
 }
 
 TEST(Executor, UnbackedAssertFailsWithSourceLine) {
+  int low_line = 0, high_line = 0;  // each bound's assert points at its own check
   auto ep = export_program(
-      [](Tensor x, Tensor n_t) {
+      [&](Tensor x, Tensor n_t) {
         SymInt n = n_t.item();
-        check(n >= 2);  // line 96: the lower bound's assert points here
-        check(n <= 10);  // line 97: the upper bound's
+        check(n >= 2), low_line = __LINE__;
+        check(n <= 10), high_line = __LINE__;
         return slice(x, 0, 0, n) * 2.0;
       },
       {input("x", Tensor::randn({16, 3})), input("n_t", Tensor::from_ints({}, std::vector<std::int64_t>{4}))});
@@ -109,9 +96,12 @@ TEST(Executor, UnbackedAssertFailsWithSourceLine) {
   EXPECT_EQ(ok->outputs[0].tensor.shape, (std::vector<std::int64_t>{5, 3}));
   const Status low = run_status(*program, {HostValue::of(host(x)), n(1)});
   EXPECT_EQ(low.code(), StatusCode::kInvalidInput);
-  EXPECT_EQ(low.message().rfind("runtime assertion failed: u0 >= 2 (executor_test.cpp:96", 0), 0u) << low.message();
+  EXPECT_EQ(low.message().rfind("runtime assertion failed: u0 >= 2 (executor_test.cpp:" + std::to_string(low_line), 0), 0u)
+      << low.message();
   const Status high = run_status(*program, {HostValue::of(host(x)), n(11)});
-  EXPECT_EQ(high.message().rfind("runtime assertion failed: u0 <= 10 (executor_test.cpp:97", 0), 0u) << high.message();
+  EXPECT_EQ(high.message().rfind("runtime assertion failed: u0 <= 10 (executor_test.cpp:" + std::to_string(high_line), 0),
+            0u)
+      << high.message();
 }
 
 TEST(Executor, NonzeroBindsItsSize) {

@@ -529,6 +529,8 @@ struct InspectOptions {
   std::string path;
   bool graph = false;
   bool json = false;
+  bool placement = false;
+  std::string backend = "cpu";
   CLI::Option* dot = nullptr;
   std::string dot_path;  // "" or "-": stdout
 };
@@ -551,6 +553,44 @@ Status write_text_file(const std::string& path, const std::string& text) {
   return Status::Ok();
 }
 
+// Where every node runs once loaded for `backend`: the CPU or an accelerator segment, and
+// which activations were fused into the node before them.
+json placement_json(const Program& program) {
+  json graphs = json::array();
+  const fb::Program& p = program.bundle().program();
+  for (std::uint32_t g = 0; g < count(p.graphs()); ++g) {
+    json nodes = json::array();
+    for (const NodePlacement& n : program.placement(g)) {
+      json j{{"node", n.node}, {"op", n.op}, {"backend", n.backend}, {"where", n.where}};
+      if (n.segment >= 0) j["segment"] = n.segment;
+      if (n.fused_away) j["fused_away"] = true;
+      nodes.push_back(std::move(j));
+    }
+    graphs.push_back({{"graph", g}, {"name", str(p.graphs()->Get(g)->name())}, {"nodes", std::move(nodes)}});
+  }
+  json j{{"backend", program.backend_name()}, {"graphs", std::move(graphs)}};
+  if (!program.backend_notice().empty()) j["notice"] = program.backend_notice();
+  return j;
+}
+
+void print_placement(std::ostream& os, const json& j) {
+  os << "placement  " << j["backend"].get<std::string>() << " backend";
+  if (j.contains("notice")) os << " (" << j["notice"].get<std::string>() << ")";
+  os << "\n";
+  for (const auto& g : j["graphs"]) {
+    os << "  graph " << g["graph"] << " " << g["name"].get<std::string>() << "\n";
+    for (const auto& n : g["nodes"]) {
+      std::string runs = n["backend"].get<std::string>();
+      if (n.contains("segment")) runs += " segment " + std::to_string(n["segment"].get<int>());
+      if (n.contains("fused_away")) runs = "fused into node " + std::to_string(n["node"].get<int>() - 1);
+      char line[160];
+      std::snprintf(line, sizeof line, "    %4d  %-22s %-22s", n["node"].get<int>(), n["op"].get<std::string>().c_str(),
+                    runs.c_str());
+      os << line << n["where"].get<std::string>() << "\n";
+    }
+  }
+}
+
 }  // namespace
 
 Command add_inspect(CLI::App& app) {
@@ -558,11 +598,15 @@ Command add_inspect(CLI::App& app) {
   app.add_option("bundle", opts->path, "The .kiln bundle");
   app.add_flag("--graph", opts->graph, "Also print every graph, node by node, with source locations");
   app.add_flag("--json", opts->json, "Print one JSON object on stdout");
+  app.add_flag("--placement", opts->placement,
+               "Load the bundle and show where every node runs (CPU, accelerator segments, fused activations)");
+  app.add_option("--backend", opts->backend, "With --placement: cpu, vulkan or auto (default cpu)");
   opts->dot = app.add_option("--dot", opts->dot_path,
                              "Write the graphs as Graphviz DOT to FILE (stdout when omitted or '-') instead of the summary")
                   ->expected(0, 1)
                   ->type_name("FILE");
-  app.footer("Examples:\n  kiln inspect model.kiln --graph\n  kiln inspect model.kiln --dot model.dot && dot -Tsvg model.dot -o model.svg");
+  app.footer("Examples:\n  kiln inspect model.kiln --graph\n  kiln inspect model.kiln --placement --backend vulkan\n"
+             "  kiln inspect model.kiln --dot model.dot && dot -Tsvg model.dot -o model.svg");
   return [opts]() {
     // `kiln inspect --dot model.kiln`: CLI11 gives the one path to --dot; it is the bundle.
     if (opts->path.empty() && opts->dot->count() > 0 && !opts->dot_path.empty()) std::swap(opts->path, opts->dot_path);
@@ -580,9 +624,19 @@ Command add_inspect(CLI::App& app) {
       std::cerr << "wrote " << opts->dot_path << "\n";
       return 0;
     }
-    const json j = bundle_json(**bundle, opts->path, opts->graph);
-    if (opts->json) std::cout << j.dump(2) << "\n";
-    else print_human(std::cout, **bundle, j, opts->graph);
+    json j = bundle_json(**bundle, opts->path, opts->graph);
+    if (opts->placement) {
+      KILN_RETURN_IF_ERROR_CLI(check_backend(opts->backend), opts->json);
+      auto program = open_program(opts->path, false, opts->backend);
+      if (!program.ok()) return report_error(program.status(), opts->json);
+      j["placement"] = placement_json(**program);
+    }
+    if (opts->json) {
+      std::cout << j.dump(2) << "\n";
+      return 0;
+    }
+    print_human(std::cout, **bundle, j, opts->graph);
+    if (j.contains("placement")) print_placement(std::cout, j["placement"]);
     return 0;
   };
 }

@@ -121,6 +121,28 @@ TEST_F(RunValidate, VulkanIsUnavailableExitFour) {
   EXPECT_NE(a.out.find("kiln: note: using the CPU backend: "), std::string::npos) << a.out;
 }
 
+TEST_F(RunValidate, InspectPlacementShowsBackendsAndFusedActivations) {
+  Cmd r = kiln_cmd("inspect " + path("mlp.kiln") + " --placement");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* want : {"placement  cpu backend", "linear+relu", "fused into node 0", "models.h:"}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+  r = kiln_cmd("inspect --json " + path("mlp.kiln") + " --placement");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* want : {"\"placement\"", "\"op\": \"linear+relu\"", "\"fused_away\": true", "\"backend\": \"cpu\""}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+  // Without --placement nothing is loaded, so no placement section.
+  EXPECT_EQ(kiln_cmd("inspect " + path("mlp.kiln")).out.find("placement"), std::string::npos);
+  EXPECT_EQ(kiln_cmd("inspect " + path("mlp.kiln") + " --placement --backend vulkan", "KILN_VULKAN_DEVICE=no-such-gpu-xyz").code, 4);
+  r = kiln_cmd("inspect " + path("mlp.kiln") + " --placement --backend auto", "KILN_VULKAN_DEVICE=no-such-gpu-xyz");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("placement  cpu backend (using the CPU backend: "), std::string::npos) << r.out;
+  r = kiln_cmd("inspect " + path("mlp.kiln") + " --placement --backend tpu");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("unknown backend 'tpu' (cpu, vulkan, auto)"), std::string::npos) << r.out;
+}
+
 TEST_F(RunValidate, UnsupportedOpsExitSix) {
   const Cmd r = kiln_cmd("run " + path("unknown_op.kiln"));
   EXPECT_EQ(r.code, 6) << r.out;

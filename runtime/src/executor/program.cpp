@@ -358,4 +358,26 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
   return std::shared_ptr<const Program>(std::move(program));
 }
 
+std::vector<NodePlacement> Program::placement(std::uint32_t graph) const {
+  std::vector<NodePlacement> out;
+  if (graph >= impl_->graphs.size()) return out;
+  const fb::Program& p = bundle_->program();
+  const auto* nodes = p.graphs()->Get(graph)->nodes();
+  const GraphInfo& info = impl_->graphs[graph];
+  for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
+    const NodeInfo& ni = info.nodes[n];
+    NodePlacement pl;
+    pl.node = n;
+    pl.op = std::string(op_info(ni.op).name);
+    if (ni.fused_act != cpu::FusedActivation::kNone) pl.op += std::string("+") + cpu::activation_name(ni.fused_act);
+    pl.segment = ni.segment;
+    pl.backend = ni.segment >= 0 && impl_->accelerator != nullptr ? backend_name() : "cpu";
+    pl.fused_away = ni.fused_away;
+    const DebugLocation d = debug_location(p, nodes->Get(n)->debug());
+    pl.where = d.module.empty() ? d.file_line : d.file_line + ", " + d.module;
+    out.push_back(std::move(pl));
+  }
+  return out;
+}
+
 }  // namespace kiln

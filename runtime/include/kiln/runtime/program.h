@@ -71,6 +71,21 @@ struct ProgramOptions {
   bool prepack_weights = true;
 };
 
+/// Where one node of a graph runs, as decided at load (Program::placement).
+struct NodePlacement {
+  std::uint32_t node = 0;
+  /// The op; "linear+gelu" when the executor fused the next node's activation into it.
+  std::string op;
+  /// "cpu" or the accelerator's name ("vulkan").
+  std::string backend;
+  /// The accelerator segment (consecutive nodes run as one submission); -1 on the CPU.
+  std::int32_t segment = -1;
+  /// An activation whose work the node before does: it only passes the bytes on.
+  bool fused_away = false;
+  /// "model.cpp:41, fc" when the bundle has debug info.
+  std::string where;
+};
+
 class Program {
  public:
   /// Takes ownership of a verified bundle and resolves a kernel for every op. With an
@@ -82,6 +97,8 @@ class Program {
   std::string backend_name() const;
   /// Why `auto` chose the CPU; empty otherwise.
   const std::string& backend_notice() const;
+  /// Every node of graph `graph` (0-based; empty when out of range) with where it runs.
+  std::vector<NodePlacement> placement(std::uint32_t graph) const;
 
   const Bundle& bundle() const { return *bundle_; }
   struct Impl;
@@ -119,7 +136,7 @@ struct RunStats {
   std::uint64_t bytes_downloaded = 0;
   struct Op {
     std::string op;
-    std::string where;  // "model.cpp:41 (fc)" when the bundle has debug info
+    std::string where;  // "model.cpp:41, fc" when the bundle has debug info
     double ms = 0.0;
   };
   std::vector<Op> ops;  // per executed node, when profiling

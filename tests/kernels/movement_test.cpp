@@ -152,7 +152,9 @@ TEST(CatSplitKernels, RoundTripAlongEveryDim) {
 TEST(ExpandKernel, BroadcastsToOutputShape) {
   for (DType dt : kDtypes) {
     for (const auto& [xs, os] : std::vector<std::pair<Shape, Shape>>{
-             {{3, 1}, {3, 4}}, {{4}, {2, 3, 4}}, {{}, {2, 2}}, {{1, 1, 5}, {2, 3, 5}}, {{2, 1, 3}, {2, 0, 3}}, {{3}, {3}}}) {
+             {{3, 1}, {3, 4}}, {{4}, {2, 3, 4}}, {{}, {2, 2}}, {{1, 1, 5}, {2, 3, 5}}, {{2, 1, 3}, {2, 0, 3}}, {{3}, {3}},
+             // nearest upsampling's expands: each element repeated, rows repeated
+             {{2, 3, 5, 1}, {2, 3, 5, 2}}, {{2, 3, 1, 5}, {2, 3, 2, 5}}, {{4, 1, 1}, {4, 3, 7}}}) {
       Tensor x = iota(dt, xs);
       std::vector<double> want;
       for (std::int64_t i = 0; i < numel_of(os); ++i) want.push_back(x.at(broadcast_offset(unravel(i, os), xs)));
@@ -194,6 +196,19 @@ TEST(PadKernel, ConstantPadWithNegativeCrops) {
       ASSERT_TRUE(run(OpKind::Pad, {&x}, {&out}, AttrList().ints(pads).f(7)).ok()) << shape_string(pads);
       EXPECT_TRUE(all_equal(out, want)) << shape_string(pads);
     }
+  }
+  // Padding size-1 dims interleaves x with the fill (a transposed convolution's input
+  // dilation): the surviving box is strided in the output.
+  {
+    Tensor x = iota(DType::kF32, {2, 3, 1, 4, 1});
+    Tensor out(DType::kF32, {2, 3, 2, 4, 2});
+    ASSERT_TRUE(run(OpKind::Pad, {&x}, {&out}, AttrList().ints({0, 1, 0, 0, 0, 1}).f(-1)).ok());
+    std::vector<double> want;
+    for (std::int64_t i = 0; i < out.numel(); ++i) {
+      const auto idx = unravel(i, {2, 3, 2, 4, 2});
+      want.push_back(idx[2] == 0 && idx[4] == 0 ? x.at(ravel({idx[0], idx[1], 0, idx[3], 0}, {2, 3, 1, 4, 1})) : -1);
+    }
+    EXPECT_TRUE(all_equal(out, want));
   }
   Tensor x(DType::kF32, {2, 3}), out(DType::kF32, {2, 3});
   EXPECT_TRUE(fails_with(run(OpKind::Pad, {&x}, {&out}, AttrList().ints({1}).f(0)), StatusCode::kInvalidBundle, "pad",

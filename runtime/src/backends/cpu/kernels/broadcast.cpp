@@ -140,6 +140,23 @@ template <typename T>
 void strided_rows(const T* src, const BroadcastPlan& plan, T* dst) {
   const std::int64_t len = plan.inner();
   const std::int64_t s = plan.inner_stride(0);
+  if (s == 0 && len <= 8 && plan.rank >= 2) {
+    // Every element repeated a few times (nearest upsampling's expand to [..., w, 2]): one
+    // pass per row of the dim before, instead of one row of `len` elements at a time.
+    BroadcastPlan outer = plan;
+    outer.rank = plan.rank - 1;
+    outer.numel = plan.numel / len;
+    const std::int64_t m = outer.inner(), t = outer.inner_stride(0);
+    for_each_row<1>(outer, [&](const std::array<std::int64_t, 1>& off, std::int64_t row) {
+      const T* in = src + off[0];
+      T* o = dst + row * m * len;
+      for (std::int64_t a = 0; a < m; ++a) {
+        const T v = in[a * t];
+        for (std::int64_t i = 0; i < len; ++i) o[a * len + i] = v;
+      }
+    });
+    return;
+  }
   for_each_row<1>(plan, [&](const std::array<std::int64_t, 1>& off, std::int64_t row) {
     const T* in = src + off[0];
     T* o = dst + row * len;

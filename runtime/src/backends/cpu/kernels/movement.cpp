@@ -20,34 +20,66 @@ const unsigned char* byte_ptr(const TensorView& v, std::int64_t element) {
   return static_cast<const unsigned char*>(v.data) + element * static_cast<std::int64_t>(dtype_size(v.dtype));
 }
 
-// Copies a box of `shape` between two row-major tensors with element strides; both
-// innermost strides are 1, so rows are memcpy'd.
+// Copies n elements of T between two element strides (the inner loop of copy_box).
+template <typename T>
+void copy_strided_run(const unsigned char* src, std::int64_t ss, unsigned char* dst, std::int64_t ds, std::int64_t n) {
+  const T* in = reinterpret_cast<const T*>(src);
+  T* out = reinterpret_cast<T*>(dst);
+  for (std::int64_t i = 0; i < n; ++i) out[i * ds] = in[i * ss];
+}
+
+// Copies a box of `shape` between two tensors with element strides. Size-1 dims are
+// dropped and dims contiguous on both sides merged first, so a box like pad's
+// [n, c, h, 1, w, 1] (every other element of the output) is a few long strided runs, not
+// one memcpy per element; runs contiguous on both sides are memcpy'd.
 void copy_box(const unsigned char* src, const std::array<std::int64_t, kMaxRank>& src_strides,
               unsigned char* dst, const std::array<std::int64_t, kMaxRank>& dst_strides,
-              const std::array<std::int64_t, kMaxRank>& shape, int rank, std::size_t elem) {
+              const std::array<std::int64_t, kMaxRank>& box, int box_rank, std::size_t elem) {
+  std::array<std::int64_t, kMaxRank> shape{}, ss{}, ds{};
+  int rank = 0;
+  for (int d = 0; d < box_rank; ++d) {
+    if (box[d] <= 0) return;
+    if (box[d] == 1) continue;
+    if (rank > 0 && ss[rank - 1] == src_strides[d] * box[d] && ds[rank - 1] == dst_strides[d] * box[d]) {
+      shape[rank - 1] *= box[d];
+      ss[rank - 1] = src_strides[d];
+      ds[rank - 1] = dst_strides[d];
+      continue;
+    }
+    shape[rank] = box[d];
+    ss[rank] = src_strides[d];
+    ds[rank] = dst_strides[d];
+    ++rank;
+  }
+  const auto e = static_cast<std::int64_t>(elem);
   if (rank == 0) {
     std::memcpy(dst, src, elem);
     return;
   }
-  for (int d = 0; d < rank; ++d) {
-    if (shape[d] <= 0) return;
-  }
-  const auto e = static_cast<std::int64_t>(elem);
-  const std::size_t row_bytes = static_cast<std::size_t>(shape[rank - 1]) * elem;
+  const std::int64_t n = shape[rank - 1], sin = ss[rank - 1], din = ds[rank - 1];
   std::array<std::int64_t, kMaxRank> pos{};
   std::int64_t so = 0, dof = 0;
   while (true) {
-    std::memcpy(dst + dof * e, src + so * e, row_bytes);
+    if (sin == 1 && din == 1) {
+      std::memcpy(dst + dof * e, src + so * e, static_cast<std::size_t>(n) * elem);
+    } else {
+      switch (elem) {
+        case 1: copy_strided_run<std::uint8_t>(src + so * e, sin, dst + dof * e, din, n); break;
+        case 2: copy_strided_run<std::uint16_t>(src + so * e, sin, dst + dof * e, din, n); break;
+        case 4: copy_strided_run<std::uint32_t>(src + so * e, sin, dst + dof * e, din, n); break;
+        default: copy_strided_run<std::uint64_t>(src + so * e, sin, dst + dof * e, din, n); break;
+      }
+    }
     int d = rank - 2;
     for (; d >= 0; --d) {
       if (++pos[d] < shape[d]) {
-        so += src_strides[d];
-        dof += dst_strides[d];
+        so += ss[d];
+        dof += ds[d];
         break;
       }
       pos[d] = 0;
-      so -= src_strides[d] * (shape[d] - 1);
-      dof -= dst_strides[d] * (shape[d] - 1);
+      so -= ss[d] * (shape[d] - 1);
+      dof -= ds[d] * (shape[d] - 1);
     }
     if (d < 0) return;
   }

@@ -12,6 +12,8 @@
 #include "backends/cpu/kernels/convert.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/reduce.h"
+#include "backends/cpu/kernels/simd.h"
+#include "backends/cpu/thread_pool.h"
 
 namespace kiln::cpu::kernels {
 namespace {
@@ -188,10 +190,23 @@ Status bool_op(std::string_view op, KernelFn self, KernelContext& ctx, Inputs in
 
 // Two-pass variance in double: mean, then the sum of squared deviations.
 template <typename T>
-void variance(const ReducePlan& p, T* out, double correction) {
+void variance(const ReducePlan& p, T* out, double correction, ThreadPool& pool) {
   const T* x = static_cast<const T*>(p.data);
   const double n = static_cast<double>(p.reduce);
   const double divisor = std::max(0.0, n - correction);
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.inner == 1 && p.reduce > 0) {  // contiguous rows (group norm, var over the last dims)
+      const SimdKernels& k = simd();
+      pool.parallel_for(p.outer, pool.even_grain(p.outer, p.reduce, 8192), [&](std::int64_t o0, std::int64_t o1) {
+        for (std::int64_t o = o0; o < o1; ++o) {
+          const float* row = x + o * p.reduce;
+          const float mean = static_cast<float>(static_cast<double>(k.row_sum(row, p.reduce)) / n);
+          out[o] = static_cast<float>(static_cast<double>(k.row_sq_dev(row, mean, p.reduce)) / divisor);
+        }
+      });
+      return;
+    }
+  }
   double mean[kChunk];
   double m2[kChunk];
   for (std::int64_t o = 0; o < p.outer; ++o) {
@@ -252,7 +267,7 @@ Status Var(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_dtype("var", "out", out[0], in[0].dtype));
   if (is_half_dtype(in[0].dtype)) return run_via_f32(Var, ctx, in, out, attrs);
   const bool ok = dispatch<KILN_FLOAT_DTYPES>(in[0].dtype, [&]<DType D>() {
-    variance(args.plan, out[0].as<CType<D>>(), correction);
+    variance(args.plan, out[0].as<CType<D>>(), correction, ctx.pool());
   });
   return ok ? Status::Ok() : unsupported_dtype("var", in[0].dtype, "x");
 }

@@ -52,6 +52,10 @@ struct SimdKernels {
   /// conversion (the baseline one), in which case callers convert in software.
   void (*f32_to_f16)(const float* x, std::uint16_t* y, std::int64_t n);
   void (*f16_to_f32)(const std::uint16_t* x, float* y, std::int64_t n);
+  /// Sum of n floats, and sum of (x - mean)^2: 8 lanes in f32 per 512-element block, the
+  /// blocks added in double (layer norm's and variance's statistics).
+  float (*row_sum)(const float* x, std::int64_t n);
+  float (*row_sq_dev)(const float* x, float mean, std::int64_t n);
   /// Output rows [oy0, oy1) of every output channel of one direct convolution.
   void (*conv_direct_rows)(const ConvDirectArgs& args, std::int64_t oy0, std::int64_t oy1);
 };

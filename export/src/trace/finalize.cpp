@@ -244,11 +244,15 @@ int fold_batch_norms(ir::Program& p, ir::Graph& g) {
       for (std::size_t k = 0; k < per_out; ++k) wv[o * per_out + k] *= scale;
       nb[o] = (cb[o] - mv[o]) * scale + bv[o];
     }
-    const std::string base = w->name + "+" + p.constants[static_cast<std::size_t>(
-                                                  g.values[static_cast<std::size_t>(bn.inputs[3])].constant)].name;
+    // Names: the conv's weight/bias with the batch norm's module appended, e.g.
+    // "layer1.conv.weight+layer1.bn" from "layer1.bn.running_mean".
+    std::string bn_name = mean->name;
+    if (const std::size_t dot = bn_name.rfind(".running_mean"); dot != std::string::npos && dot > 0) bn_name.resize(dot);
+    std::string conv_name = w->name;
+    if (conv_name.size() > 7 && conv_name.ends_with(".weight")) conv_name.resize(conv_name.size() - 7);
     const std::vector<std::int64_t> wshape = w->shape;
-    const int new_w = add_f32_constant(p, g, base + ".weight", wshape, wv);
-    const int new_b = add_f32_constant(p, g, base + ".bias", {out_channels}, nb);
+    const int new_w = add_f32_constant(p, g, w->name + "+" + bn_name, wshape, wv);
+    const int new_b = add_f32_constant(p, g, conv_name + ".bias+" + bn_name, {out_channels}, nb);
     conv.inputs.resize(3);
     conv.inputs[1] = new_w;
     conv.inputs[2] = new_b;

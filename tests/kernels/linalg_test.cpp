@@ -182,6 +182,11 @@ TEST(Conv2dKernel, MatchesDirectConvolution) {
       {{1, 8, 20, 29}, {5, 8, 3, 3}, {3, 2}, {2, 1}, {2, 3}, 1, false},
       {{2, 8, 10, 10}, {12, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2, true},
       {{1, 4, 12, 12}, {72, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+      // Depthwise on the direct path (4 channels a tile, a 1-channel tail block), strided
+      // 5x5; a channel multiplier of 2 (one input, two outputs per group); depthwise 1x1.
+      {{2, 9, 11, 13}, {9, 1, 5, 5}, {2, 2}, {2, 2}, {1, 1}, 9, true},
+      {{1, 3, 7, 9}, {6, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 3, true},
+      {{2, 5, 4, 4}, {5, 1, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 5, true},
   };
   std::mt19937 rng(8);
   for (const ConvCase& c : cases) {

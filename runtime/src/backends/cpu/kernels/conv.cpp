@@ -1,8 +1,9 @@
 // conv2d (NCHW, or unbatched CHW) with stride, padding, dilation and groups. Three paths:
-// - depthwise (one input and one output channel per group): a direct loop per plane;
-// - up to kDirectMaxOut output channels per group: a direct convolution over a padded,
-//   phase-split copy of the input (SimdKernels::conv_direct_rows), where a GEMM would have
-//   too few rows to fill its micro-kernel;
+// - up to kDirectMaxOut output channels per group, kernels of 2 to 64 taps: a direct
+//   convolution over a padded, phase-split copy of the input (SimdKernels::
+//   conv_direct_rows), where a GEMM would have too few rows to fill its micro-kernel;
+//   depthwise convolutions take it too, 4 channels per tile;
+// - depthwise 1x1 (or over 64 taps): a direct loop per plane;
 // - otherwise im2col + matmul_f32 per (image, group), tiled over output rows so the column
 //   buffer stays small; 1x1 stride-1 unpadded convolutions skip im2col.
 // f32 (f16/bf16 via f32).
@@ -144,6 +145,9 @@ bool use_direct(const ConvGeometry& g) {
 
 Status conv_direct(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g,
                    ThreadPool& pool, bool relu) {
+  // Depthwise (one input and output channel per group): blocks of 4 groups share a tile,
+  // each channel over its own plane.
+  const bool depthwise = g.group_in() == 1 && g.group_out() == 1;
   const std::int64_t cin = g.group_in(), cout = g.group_out(), taps = g.kh * g.kw;
   const std::int64_t sw = g.stride[1];
   const std::int64_t hp = g.in.height + 2 * g.padding[0];
@@ -152,10 +156,13 @@ Status conv_direct(const float* x, const float* w, const float* bias, float* y, 
   const std::int64_t row_stride = sw * phase_stride;
   const std::int64_t channel_stride = hp * row_stride;
   const std::int64_t image_floats = g.in.channels * channel_stride;
-  const std::int64_t blocks = (cout + 3) / 4;
+  // Blocks of 4 output channels per group; depthwise: blocks of 4 groups.
+  const std::int64_t blocks = depthwise ? (g.groups + 3) / 4 : (cout + 3) / 4;
+  const std::int64_t units = depthwise ? blocks : g.groups;  // (image, unit) work items
   const std::int64_t pad_floats = g.in.batch * image_floats + 8;
-  const std::int64_t weight_floats = g.groups * blocks * cin * taps * 4;
-  std::unique_ptr<float[]> buffer(new (std::nothrow) float[pad_floats + weight_floats + g.groups * blocks * 4]);
+  const std::int64_t weight_floats = depthwise ? blocks * taps * 4 : g.groups * blocks * cin * taps * 4;
+  const std::int64_t bias_floats = depthwise ? blocks * 4 : g.groups * blocks * 4;
+  std::unique_ptr<float[]> buffer(new (std::nothrow) float[pad_floats + weight_floats + bias_floats]);
   if (buffer == nullptr) {
     return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate ", pad_floats + weight_floats,
                     " floats of padded input");
@@ -164,8 +171,12 @@ Status conv_direct(const float* x, const float* w, const float* bias, float* y, 
   float* packed = padded + pad_floats;
   float* bias4 = packed + weight_floats;
   // Weights in blocks of 4 output channels, tap-major within a channel, zero-filled.
-  std::fill(packed, packed + weight_floats + g.groups * blocks * 4, 0.0f);
-  for (std::int64_t grp = 0; grp < g.groups; ++grp) {
+  std::fill(packed, packed + weight_floats + bias_floats, 0.0f);
+  for (std::int64_t grp = 0; depthwise && grp < g.groups; ++grp) {
+    for (std::int64_t t = 0; t < taps; ++t) packed[((grp / 4) * taps + t) * 4 + grp % 4] = w[grp * taps + t];
+    if (bias != nullptr) bias4[grp] = bias[grp];
+  }
+  for (std::int64_t grp = 0; !depthwise && grp < g.groups; ++grp) {
     for (std::int64_t o = 0; o < cout; ++o) {
       const float* src = w + (grp * cout + o) * cin * taps;
       float* dst = packed + ((grp * blocks + o / 4) * cin * taps) * 4 + o % 4;
@@ -203,15 +214,28 @@ Status conv_direct(const float* x, const float* w, const float* bias, float* y, 
   });
   // Output rows of every (image, group), split into chunks that never straddle two.
   const auto rows = simd().conv_direct_rows;
-  const std::int64_t total = g.in.batch * g.groups * g.oh;
+  const std::int64_t total = g.in.batch * units * g.oh;
   const std::int64_t grain = std::max<std::int64_t>(1, total / (4 * pool.num_threads()));
   pool.parallel_for(total, grain, [&](std::int64_t begin, std::int64_t end) {
     while (begin < end) {
       const std::int64_t item = begin / g.oh, oy0 = begin % g.oh;
       const std::int64_t oy1 = std::min(g.oh, oy0 + (end - begin));
-      const std::int64_t n = item / g.groups, grp = item % g.groups;
+      const std::int64_t n = item / units, grp = item % units;
       ConvDirectArgs a{};
-      a.input = padded + n * image_floats + grp * cin * channel_stride;
+      if (depthwise) {  // grp is a block of 4 groups
+        a.input = padded + n * image_floats + 4 * grp * channel_stride;
+        a.weights = packed + grp * taps * 4;
+        a.bias4 = bias4 + grp * 4;
+        a.output = y + (n * g.out_channels + 4 * grp) * g.oh * g.ow;
+        a.out_channels = std::min<std::int64_t>(4, g.groups - 4 * grp);
+        a.depthwise = true;
+      } else {
+        a.input = padded + n * image_floats + grp * cin * channel_stride;
+        a.weights = packed + grp * blocks * cin * taps * 4;
+        a.bias4 = bias4 + grp * blocks * 4;
+        a.output = y + (n * g.out_channels + grp * cout) * g.oh * g.ow;
+        a.out_channels = cout;
+      }
       a.channels = cin;
       a.channel_stride = channel_stride;
       a.row_stride = row_stride;
@@ -222,10 +246,6 @@ Status conv_direct(const float* x, const float* w, const float* bias, float* y, 
       a.stride_w = sw;
       a.dilation_h = g.dilation[0];
       a.dilation_w = g.dilation[1];
-      a.weights = packed + grp * blocks * cin * taps * 4;
-      a.bias4 = bias4 + grp * blocks * 4;
-      a.output = y + (n * g.out_channels + grp * cout) * g.oh * g.ow;
-      a.out_channels = cout;
       a.out_plane = g.oh * g.ow;
       a.ow = g.ow;
       a.relu = relu;
@@ -327,7 +347,7 @@ Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   if (out[0].numel() == 0) return Status::Ok();
   const float* bp = bias != nullptr ? bias->as<float>() : nullptr;
   const bool relu = ctx.fused_activation() == FusedActivation::kRelu;
-  if (g.group_in() > 1 && use_direct(g)) return conv_direct(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.pool(), relu);
+  if (use_direct(g)) return conv_direct(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.pool(), relu);
   KILN_RETURN_IF_ERROR(conv_f32(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.pool()));
   apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
   return Status::Ok();

@@ -28,6 +28,9 @@ struct ConvDirectArgs {
   float* output;  // [out_channels][oh][ow]
   std::int64_t out_channels, out_plane, ow;
   bool relu;  // max(x, 0) on the way out
+  // Depthwise: the block's 4 output channels each read their own input channel (channel o
+  // at input + o * channel_stride, channels == 1), out_channels <= 4 (one block).
+  bool depthwise;
 };
 
 struct SimdKernels {

@@ -160,7 +160,16 @@ void strided_rows(const T* src, const BroadcastPlan& plan, T* dst) {
   for_each_row<1>(plan, [&](const std::array<std::int64_t, 1>& off, std::int64_t row) {
     const T* in = src + off[0];
     T* o = dst + row * len;
-    if (s == 1) {
+    if (s == 1 && len <= 64) {
+      // Short rows inline: fixed-size chunks, then an unrolled tail (a run-time-length
+      // memcpy is a libc call, which costs more than the copy here).
+      std::int64_t i = 0;
+      for (; i + 8 <= len; i += 8) std::memcpy(o + i, in + i, 8 * sizeof(T));
+#pragma GCC unroll 8
+      for (int k = 0; k < 7; ++k) {
+        if (i + k < len) o[i + k] = in[i + k];
+      }
+    } else if (s == 1) {
       std::memcpy(o, in, static_cast<std::size_t>(len) * sizeof(T));
     } else if (s == 0) {
       const T v = *in;

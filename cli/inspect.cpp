@@ -370,6 +370,22 @@ struct GraphRole {
   std::vector<std::string> callers;  // "g0_n5" for each node calling this graph
 };
 
+// Calls f(graph, node index, node, k, callee) for every subgraph call (node.subgraphs()[k])
+// whose callee graph exists.
+template <typename F>
+void for_each_call(const fb::Program& p, F f) {
+  for (std::uint32_t gi = 0; gi < count(p.graphs()); ++gi) {
+    const auto* g = p.graphs()->Get(gi);
+    for (std::uint32_t n = 0; n < count(g->nodes()); ++n) {
+      const auto* node = g->nodes()->Get(n);
+      for (std::uint32_t k = 0; k < count(node->subgraphs()); ++k) {
+        const std::uint32_t callee = node->subgraphs()->Get(k);
+        if (callee < count(p.graphs())) f(gi, n, *node, k, callee);
+      }
+    }
+  }
+}
+
 // Why each graph exists: entry, specialization, or callee of which nodes.
 std::vector<GraphRole> graph_roles(const fb::Program& p) {
   std::vector<GraphRole> roles(count(p.graphs()));
@@ -385,16 +401,9 @@ std::vector<GraphRole> graph_roles(const fb::Program& p) {
       roles[sp->graph()].title += "  (specialization " + str(sp->label()) + ": " + expr_to_string(p, sp->predicate()) + ")";
     }
   }
-  for (std::uint32_t gi = 0; gi < roles.size(); ++gi) {
-    const auto* g = p.graphs()->Get(gi);
-    for (std::uint32_t n = 0; n < count(g->nodes()); ++n) {
-      const auto* node = g->nodes()->Get(n);
-      for (std::uint32_t k = 0; k < count(node->subgraphs()); ++k) {
-        const std::uint32_t callee = node->subgraphs()->Get(k);
-        if (callee < roles.size()) roles[callee].callers.push_back("g" + std::to_string(gi) + "_n" + std::to_string(n));
-      }
-    }
-  }
+  for_each_call(p, [&](std::uint32_t gi, std::uint32_t n, const fb::Node&, std::uint32_t, std::uint32_t callee) {
+    roles[callee].callers.push_back("g" + std::to_string(gi) + "_n" + std::to_string(n));
+  });
   for (auto& role : roles) {
     if (!role.callers.empty()) role.title += "  (subgraph)";
   }
@@ -509,19 +518,11 @@ void write_dot(std::ostream& os, const fb::Program& p) {
   const std::vector<GraphRole> roles = graph_roles(p);
   std::vector<std::string> anchors;
   for (std::uint32_t gi = 0; gi < roles.size(); ++gi) anchors.push_back(write_dot_graph(os, p, gi, roles[gi]));
-  for (std::uint32_t gi = 0; gi < roles.size(); ++gi) {
-    const auto* g = p.graphs()->Get(gi);
-    for (std::uint32_t n = 0; n < count(g->nodes()); ++n) {
-      const auto* node = g->nodes()->Get(n);
-      for (std::uint32_t k = 0; k < count(node->subgraphs()); ++k) {
-        const std::uint32_t callee = node->subgraphs()->Get(k);
-        if (callee >= roles.size()) continue;
-        os << "  g" << gi << "_n" << n << " -> " << anchors[callee] << " [lhead=cluster_g" << callee
-           << ", style=dashed, color=\"#d97706\", label=" << dot_quote(call_label(p, *node, k) + " (graph " + std::to_string(callee) + ")")
-           << "];\n";
-      }
-    }
-  }
+  for_each_call(p, [&](std::uint32_t gi, std::uint32_t n, const fb::Node& node, std::uint32_t k, std::uint32_t callee) {
+    os << "  g" << gi << "_n" << n << " -> " << anchors[callee] << " [lhead=cluster_g" << callee
+       << ", style=dashed, color=\"#d97706\", label=" << dot_quote(call_label(p, node, k) + " (graph " + std::to_string(callee) + ")")
+       << "];\n";
+  });
   os << "}\n";
 }
 

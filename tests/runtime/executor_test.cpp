@@ -165,10 +165,16 @@ TEST(Executor, DerivedDimAndDivisibilityAreChecked) {
   EXPECT_EQ(six.message().rfind("runtime assertion failed: s0 % 4 == 0", 0), 0u) << six.message();
 }
 
+// The decoder with dynamic batch and sequence length.
+Result<ExportedProgram> export_decoder(const models::Decoder& model) {
+  return export_program([&](Tensor x) { return model(x); },
+                        {input("ids", Tensor::from_ints({2, 5}, std::vector<std::int64_t>(10, 1)),
+                               {Dim("batch", 1, 8), Dim("seq", 1, 128)})});
+}
+
 TEST(Executor, DecoderMatchesEager) {
   models::Decoder model;
-  auto ep = export_program([&](Tensor x) { return model(x); },
-                           {input("ids", Tensor::from_ints({2, 5}, std::vector<std::int64_t>(10, 1)), {Dim("batch", 1, 8), Dim("seq", 1, 128)})});
+  auto ep = export_decoder(model);
   ASSERT_TRUE(ep.ok()) << ep.status().message();
   auto program = load(*ep);
   ASSERT_NE(program, nullptr);
@@ -188,8 +194,7 @@ TEST(Executor, DecoderMatchesEager) {
 // varying shapes: every result equals the single-threaded one bit for bit.
 TEST(Executor, EightThreadsShareOneProgram) {
   models::Decoder model;
-  auto ep = export_program([&](Tensor x) { return model(x); },
-                           {input("ids", Tensor::from_ints({2, 5}, std::vector<std::int64_t>(10, 1)), {Dim("batch", 1, 8), Dim("seq", 1, 128)})});
+  auto ep = export_decoder(model);
   ASSERT_TRUE(ep.ok()) << ep.status().message();
   auto program = load(*ep);
   ASSERT_NE(program, nullptr);

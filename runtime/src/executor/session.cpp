@@ -72,6 +72,19 @@ struct CallArg {
   TensorView t;
 };
 
+// `value` with its tensor bytes copied into `storage` (a callee's result that must outlive
+// the callee's memory: cond/invoke_subgraph outputs, while_loop carries).
+CallArg owned_copy(const CallArg& value, std::unique_ptr<std::uint8_t[]>& storage) {
+  CallArg out = value;
+  if (!value.is_int) {
+    const std::size_t bytes = value.t.nbytes();
+    storage.reset(new std::uint8_t[std::max<std::size_t>(bytes, 1)]);
+    if (bytes) std::memcpy(storage.get(), value.t.data, bytes);
+    out.t.data = storage.get();
+  }
+  return out;
+}
+
 struct SignatureKey {
   std::vector<std::int64_t> words;
   bool operator==(const SignatureKey&) const = default;
@@ -863,12 +876,7 @@ Status Session::Impl::run_control_flow(Frame& f, std::uint32_t n) {
   std::vector<CallArg> results(ni.outputs.size());
   std::vector<std::unique_ptr<std::uint8_t[]>> keep(ni.outputs.size());
   auto keep_sink = [&](std::size_t k, const CallArg& value) -> Status {
-    results[k] = value;
-    if (!value.is_int) {
-      keep[k].reset(new std::uint8_t[std::max<std::size_t>(value.t.nbytes(), 1)]);
-      if (value.t.nbytes()) std::memcpy(keep[k].get(), value.t.data, value.t.nbytes());
-      results[k].t.data = keep[k].get();
-    }
+    results[k] = owned_copy(value, keep[k]);
     return Status::Ok();
   };
   if (ni.op == OpKind::Cond || ni.op == OpKind::InvokeSubgraph) {
@@ -914,12 +922,7 @@ Status Session::Impl::run_control_flow(Frame& f, std::uint32_t n) {
         break;
       }
       auto body_sink = [&](std::size_t k, const CallArg& value) -> Status {
-        next_args[k] = value;
-        if (!value.is_int) {
-          next[k].reset(new std::uint8_t[std::max<std::size_t>(value.t.nbytes(), 1)]);
-          if (value.t.nbytes()) std::memcpy(next[k].get(), value.t.data, value.t.nbytes());
-          next_args[k].t.data = next[k].get();
-        }
+        next_args[k] = owned_copy(value, next[k]);
         return Status::Ok();
       };
       st = run_graph(ni.subgraphs[1], args, false, body_sink, nullptr);

@@ -368,13 +368,11 @@ std::vector<NodePlacement> Program::placement(std::uint32_t graph) const {
     const NodeInfo& ni = info.nodes[n];
     NodePlacement pl;
     pl.node = n;
-    pl.op = std::string(op_info(ni.op).name);
-    if (ni.fused_act != cpu::FusedActivation::kNone) pl.op += std::string("+") + cpu::activation_name(ni.fused_act);
+    pl.op = op_label(ni);
     pl.segment = ni.segment;
     pl.backend = ni.segment >= 0 && impl_->accelerator != nullptr ? backend_name() : "cpu";
     pl.fused_away = ni.fused_away;
-    const DebugLocation d = debug_location(p, nodes->Get(n)->debug());
-    pl.where = d.module.empty() ? d.file_line : d.file_line + ", " + d.module;
+    pl.where = debug_location(p, nodes->Get(n)->debug()).text();
     out.push_back(std::move(pl));
   }
   return out;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -35,6 +36,14 @@ struct NodeInfo {
   cpu::FusedActivation fused_act = cpu::FusedActivation::kNone;
   bool fused_away = false;
 };
+
+// The op's name, with "+relu" (etc.) when an activation was fused into it: how profiles
+// and Program::placement name a node.
+inline std::string op_label(const NodeInfo& ni) {
+  std::string name(op_info(ni.op).name);
+  if (ni.fused_act != cpu::FusedActivation::kNone) name = name + "+" + cpu::activation_name(ni.fused_act);
+  return name;
+}
 
 struct ValueInfo {
   fb::ValueKind kind = fb::ValueKind::Tensor;

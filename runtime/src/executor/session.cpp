@@ -61,8 +61,7 @@ std::optional<std::uint32_t> bare_symbol(const fb::Program& p, std::uint32_t id)
 
 std::string location(const fb::Program& p, std::uint32_t debug) {
   const DebugLocation d = debug_location(p, debug);
-  if (d.empty()) return "";
-  return " (" + d.file_line + (d.module.empty() ? "" : ", " + d.module) + ")";
+  return d.empty() ? "" : " (" + d.text() + ")";
 }
 
 // One input or output of a graph call: an int or a tensor view (not owned).
@@ -793,11 +792,7 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
   const Status st = ni.kernel(ctx, ins, out, attrs->values);
   if (options.profile) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::string where = location(p, ni.debug);
-    if (where.size() > 3) where = where.substr(2, where.size() - 3);
-    std::string name(op_info(ni.op).name);
-    if (ni.fused_act != cpu::FusedActivation::kNone) name = name + "+" + cpu::activation_name(ni.fused_act);
-    stats.ops.push_back({std::move(name), where, ms});
+    stats.ops.push_back({op_label(ni), debug_location(p, ni.debug).text(), ms});
   }
   if (!st.ok()) {
     return Status(st.code(), st.message() + " [" + graph_name(f.graph_id) + ", node " + std::to_string(n) + "]" + location(p, ni.debug));

@@ -112,6 +112,8 @@ struct DebugLocation {
   std::string file_line;
   std::string module;
   bool empty() const { return file_line.empty(); }
+  /// "model.cpp:41, fc" (or "model.cpp:41" at top level; "" when empty).
+  std::string text() const { return module.empty() ? file_line : file_line + ", " + module; }
 };
 DebugLocation debug_location(const fb::Program& program, std::uint32_t debug);
 

@@ -193,7 +193,7 @@ std::vector<Case> all_cases() {
 
   // conv2d: stride, padding, dilation, groups, depthwise, bias, unbatched.
   struct Conv { std::int64_t n, c, h, w, o, k, s, p, d, groups; bool bias; };
-  for (const Conv cv : {Conv{2, 3, 9, 11, 4, 3, 1, 1, 1, 1, true}, Conv{1, 4, 10, 7, 6, 3, 2, 0, 1, 2, false},
+  for (const Conv& cv : {Conv{2, 3, 9, 11, 4, 3, 1, 1, 1, 1, true}, Conv{1, 4, 10, 7, 6, 3, 2, 0, 1, 2, false},
                         Conv{1, 6, 8, 9, 6, 3, 1, 2, 2, 6, true}, Conv{0, 2, 5, 5, 3, 1, 1, 0, 1, 1, true},
                         Conv{3, 5, 7, 7, 2, 5, 2, 2, 1, 1, true}, Conv{2, 5, 9, 10, 12, 3, 1, 1, 1, 1, true},
                         Conv{1, 16, 11, 9, 70, 3, 2, 1, 2, 1, false}, Conv{2, 8, 7, 6, 16, 3, 1, 1, 1, 2, true}}) {

@@ -17,6 +17,7 @@
 #include <span>
 #include <string_view>
 
+#include "backends/cpu/gemm/gemm.h"
 #include "kiln/format/dtype.h"
 #include "kiln/format/ops.h"
 #include "kiln/runtime/status.h"
@@ -58,9 +59,10 @@ class ThreadPool;
 class PackedB;
 
 /// An activation the executor fused into the node before it (a linear followed by a relu
-/// whose input nothing else reads): that node's kernel applies it to its own result, and
-/// the activation node only passes the bytes on.
-enum class FusedActivation : std::uint8_t { kNone, kRelu, kGeluErf, kGeluTanh, kSilu };
+/// whose input nothing else reads): that node's kernel applies it to its own result (linear:
+/// in the SGEMM epilogue, hence the same enum), and the activation node only passes the
+/// bytes on.
+using FusedActivation = GemmActivation;
 
 /// Whether the kernel of `op` applies `act` when its context asks (linear: all of them, in
 /// the SGEMM epilogue; conv2d: relu). Only f32 outputs are fused.

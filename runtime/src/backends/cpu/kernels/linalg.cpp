@@ -340,13 +340,7 @@ Status Linear(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
       params.bias = bias->as<const float>();
       params.bias_kind = GemmBias::kPerColumn;
     }
-    switch (ctx.fused_activation()) {
-      case FusedActivation::kNone: break;
-      case FusedActivation::kRelu: params.activation = GemmActivation::kRelu; break;
-      case FusedActivation::kGeluErf: params.activation = GemmActivation::kGeluErf; break;
-      case FusedActivation::kGeluTanh: params.activation = GemmActivation::kGeluTanh; break;
-      case FusedActivation::kSilu: params.activation = GemmActivation::kSilu; break;
-    }
+    params.activation = ctx.fused_activation();
     const PackedB* packed = ctx.packed_b(1);
     const Status st = packed != nullptr && packed->k() == k && packed->n() == n ? sgemm_prepacked(params, *packed, &ctx.pool())
                                                                                : sgemm(params, &ctx.pool());

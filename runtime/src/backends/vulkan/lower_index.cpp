@@ -1,0 +1,169 @@
+// Indexed reads with device-side range checks: embedding / index_select / gather
+// (index.comp) and advanced indexing by up to 3 index tensors (advindex.comp). An
+// out-of-range index sets the segment's error buffer, which the backend checks after the run.
+#include "backends/cpu/kernels/common.h"
+#include "backends/vulkan/lowerer.h"
+
+namespace kiln::vulkan {
+
+using cpu::kernels::attr_int;
+using cpu::kernels::attr_ints;
+
+// embedding / index_select: out = x with dim `dim` replaced by the index's elements.
+Status Lowerer::select_push(Dispatch& d, std::int64_t& n) const {
+  // A 0-d x is indexed as [1] (as on the CPU); its output stays 0-d.
+  const Shape xs = in(0)->shape.empty() ? Shape{1} : in(0)->shape;
+  const bool scalar_x = in(0)->shape.empty();
+  const Shape& is = in(1)->shape;
+  std::int64_t dim = 0;
+  if (node_->op == OpKind::IndexSelect) {
+    KILN_ASSIGN_OR_RETURN(dim, attr_int("index_select", attrs_, 0, "dim"));
+    if (dim < 0) dim += static_cast<std::int64_t>(xs.size());
+    if (is.size() > 1) return invalid("index must be 0-D or 1-D, got ", shape_text(is));
+  }
+  if (xs.empty() || dim < 0 || dim >= static_cast<std::int64_t>(xs.size())) return invalid("dim=", dim, " for x.shape=", shape_text(xs));
+  Shape expect;
+  if (node_->op == OpKind::Embedding) {
+    expect = is;
+    expect.insert(expect.end(), xs.begin() + 1, xs.end());
+  } else {
+    expect = xs;
+    expect[dim] = numel(is);
+    if (scalar_x) {
+      if (numel(is) != 1) return invalid("a 0-d x takes exactly one index, got ", shape_text(is));
+      expect.clear();
+    }
+  }
+  if (out().shape != expect) return invalid("out.shape=", shape_text(out().shape), " != expected ", shape_text(expect));
+  n = numel(expect);
+  d.push[1] = 0;
+  d.push[2] = static_cast<std::int32_t>(xs[dim]);
+  d.push[3] = static_cast<std::int32_t>(numel(is));
+  d.push[4] = static_cast<std::int32_t>(numel(Shape(xs.begin() + dim + 1, xs.end())));
+  return Status::Ok();
+}
+
+// gather: out has the index's shape; x is read at the index along `dim`.
+Status Lowerer::gather_push(Dispatch& d, std::int64_t& n) const {
+  const Shape xs = in(0)->shape.empty() ? Shape{1} : in(0)->shape;
+  const bool scalar_x = in(0)->shape.empty();
+  const Shape& is = in(1)->shape;
+  KILN_ASSIGN_OR_RETURN(std::int64_t dim, attr_int("gather", attrs_, 0, "dim"));
+  if (dim < 0) dim += static_cast<std::int64_t>(xs.size());
+  const Shape xi = scalar_x ? Shape{} : xs;  // ranks compare with the real x
+  if (is.size() != xi.size() || dim < 0 || dim >= static_cast<std::int64_t>(xs.size())) {
+    return invalid("index.shape=", shape_text(is), " x.shape=", shape_text(xs), " dim=", dim);
+  }
+  for (std::size_t i = 0; i < xi.size(); ++i) {
+    if (static_cast<std::int64_t>(i) != dim && is[i] > xs[i]) return invalid("index.shape[", i, "] > x.shape[", i, "]");
+  }
+  if (out().shape != is) return invalid("out.shape != index.shape");
+  if (xs.size() > kMaxDims) return unsupported("gather over more than ", kMaxDims, " dims");
+  n = numel(is);
+  const Shape xst = contiguous(xs);
+  const Shape ishape = scalar_x ? Shape{1} : is;
+  d.push[1] = 1;
+  d.push[2] = static_cast<std::int32_t>(xs[dim]);
+  d.push[3] = static_cast<std::int32_t>(xs.size());
+  d.push[4] = static_cast<std::int32_t>(dim);
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    d.push[5 + i] = static_cast<std::int32_t>(ishape[i]);
+    d.push[11 + i] = static_cast<std::int32_t>(xst[i]);
+  }
+  return Status::Ok();
+}
+
+Status Lowerer::indexing() {
+  KILN_RETURN_IF_ERROR(expect_inputs(2, 2));
+  Dispatch d;
+  d.variant = "index_x32";
+  std::int64_t n = 0;
+  if (node_->op == OpKind::Gather) KILN_RETURN_IF_ERROR(gather_push(d, n));
+  else KILN_RETURN_IF_ERROR(select_push(d, n));
+  if (n == 0) return Status::Ok();
+  d.push[0] = static_cast<std::int32_t>(n);
+  d.reads = {in_id(0), in_id(1)};
+  d.writes = {out_id()};
+  d.bindings[0] = T(in_id(0));
+  d.bindings[1] = T(in_id(1));
+  d.bindings[2] = T(out_id());
+  d.bindings[3] = {BindingRef::kError, 0};
+  grid_1d(d, n, 256);
+  out_.dispatches.push_back(std::move(d));
+  out_.uses_error_buffer = true;
+  return Status::Ok();
+}
+
+// The broadcast shape of index tensors 1..k (at most 4 dims).
+Status Lowerer::index_broadcast(int k, Shape& bshape) const {
+  std::size_t brank = 0;
+  for (int j = 1; j <= k; ++j) brank = std::max(brank, in(j)->shape.size());
+  if (brank > 4) return unsupported("index tensors of rank > 4");
+  bshape.assign(brank, 1);
+  for (std::size_t d = 0; d < brank; ++d) {
+    for (int j = 1; j <= k; ++j) {
+      const Shape& t = in(j)->shape;
+      const int td = static_cast<int>(d) - static_cast<int>(brank - t.size());
+      const std::int64_t dim = td >= 0 ? t[td] : 1;
+      if (dim == 1) continue;
+      if (bshape[d] != 1 && bshape[d] != dim) return invalid("index tensor shapes do not broadcast");
+      bshape[d] = dim;
+    }
+  }
+  return Status::Ok();
+}
+
+Status Lowerer::advanced_index() {
+  if (node_->inputs.size() < 2 || node_->inputs.size() > 4 || node_->outputs.size() != 1) {
+    return unsupported("index with ", node_->inputs.size() - 1, " index tensors (at most 3)");
+  }
+  for (std::size_t i = 0; i < node_->inputs.size(); ++i) {
+    if (in(i) == nullptr) return invalid("input ", i, " is absent");
+  }
+  KILN_ASSIGN_OR_RETURN(std::span<const std::int64_t> dims, attr_ints("index", attrs_, 0, "dims"));
+  const Shape& xs = in(0)->shape;
+  const int k = static_cast<int>(node_->inputs.size()) - 1;
+  const int rank = static_cast<int>(xs.size());
+  if (static_cast<int>(dims.size()) != k) return invalid("dims has ", dims.size(), " entries for ", k, " index tensors");
+  if (dims[0] < 0 || dims[0] >= rank) return invalid("dims[0]=", dims[0], " for rank ", rank);
+  for (int i = 1; i < k; ++i) {
+    if (dims[i] != dims[0] + i) return unsupported("index tensors on non-adjacent dims");
+  }
+  const int first = static_cast<int>(dims[0]);
+  if (first + k > rank) return invalid(k, " index tensors from dim ", first, " exceed x.rank=", rank);
+  Shape bshape;
+  KILN_RETURN_IF_ERROR(index_broadcast(k, bshape));
+  Shape expect(xs.begin(), xs.begin() + first);
+  expect.insert(expect.end(), bshape.begin(), bshape.end());
+  expect.insert(expect.end(), xs.begin() + first + k, xs.end());
+  if (out().shape != expect) return invalid("out.shape=", shape_text(out().shape), " != expected ", shape_text(expect));
+  const std::int64_t n = numel(expect);
+  if (n == 0) return Status::Ok();
+  const Shape xst = contiguous(xs);
+  const std::size_t brank = bshape.size();
+  Dispatch& d = add("advindex_x32", {in_id(0)}, {out_id()});
+  d.push[0] = static_cast<std::int32_t>(n);
+  d.push[1] = k;
+  d.push[2] = static_cast<std::int32_t>(numel(Shape(xs.begin() + first + k, xs.end())));
+  d.push[3] = static_cast<std::int32_t>(numel(Shape(xs.begin() + first, xs.end())));
+  d.push[4] = static_cast<std::int32_t>(numel(bshape));
+  d.push[5] = static_cast<std::int32_t>(brank);
+  for (std::size_t i = 0; i < brank; ++i) d.push[6 + i] = static_cast<std::int32_t>(bshape[i]);
+  for (int j = 0; j < k; ++j) {
+    Shape bs;
+    broadcast_strides(in(j + 1)->shape, bshape, bs);
+    for (std::size_t i = 0; i < brank; ++i) d.push[10 + 4 * j + i] = static_cast<std::int32_t>(bs[i]);
+    d.push[22 + j] = static_cast<std::int32_t>(xs[first + j]);
+    d.push[25 + j] = static_cast<std::int32_t>(xst[first + j]);
+    d.bindings[3 + j] = T(in_id(j + 1));
+    d.reads.push_back(in_id(j + 1));
+  }
+  d.bindings[0] = T(in_id(0));
+  d.bindings[1] = T(out_id());
+  d.bindings[2] = {BindingRef::kError, 0};
+  grid_1d(d, n, 256);
+  out_.uses_error_buffer = true;
+  return Status::Ok();
+}
+
+}  // namespace kiln::vulkan

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/vulkan/shaders/shader_abi.h"
 #include "backends/vulkan/vk_api.h"
 #include "kiln/runtime/status.h"
 
@@ -20,7 +21,7 @@ namespace kiln::vulkan {
 
 /// Bindings in the one descriptor-set layout every pipeline uses, and its push-constant size.
 inline constexpr std::uint32_t kMaxBindings = 6;
-inline constexpr std::uint32_t kPushWords = 32;
+inline constexpr std::uint32_t kPushWords = KILN_PUSH_WORDS;
 
 enum class MemoryKind : std::uint8_t { kDevice, kHost };
 

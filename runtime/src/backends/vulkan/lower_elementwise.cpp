@@ -16,7 +16,7 @@ Status Lowerer::unary(int code) {
   float alpha = 0, beta = 0;
   if (node_->op == OpKind::Gelu) {
     KILN_ASSIGN_OR_RETURN(std::string_view approx, attr_string("gelu", attrs_, 0, "approximate", true));
-    if (approx == "tanh") code = 13;
+    if (approx == "tanh") code = UNARY_GELU_TANH;
     else if (!approx.empty() && approx != "none") return invalid("approximate='", approx, "'");
   } else if (node_->op == OpKind::Clamp) {
     KILN_ASSIGN_OR_RETURN(std::optional<double> lo, attr_optional_float("clamp", attrs_, 0, "min"));
@@ -32,10 +32,10 @@ Status Lowerer::unary(int code) {
   const std::int64_t n = numel(out().shape);
   if (n == 0) return Status::Ok();
   Dispatch& d = add("unary_f32", {in_id(0)}, {out_id()});
-  d.push[0] = static_cast<std::int32_t>(n);
-  d.push[1] = code;
-  d.push[2] = fbits(alpha);
-  d.push[3] = fbits(beta);
+  put(d, PC_UNARY_N, n);
+  put(d, PC_UNARY_OP, code);
+  put(d, PC_UNARY_ALPHA, fbits(alpha));
+  put(d, PC_UNARY_BETA, fbits(beta));
   d.bindings[0] = T(in_id(0));
   d.bindings[1] = T(out_id());
   grid_1d(d, n, 256);
@@ -45,8 +45,8 @@ Status Lowerer::unary(int code) {
 Status Lowerer::binary(std::string_view variant, int code) {
   if (node_->op == OpKind::Div) {
     KILN_ASSIGN_OR_RETURN(std::string_view mode, attr_string("div", attrs_, 0, "rounding_mode", true));
-    if (mode == "trunc") code = 4;
-    else if (mode == "floor") code = 5;
+    if (mode == "trunc") code = BINARY_DIV_TRUNC;
+    else if (mode == "floor") code = BINARY_DIV_FLOOR;
     else if (!mode.empty()) return invalid("rounding_mode='", mode, "'");
   }
   KILN_RETURN_IF_ERROR(expect_inputs(2, 2));
@@ -74,15 +74,15 @@ Status Lowerer::binary(std::string_view variant, int code) {
   std::vector<Shape> strides{sa, sb, contiguous(os)};
   if (!coalesce(shape, strides)) return unsupported("broadcast over more than ", kMaxDims, " dims");
   Dispatch& d = add(variant, {in_id(0), in_id(1)}, {out_id()});
-  d.push[0] = static_cast<std::int32_t>(n);
-  d.push[1] = code;
-  d.push[2] = static_cast<std::int32_t>(shape.size());
+  put(d, PC_BINARY_N, n);
+  put(d, PC_BINARY_OP, code);
+  put(d, PC_BINARY_RANK, static_cast<std::int64_t>(shape.size()));
   for (std::size_t i = 0; i < shape.size(); ++i) {
-    d.push[3 + i] = static_cast<std::int32_t>(shape[i]);
-    d.push[9 + i] = static_cast<std::int32_t>(strides[0][i]);
-    d.push[15 + i] = static_cast<std::int32_t>(strides[1][i]);
+    put(d, PC_BINARY_SHAPE + i, shape[i]);
+    put(d, PC_BINARY_A_STRIDES + i, strides[0][i]);
+    put(d, PC_BINARY_B_STRIDES + i, strides[1][i]);
   }
-  d.push[21] = (a == os && b == os) ? 1 : 0;
+  put(d, PC_BINARY_CONTIGUOUS, (a == os && b == os) ? 1 : 0);
   d.bindings[0] = T(in_id(0));
   d.bindings[1] = T(in_id(1));
   d.bindings[2] = T(out_id());
@@ -96,14 +96,15 @@ Status Lowerer::logical_not() {
   const std::int64_t cnt = numel(out().shape);
   if (cnt == 0) return Status::Ok();
   // bool: the logical variant's `not a`; f32: x == 0 against the zero-filled dummy buffer.
-  Dispatch& d = add(in(0)->dtype == DType::kBool ? "logical_b32" : "compare_f32", {in_id(0)}, {out_id()});
-  d.push[0] = static_cast<std::int32_t>(cnt);
-  d.push[1] = in(0)->dtype == DType::kBool ? 3 : 0;  // logical: 3 = not a; compare: 0 = eq (b = 0.0)
-  d.push[2] = 1;                                      // one dim: a walks, b (the zero dummy) stays
-  d.push[3] = static_cast<std::int32_t>(cnt);
-  d.push[9] = 1;
-  d.push[15] = 0;
-  d.push[21] = 0;
+  const bool boolean = in(0)->dtype == DType::kBool;
+  Dispatch& d = add(boolean ? "logical_b32" : "compare_f32", {in_id(0)}, {out_id()});
+  put(d, PC_BINARY_N, cnt);
+  put(d, PC_BINARY_OP, boolean ? LOGICAL_NOT : COMPARE_EQ);
+  put(d, PC_BINARY_RANK, 1);  // one dim: a walks, b (the zero dummy) stays
+  put(d, PC_BINARY_SHAPE, cnt);
+  put(d, PC_BINARY_A_STRIDES, 1);
+  put(d, PC_BINARY_B_STRIDES, 0);
+  put(d, PC_BINARY_CONTIGUOUS, 0);
   d.bindings[0] = T(in_id(0));
   d.bindings[1] = {BindingRef::kDummy, 0};  // zeros: rank 0 -> all offsets 0
   d.bindings[2] = T(out_id());
@@ -140,13 +141,13 @@ Status Lowerer::where_dispatch(std::uint32_t cond, std::uint32_t a, std::uint32_
   std::vector<Shape> strides{sc, sa, sb, contiguous(os)};
   if (!coalesce(shape, strides)) return unsupported("broadcast over more than ", kMaxDims, " dims");
   Dispatch& d = add("where_x32", {cond, a, b}, {out_id()});
-  d.push[0] = static_cast<std::int32_t>(n);
-  d.push[1] = static_cast<std::int32_t>(shape.size());
+  put(d, PC_WHERE_N, n);
+  put(d, PC_WHERE_RANK, static_cast<std::int64_t>(shape.size()));
   for (std::size_t i = 0; i < shape.size(); ++i) {
-    d.push[2 + i] = static_cast<std::int32_t>(shape[i]);
-    d.push[8 + i] = static_cast<std::int32_t>(strides[0][i]);
-    d.push[14 + i] = static_cast<std::int32_t>(strides[1][i]);
-    d.push[20 + i] = static_cast<std::int32_t>(strides[2][i]);
+    put(d, PC_WHERE_SHAPE + i, shape[i]);
+    put(d, PC_WHERE_COND_STRIDES + i, strides[0][i]);
+    put(d, PC_WHERE_A_STRIDES + i, strides[1][i]);
+    put(d, PC_WHERE_B_STRIDES + i, strides[2][i]);
   }
   d.bindings[0] = T(cond);
   d.bindings[1] = T(a);
@@ -157,7 +158,7 @@ Status Lowerer::where_dispatch(std::uint32_t cond, std::uint32_t a, std::uint32_
 }
 
 namespace {
-int device_kind(DType d) { return d == DType::kF32 ? 0 : d == DType::kBool ? 2 : 1; }
+int device_kind(DType d) { return d == DType::kF32 ? DEVICE_F32 : d == DType::kBool ? DEVICE_BOOL : DEVICE_I32; }
 }  // namespace
 
 Status Lowerer::cast() {
@@ -166,9 +167,9 @@ Status Lowerer::cast() {
   const std::int64_t n = numel(out().shape);
   if (n == 0) return Status::Ok();
   Dispatch& d = add("cast_x32", {in_id(0)}, {out_id()});
-  d.push[0] = static_cast<std::int32_t>(n);
-  d.push[1] = device_kind(in(0)->dtype);
-  d.push[2] = device_kind(out().dtype);
+  put(d, PC_CAST_N, n);
+  put(d, PC_CAST_FROM, device_kind(in(0)->dtype));
+  put(d, PC_CAST_TO, device_kind(out().dtype));
   d.bindings[0] = T(in_id(0));
   d.bindings[1] = T(out_id());
   grid_1d(d, n, 256);

@@ -36,10 +36,10 @@ Status Lowerer::select_push(Dispatch& d, std::int64_t& n) const {
   }
   if (out().shape != expect) return invalid("out.shape=", shape_text(out().shape), " != expected ", shape_text(expect));
   n = numel(expect);
-  d.push[1] = 0;
-  d.push[2] = static_cast<std::int32_t>(xs[dim]);
-  d.push[3] = static_cast<std::int32_t>(numel(is));
-  d.push[4] = static_cast<std::int32_t>(numel(Shape(xs.begin() + dim + 1, xs.end())));
+  put(d, PC_INDEX_MODE, INDEX_SELECT);
+  put(d, PC_INDEX_DIM_SIZE, xs[dim]);
+  put(d, PC_INDEX_COUNT, numel(is));
+  put(d, PC_INDEX_INNER, numel(Shape(xs.begin() + dim + 1, xs.end())));
   return Status::Ok();
 }
 
@@ -62,13 +62,13 @@ Status Lowerer::gather_push(Dispatch& d, std::int64_t& n) const {
   n = numel(is);
   const Shape xst = contiguous(xs);
   const Shape ishape = scalar_x ? Shape{1} : is;
-  d.push[1] = 1;
-  d.push[2] = static_cast<std::int32_t>(xs[dim]);
-  d.push[3] = static_cast<std::int32_t>(xs.size());
-  d.push[4] = static_cast<std::int32_t>(dim);
+  put(d, PC_INDEX_MODE, INDEX_GATHER);
+  put(d, PC_INDEX_DIM_SIZE, xs[dim]);
+  put(d, PC_GATHER_RANK, static_cast<std::int64_t>(xs.size()));
+  put(d, PC_GATHER_DIM, dim);
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    d.push[5 + i] = static_cast<std::int32_t>(ishape[i]);
-    d.push[11 + i] = static_cast<std::int32_t>(xst[i]);
+    put(d, PC_GATHER_SHAPE + i, ishape[i]);
+    put(d, PC_GATHER_X_STRIDES + i, xst[i]);
   }
   return Status::Ok();
 }
@@ -81,7 +81,7 @@ Status Lowerer::indexing() {
   if (node_->op == OpKind::Gather) KILN_RETURN_IF_ERROR(gather_push(d, n));
   else KILN_RETURN_IF_ERROR(select_push(d, n));
   if (n == 0) return Status::Ok();
-  d.push[0] = static_cast<std::int32_t>(n);
+  put(d, PC_INDEX_N, n);
   d.reads = {in_id(0), in_id(1)};
   d.writes = {out_id()};
   d.bindings[0] = T(in_id(0));
@@ -98,7 +98,7 @@ Status Lowerer::indexing() {
 Status Lowerer::index_broadcast(int k, Shape& bshape) const {
   std::size_t brank = 0;
   for (int j = 1; j <= k; ++j) brank = std::max(brank, in(j)->shape.size());
-  if (brank > 4) return unsupported("index tensors of rank > 4");
+  if (brank > ADVINDEX_MAX_RANK) return unsupported("index tensors of rank > ", ADVINDEX_MAX_RANK);
   bshape.assign(brank, 1);
   for (std::size_t d = 0; d < brank; ++d) {
     for (int j = 1; j <= k; ++j) {
@@ -114,8 +114,8 @@ Status Lowerer::index_broadcast(int k, Shape& bshape) const {
 }
 
 Status Lowerer::advanced_index() {
-  if (node_->inputs.size() < 2 || node_->inputs.size() > 4 || node_->outputs.size() != 1) {
-    return unsupported("index with ", node_->inputs.size() - 1, " index tensors (at most 3)");
+  if (node_->inputs.size() < 2 || node_->inputs.size() > 1 + ADVINDEX_MAX_INDICES || node_->outputs.size() != 1) {
+    return unsupported("index with ", node_->inputs.size() - 1, " index tensors (at most ", ADVINDEX_MAX_INDICES, ")");
   }
   for (std::size_t i = 0; i < node_->inputs.size(); ++i) {
     if (in(i) == nullptr) return invalid("input ", i, " is absent");
@@ -142,19 +142,19 @@ Status Lowerer::advanced_index() {
   const Shape xst = contiguous(xs);
   const std::size_t brank = bshape.size();
   Dispatch& d = add("advindex_x32", {in_id(0)}, {out_id()});
-  d.push[0] = static_cast<std::int32_t>(n);
-  d.push[1] = k;
-  d.push[2] = static_cast<std::int32_t>(numel(Shape(xs.begin() + first + k, xs.end())));
-  d.push[3] = static_cast<std::int32_t>(numel(Shape(xs.begin() + first, xs.end())));
-  d.push[4] = static_cast<std::int32_t>(numel(bshape));
-  d.push[5] = static_cast<std::int32_t>(brank);
-  for (std::size_t i = 0; i < brank; ++i) d.push[6 + i] = static_cast<std::int32_t>(bshape[i]);
+  put(d, PC_ADVINDEX_N, n);
+  put(d, PC_ADVINDEX_K, k);
+  put(d, PC_ADVINDEX_POST, numel(Shape(xs.begin() + first + k, xs.end())));
+  put(d, PC_ADVINDEX_BLOCK, numel(Shape(xs.begin() + first, xs.end())));
+  put(d, PC_ADVINDEX_NB, numel(bshape));
+  put(d, PC_ADVINDEX_BRANK, static_cast<std::int64_t>(brank));
+  for (std::size_t i = 0; i < brank; ++i) put(d, PC_ADVINDEX_BSHAPE + i, bshape[i]);
   for (int j = 0; j < k; ++j) {
     Shape bs;
     broadcast_strides(in(j + 1)->shape, bshape, bs);
-    for (std::size_t i = 0; i < brank; ++i) d.push[10 + 4 * j + i] = static_cast<std::int32_t>(bs[i]);
-    d.push[22 + j] = static_cast<std::int32_t>(xs[first + j]);
-    d.push[25 + j] = static_cast<std::int32_t>(xst[first + j]);
+    for (std::size_t i = 0; i < brank; ++i) put(d, PC_ADVINDEX_STRIDES + ADVINDEX_MAX_RANK * j + i, bs[i]);
+    put(d, PC_ADVINDEX_SIZES + j, xs[first + j]);
+    put(d, PC_ADVINDEX_X_STRIDES + j, xst[first + j]);
     d.bindings[3 + j] = T(in_id(j + 1));
     d.reads.push_back(in_id(j + 1));
   }

@@ -89,7 +89,9 @@ Status Lowerer::matmul_shape(Gemm& g, Shape& expect) const {
   std::vector<Shape> strides{sa, sb};
   Shape bd = batch;
   coalesce(bd, strides);
-  if (bd.size() > 4) return unsupported("matmul with more than 4 non-mergeable batch dims");
+  if (bd.size() > MATMUL_MAX_BATCH_DIMS) {
+    return unsupported("matmul with more than ", MATMUL_MAX_BATCH_DIMS, " non-mergeable batch dims");
+  }
   g.batch_dims = bd;
   g.a_strides = strides[0];
   g.b_strides = strides[1];
@@ -113,18 +115,18 @@ Status Lowerer::matmul() {
   for (std::int64_t z0 = 0; z0 < g.batch; z0 += zmax) {
     Dispatch& d = add(big ? "matmul_f32_t64" : "matmul_f32_t32", {in_id(0), in_id(1)}, {out_id()});
     if (bias) d.reads.push_back(in_id(2));
-    d.push[0] = static_cast<std::int32_t>(g.m);
-    d.push[1] = static_cast<std::int32_t>(g.n);
-    d.push[2] = static_cast<std::int32_t>(g.k);
-    d.push[3] = g.trans_b ? 1 : 0;
-    d.push[4] = bias ? 1 : 0;
-    d.push[5] = static_cast<std::int32_t>(g.batch_dims.size());
+    put(d, PC_MATMUL_M, g.m);
+    put(d, PC_MATMUL_N, g.n);
+    put(d, PC_MATMUL_K, g.k);
+    put(d, PC_MATMUL_TRANS_B, g.trans_b ? 1 : 0);
+    put(d, PC_MATMUL_HAS_BIAS, bias ? 1 : 0);
+    put(d, PC_MATMUL_BATCH_RANK, static_cast<std::int64_t>(g.batch_dims.size()));
     for (std::size_t i = 0; i < g.batch_dims.size(); ++i) {
-      d.push[6 + i] = static_cast<std::int32_t>(g.batch_dims[i]);
-      d.push[10 + i] = static_cast<std::int32_t>(g.a_strides[i]);
-      d.push[14 + i] = static_cast<std::int32_t>(g.b_strides[i]);
+      put(d, PC_MATMUL_BATCH_DIMS + i, g.batch_dims[i]);
+      put(d, PC_MATMUL_A_BATCH_STRIDES + i, g.a_strides[i]);
+      put(d, PC_MATMUL_B_BATCH_STRIDES + i, g.b_strides[i]);
     }
-    d.push[18] = static_cast<std::int32_t>(z0);
+    put(d, PC_MATMUL_Z_OFFSET, z0);
     d.bindings[0] = T(in_id(0));
     d.bindings[1] = T(in_id(1));
     d.bindings[2] = T(out_id());
@@ -189,10 +191,24 @@ Status Lowerer::conv2d_gemm(const Conv& c) {
   const std::int64_t tile = big ? 64 : 32;
   Dispatch& d = add(big ? "conv2d_gemm_f32_t64" : "conv2d_gemm_f32_t32", {in_id(0), in_id(1)}, {out_id()});
   if (c.bias) d.reads.push_back(in_id(2));
-  const std::int64_t p[] = {opg,       cols,      kdim,      c.bias ? 1 : 0, x[1],      x[2],      x[3],
-                            c.oh,      c.ow,      w[2],      w[3],           c.stride[0], c.stride[1], c.pad[0],
-                            c.pad[1],  c.dil[0],  c.dil[1],  w[0]};
-  for (std::size_t i = 0; i < std::size(p); ++i) d.push[i] = static_cast<std::int32_t>(p[i]);
+  put(d, PC_CONVGEMM_OPG, opg);
+  put(d, PC_CONVGEMM_COLS, cols);
+  put(d, PC_CONVGEMM_K, kdim);
+  put(d, PC_CONVGEMM_HAS_BIAS, c.bias ? 1 : 0);
+  put(d, PC_CONVGEMM_C, x[1]);
+  put(d, PC_CONVGEMM_H, x[2]);
+  put(d, PC_CONVGEMM_W, x[3]);
+  put(d, PC_CONVGEMM_OH, c.oh);
+  put(d, PC_CONVGEMM_OW, c.ow);
+  put(d, PC_CONVGEMM_KH, w[2]);
+  put(d, PC_CONVGEMM_KW, w[3]);
+  put(d, PC_CONVGEMM_STRIDE_H, c.stride[0]);
+  put(d, PC_CONVGEMM_STRIDE_W, c.stride[1]);
+  put(d, PC_CONVGEMM_PAD_H, c.pad[0]);
+  put(d, PC_CONVGEMM_PAD_W, c.pad[1]);
+  put(d, PC_CONVGEMM_DIL_H, c.dil[0]);
+  put(d, PC_CONVGEMM_DIL_W, c.dil[1]);
+  put(d, PC_CONVGEMM_O, w[0]);
   d.bindings[0] = T(in_id(0));
   d.bindings[1] = T(in_id(1));
   d.bindings[2] = T(out_id());
@@ -214,9 +230,23 @@ void Lowerer::conv2d_direct(const Conv& c) {
   const std::int64_t n = x[0] * w[0] * c.oh * c.ow;
   Dispatch& d = add("conv2d_f32", {in_id(0), in_id(1)}, {out_id()});
   if (c.bias) d.reads.push_back(in_id(2));
-  const std::int64_t p[] = {n,           x[1],     x[2],     x[3],     w[0],     c.oh,     c.ow,     w[2],  w[3],
-                            c.stride[0], c.stride[1], c.pad[0], c.pad[1], c.dil[0], c.dil[1], c.groups, c.bias ? 1 : 0};
-  for (std::size_t i = 0; i < std::size(p); ++i) d.push[i] = static_cast<std::int32_t>(p[i]);
+  put(d, PC_CONV2D_N, n);
+  put(d, PC_CONV2D_C, x[1]);
+  put(d, PC_CONV2D_H, x[2]);
+  put(d, PC_CONV2D_W, x[3]);
+  put(d, PC_CONV2D_O, w[0]);
+  put(d, PC_CONV2D_OH, c.oh);
+  put(d, PC_CONV2D_OW, c.ow);
+  put(d, PC_CONV2D_KH, w[2]);
+  put(d, PC_CONV2D_KW, w[3]);
+  put(d, PC_CONV2D_STRIDE_H, c.stride[0]);
+  put(d, PC_CONV2D_STRIDE_W, c.stride[1]);
+  put(d, PC_CONV2D_PAD_H, c.pad[0]);
+  put(d, PC_CONV2D_PAD_W, c.pad[1]);
+  put(d, PC_CONV2D_DIL_H, c.dil[0]);
+  put(d, PC_CONV2D_DIL_W, c.dil[1]);
+  put(d, PC_CONV2D_GROUPS, c.groups);
+  put(d, PC_CONV2D_HAS_BIAS, c.bias ? 1 : 0);
   d.bindings[0] = T(in_id(0));
   d.bindings[1] = T(in_id(1));
   d.bindings[2] = T(out_id());
@@ -257,10 +287,10 @@ Status Lowerer::pool() {
   int mode = 0;
   bool include_pad = false;
   if (node_->op == OpKind::MaxPool2d || node_->op == OpKind::AvgPool2d) {
-    mode = node_->op == OpKind::MaxPool2d ? 0 : 1;
+    mode = node_->op == OpKind::MaxPool2d ? POOL_MAX : POOL_AVG;
     KILN_RETURN_IF_ERROR(pool_window(k, s, p, dil, include_pad, oh, ow));
   } else {
-    mode = node_->op == OpKind::AdaptiveAvgPool2d ? 2 : 3;
+    mode = node_->op == OpKind::AdaptiveAvgPool2d ? POOL_ADAPTIVE_AVG : POOL_ADAPTIVE_MAX;
     std::array<std::int64_t, 2> size{};
     KILN_RETURN_IF_ERROR(read_pair(op(), attrs_, 0, "output_size", 0, size));
     oh = size[0];
@@ -274,8 +304,21 @@ Status Lowerer::pool() {
   const std::int64_t n = numel(expect);
   if (n == 0) return Status::Ok();
   Dispatch& d = add("pool_f32", {in_id(0)}, {out_id()});
-  const std::int64_t v[] = {n, H, W, oh, ow, k[0], k[1], s[0], s[1], p[0], p[1], dil[0], dil[1], mode, include_pad ? 1 : 0};
-  for (std::size_t i = 0; i < std::size(v); ++i) d.push[i] = static_cast<std::int32_t>(v[i]);
+  put(d, PC_POOL_N, n);
+  put(d, PC_POOL_H, H);
+  put(d, PC_POOL_W, W);
+  put(d, PC_POOL_OH, oh);
+  put(d, PC_POOL_OW, ow);
+  put(d, PC_POOL_KH, k[0]);
+  put(d, PC_POOL_KW, k[1]);
+  put(d, PC_POOL_STRIDE_H, s[0]);
+  put(d, PC_POOL_STRIDE_W, s[1]);
+  put(d, PC_POOL_PAD_H, p[0]);
+  put(d, PC_POOL_PAD_W, p[1]);
+  put(d, PC_POOL_DIL_H, dil[0]);
+  put(d, PC_POOL_DIL_W, dil[1]);
+  put(d, PC_POOL_MODE, mode);
+  put(d, PC_POOL_COUNT_INCLUDE_PAD, include_pad ? 1 : 0);
   d.bindings[0] = T(in_id(0));
   d.bindings[1] = T(out_id());
   grid_1d(d, n, 256);

@@ -17,10 +17,10 @@ Status Lowerer::reduce(int code) {
   KILN_RETURN_IF_ERROR(expect_inputs(1, 1));
   KILN_ASSIGN_OR_RETURN(std::span<const std::int64_t> dims, attr_ints(op(), attrs_, 0, "dims"));
   double correction = 0;
-  if (code == 5) {  // var(dims, correction, keepdim)
+  if (code == REDUCE_VAR) {  // var(dims, correction, keepdim)
     KILN_ASSIGN_OR_RETURN(correction, attr_float("var", attrs_, 1, "correction"));
   }
-  KILN_ASSIGN_OR_RETURN(bool keepdim, attr_bool(op(), attrs_, code == 5 ? 2 : 1, "keepdim"));
+  KILN_ASSIGN_OR_RETURN(bool keepdim, attr_bool(op(), attrs_, code == REDUCE_VAR ? 2 : 1, "keepdim"));
   const Shape& xs = in(0)->shape;
   const int rank = static_cast<int>(xs.size());
   std::vector<bool> reduced(rank, dims.empty());
@@ -43,20 +43,20 @@ Status Lowerer::reduce(int code) {
   if (!coalesce(kept, ks) || !coalesce(red, rs)) return unsupported("more than ", kMaxDims, " kept or reduced dims");
   const bool boolean = node_->op == OpKind::Any || node_->op == OpKind::All;
   Dispatch& d = add(boolean ? "reduce_b32" : "reduce_f32", {in_id(0)}, {out_id()});
-  d.push[0] = static_cast<std::int32_t>(n_out);
-  d.push[1] = static_cast<std::int32_t>(kept.size());
+  put(d, PC_REDUCE_N, n_out);
+  put(d, PC_REDUCE_KEPT_RANK, static_cast<std::int64_t>(kept.size()));
   for (std::size_t i = 0; i < kept.size(); ++i) {
-    d.push[2 + i] = static_cast<std::int32_t>(kept[i]);
-    d.push[8 + i] = static_cast<std::int32_t>(ks[0][i]);
+    put(d, PC_REDUCE_KEPT_DIMS + i, kept[i]);
+    put(d, PC_REDUCE_KEPT_STRIDES + i, ks[0][i]);
   }
-  d.push[14] = static_cast<std::int32_t>(red.size());
+  put(d, PC_REDUCE_RED_RANK, static_cast<std::int64_t>(red.size()));
   for (std::size_t i = 0; i < red.size(); ++i) {
-    d.push[15 + i] = static_cast<std::int32_t>(red[i]);
-    d.push[21 + i] = static_cast<std::int32_t>(rs[0][i]);
+    put(d, PC_REDUCE_RED_DIMS + i, red[i]);
+    put(d, PC_REDUCE_RED_STRIDES + i, rs[0][i]);
   }
-  d.push[27] = static_cast<std::int32_t>(count);
-  d.push[28] = code;
-  d.push[29] = fbits(static_cast<float>(correction));
+  put(d, PC_REDUCE_COUNT, count);
+  put(d, PC_REDUCE_OP, code);
+  put(d, PC_REDUCE_CORRECTION, fbits(static_cast<float>(correction)));
   d.bindings[0] = T(in_id(0));
   d.bindings[1] = T(out_id());
   grid_1d(d, n_out, 1);
@@ -70,10 +70,10 @@ Status Lowerer::reduce_empty(int code, std::int64_t n_out) {
     fill(out_id(), n_out, node_->op == OpKind::All ? 1 : 0);
     return Status::Ok();
   }
-  if (code == 2 || code == 3) {
+  if (code == REDUCE_AMAX || code == REDUCE_AMIN) {
     return Status(StatusCode::kInvalidInput, "[" + std::string(op()) + "] reduction over zero elements");
   }
-  const float identity = code == 0 ? 0.0f : code == 4 ? 1.0f : std::numeric_limits<float>::quiet_NaN();
+  const float identity = code == REDUCE_SUM ? 0.0f : code == REDUCE_PROD ? 1.0f : std::numeric_limits<float>::quiet_NaN();
   fill(out_id(), n_out, fbits(identity));
   return Status::Ok();
 }
@@ -95,10 +95,10 @@ Status Lowerer::arg_reduce(bool is_max) {
   if (rows == 0) return Status::Ok();
   if (len == 0) return Status(StatusCode::kInvalidInput, "[" + std::string(op()) + "] cannot reduce over zero elements");
   Dispatch& d = add("argreduce_f32", {in_id(0)}, {out_id()});
-  d.push[0] = static_cast<std::int32_t>(rows);
-  d.push[1] = static_cast<std::int32_t>(len);
-  d.push[2] = static_cast<std::int32_t>(inner);
-  d.push[3] = is_max ? 0 : 1;
+  put(d, PC_ARGREDUCE_ROWS, rows);
+  put(d, PC_ARGREDUCE_D, len);
+  put(d, PC_ARGREDUCE_INNER, inner);
+  put(d, PC_ARGREDUCE_OP, is_max ? ARGREDUCE_MAX : ARGREDUCE_MIN);
   d.bindings[0] = T(in_id(0));
   d.bindings[1] = T(out_id());
   grid_1d(d, rows, 1);
@@ -115,9 +115,9 @@ Status Lowerer::cumsum() {
   const std::int64_t lines = outer * inner;
   if (lines == 0 || len == 0) return Status::Ok();
   Dispatch& d = add("cumsum_f32", {in_id(0)}, {out_id()});
-  d.push[0] = static_cast<std::int32_t>(lines);
-  d.push[1] = static_cast<std::int32_t>(len);
-  d.push[2] = static_cast<std::int32_t>(inner);
+  put(d, PC_CUMSUM_LINES, lines);
+  put(d, PC_CUMSUM_D, len);
+  put(d, PC_CUMSUM_INNER, inner);
   d.bindings[0] = T(in_id(0));
   d.bindings[1] = T(out_id());
   grid_1d(d, lines, 64);
@@ -139,10 +139,10 @@ Status Lowerer::softmax(bool log) {
   if (n == 0) return Status::Ok();
   const std::int64_t rows = n / D;
   Dispatch& d = add("softmax_f32", {in_id(0)}, {out_id()});
-  d.push[0] = static_cast<std::int32_t>(rows);
-  d.push[1] = static_cast<std::int32_t>(D);
-  d.push[2] = static_cast<std::int32_t>(inner);
-  d.push[3] = log ? 1 : 0;
+  put(d, PC_SOFTMAX_ROWS, rows);
+  put(d, PC_SOFTMAX_D, D);
+  put(d, PC_SOFTMAX_INNER, inner);
+  put(d, PC_SOFTMAX_LOG, log ? 1 : 0);
   d.bindings[0] = T(in_id(0));
   d.bindings[1] = T(out_id());
   grid_1d(d, rows, 1);
@@ -163,13 +163,13 @@ Status Lowerer::layer_norm() {
   const std::int64_t n = numel(norm), rows = numel(Shape(xs.begin(), xs.end() - nr));
   if (n == 0 || rows == 0) return Status::Ok();
   Dispatch& d = add("layernorm_f32", {in_id(0)}, {out_id()});
-  d.push[0] = static_cast<std::int32_t>(rows);
-  d.push[1] = static_cast<std::int32_t>(n);
-  d.push[2] = fbits(static_cast<float>(eps));
+  put(d, PC_LAYERNORM_ROWS, rows);
+  put(d, PC_LAYERNORM_N, n);
+  put(d, PC_LAYERNORM_EPS, fbits(static_cast<float>(eps)));
   d.bindings[0] = T(in_id(0));
-  for (std::size_t i = 1; i <= 2; ++i) {
+  for (std::size_t i = 1; i <= 2; ++i) {  // weight, bias
     if (in(i) == nullptr) continue;
-    d.push[2 + i] = 1;
+    put(d, i == 1 ? PC_LAYERNORM_HAS_WEIGHT : PC_LAYERNORM_HAS_BIAS, 1);
     d.bindings[i] = T(in_id(i));
     d.reads.push_back(in_id(i));
   }
@@ -191,14 +191,14 @@ Status Lowerer::batch_norm() {
   const std::int64_t n = numel(xs);
   if (n == 0) return Status::Ok();
   Dispatch& d = add("batchnorm_f32", {in_id(0), in_id(3), in_id(4)}, {out_id()});
-  d.push[0] = static_cast<std::int32_t>(n);
-  d.push[1] = static_cast<std::int32_t>(xs[1]);
-  d.push[2] = static_cast<std::int32_t>(numel(Shape(xs.begin() + 2, xs.end())));
-  d.push[3] = fbits(static_cast<float>(eps));
+  put(d, PC_BATCHNORM_N, n);
+  put(d, PC_BATCHNORM_C, xs[1]);
+  put(d, PC_BATCHNORM_PLANE, numel(Shape(xs.begin() + 2, xs.end())));
+  put(d, PC_BATCHNORM_EPS, fbits(static_cast<float>(eps)));
   d.bindings[0] = T(in_id(0));
-  for (std::size_t i = 1; i <= 2; ++i) {
+  for (std::size_t i = 1; i <= 2; ++i) {  // weight, bias
     if (in(i) == nullptr) continue;
-    d.push[3 + i] = 1;
+    put(d, i == 1 ? PC_BATCHNORM_HAS_WEIGHT : PC_BATCHNORM_HAS_BIAS, 1);
     d.bindings[i] = T(in_id(i));
     d.reads.push_back(in_id(i));
   }

@@ -11,64 +11,64 @@ namespace {
 
 int unary_code(OpKind k) {
   switch (k) {
-    case OpKind::Neg: return 0;
-    case OpKind::Abs: return 1;
-    case OpKind::Exp: return 2;
-    case OpKind::Log: return 3;
-    case OpKind::Sqrt: return 4;
-    case OpKind::Rsqrt: return 5;
-    case OpKind::Reciprocal: return 6;
-    case OpKind::Sin: return 7;
-    case OpKind::Cos: return 8;
-    case OpKind::Tanh: return 9;
-    case OpKind::Sigmoid: return 10;
-    case OpKind::Relu: return 11;
-    case OpKind::Gelu: return 12;  // 13: tanh approximation
-    case OpKind::Silu: return 14;
-    case OpKind::Hardswish: return 15;
-    case OpKind::Hardsigmoid: return 16;
-    case OpKind::Erf: return 17;
-    case OpKind::Floor: return 18;
-    case OpKind::Ceil: return 19;
-    case OpKind::Round: return 20;
-    case OpKind::Sign: return 21;
-    case OpKind::Clamp: return 22;
-    case OpKind::LeakyRelu: return 23;
+    case OpKind::Neg: return UNARY_NEG;
+    case OpKind::Abs: return UNARY_ABS;
+    case OpKind::Exp: return UNARY_EXP;
+    case OpKind::Log: return UNARY_LOG;
+    case OpKind::Sqrt: return UNARY_SQRT;
+    case OpKind::Rsqrt: return UNARY_RSQRT;
+    case OpKind::Reciprocal: return UNARY_RECIPROCAL;
+    case OpKind::Sin: return UNARY_SIN;
+    case OpKind::Cos: return UNARY_COS;
+    case OpKind::Tanh: return UNARY_TANH;
+    case OpKind::Sigmoid: return UNARY_SIGMOID;
+    case OpKind::Relu: return UNARY_RELU;
+    case OpKind::Gelu: return UNARY_GELU;
+    case OpKind::Silu: return UNARY_SILU;
+    case OpKind::Hardswish: return UNARY_HARDSWISH;
+    case OpKind::Hardsigmoid: return UNARY_HARDSIGMOID;
+    case OpKind::Erf: return UNARY_ERF;
+    case OpKind::Floor: return UNARY_FLOOR;
+    case OpKind::Ceil: return UNARY_CEIL;
+    case OpKind::Round: return UNARY_ROUND;
+    case OpKind::Sign: return UNARY_SIGN;
+    case OpKind::Clamp: return UNARY_CLAMP;
+    case OpKind::LeakyRelu: return UNARY_LEAKY_RELU;
     default: return -1;
   }
 }
 
 int binary_code(OpKind k) {
   switch (k) {
-    case OpKind::Add: return 0;
-    case OpKind::Sub: return 1;
-    case OpKind::Mul: return 2;
-    case OpKind::Div: return 3;  // 4 trunc, 5 floor
-    case OpKind::Pow: return 6;
-    case OpKind::Maximum: return 7;
-    case OpKind::Minimum: return 8;
-    case OpKind::Remainder: return 9;
+    case OpKind::Add: return BINARY_ADD;
+    case OpKind::Sub: return BINARY_SUB;
+    case OpKind::Mul: return BINARY_MUL;
+    case OpKind::Div: return BINARY_DIV;
+    case OpKind::Pow: return BINARY_POW;
+    case OpKind::Maximum: return BINARY_MAXIMUM;
+    case OpKind::Minimum: return BINARY_MINIMUM;
+    case OpKind::Remainder: return BINARY_REMAINDER;
     default: return -1;
   }
 }
 
 int compare_code(OpKind k) {
   switch (k) {
-    case OpKind::Eq: return 0;
-    case OpKind::Ne: return 1;
-    case OpKind::Lt: return 2;
-    case OpKind::Le: return 3;
-    case OpKind::Gt: return 4;
-    case OpKind::Ge: return 5;
+    case OpKind::Eq: return COMPARE_EQ;
+    case OpKind::Ne: return COMPARE_NE;
+    case OpKind::Lt: return COMPARE_LT;
+    case OpKind::Le: return COMPARE_LE;
+    case OpKind::Gt: return COMPARE_GT;
+    case OpKind::Ge: return COMPARE_GE;
     default: return -1;
   }
 }
 
 int logical_code(OpKind k) {
   switch (k) {
-    case OpKind::LogicalAnd: return 0;
-    case OpKind::LogicalOr: return 1;
-    case OpKind::LogicalXor: return 2;
+    case OpKind::LogicalAnd: return LOGICAL_AND;
+    case OpKind::LogicalOr: return LOGICAL_OR;
+    case OpKind::LogicalXor: return LOGICAL_XOR;
     default: return -1;
   }
 }
@@ -107,14 +107,14 @@ Status Lowerer::node(const SegmentNode& n) {
     case OpKind::AvgPool2d:
     case OpKind::AdaptiveAvgPool2d:
     case OpKind::AdaptiveMaxPool2d: return pool();
-    case OpKind::Sum: return reduce(0);
-    case OpKind::Mean: return reduce(1);
-    case OpKind::Amax: return reduce(2);
-    case OpKind::Amin: return reduce(3);
-    case OpKind::Prod: return reduce(4);
-    case OpKind::Any: return reduce(2);  // max over 0/1 (reduce_b32)
-    case OpKind::All: return reduce(3);  // min over 0/1
-    case OpKind::Var: return reduce(5);
+    case OpKind::Sum: return reduce(REDUCE_SUM);
+    case OpKind::Mean: return reduce(REDUCE_MEAN);
+    case OpKind::Amax: return reduce(REDUCE_AMAX);
+    case OpKind::Amin: return reduce(REDUCE_AMIN);
+    case OpKind::Prod: return reduce(REDUCE_PROD);
+    case OpKind::Any: return reduce(REDUCE_AMAX);  // max over 0/1 (reduce_b32)
+    case OpKind::All: return reduce(REDUCE_AMIN);  // min over 0/1
+    case OpKind::Var: return reduce(REDUCE_VAR);
     case OpKind::Argmax: return arg_reduce(true);
     case OpKind::Argmin: return arg_reduce(false);
     case OpKind::Cumsum: return cumsum();

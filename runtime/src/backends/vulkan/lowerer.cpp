@@ -5,6 +5,17 @@
 
 namespace kiln::vulkan {
 
+// The last slot of each shader's push constants stays inside the block.
+static_assert(PC_BINARY_CONTIGUOUS < KILN_PUSH_WORDS);
+static_assert(PC_WHERE_B_STRIDES + KILN_MAX_DIMS <= KILN_PUSH_WORDS);
+static_assert(PC_COPY_OUT_OFFSET < KILN_PUSH_WORDS);
+static_assert(PC_MATMUL_Z_OFFSET < KILN_PUSH_WORDS);
+static_assert(PC_CONV2D_HAS_BIAS < KILN_PUSH_WORDS && PC_CONVGEMM_O < KILN_PUSH_WORDS);
+static_assert(PC_POOL_COUNT_INCLUDE_PAD < KILN_PUSH_WORDS);
+static_assert(PC_REDUCE_CORRECTION < KILN_PUSH_WORDS);
+static_assert(PC_GATHER_X_STRIDES + KILN_MAX_DIMS <= KILN_PUSH_WORDS);
+static_assert(PC_ADVINDEX_X_STRIDES + ADVINDEX_MAX_INDICES <= KILN_PUSH_WORDS);
+
 using backend::SegmentDesc;
 using backend::SegmentNode;
 
@@ -113,15 +124,15 @@ Status Lowerer::copy(std::uint32_t src, std::uint32_t dst, Shape shape, Shape in
     return unsupported("a copy over ", shape.size(), " non-mergeable dims (at most ", kMaxDims, ")");
   }
   Dispatch& d = add("copy_x32", {src}, {dst});
-  d.push[0] = static_cast<std::int32_t>(n);
-  d.push[1] = static_cast<std::int32_t>(shape.size());
+  put(d, PC_COPY_N, n);
+  put(d, PC_COPY_RANK, static_cast<std::int64_t>(shape.size()));
   for (std::size_t i = 0; i < shape.size(); ++i) {
-    d.push[2 + i] = static_cast<std::int32_t>(shape[i]);
-    d.push[8 + i] = static_cast<std::int32_t>(strides[0][i]);
-    d.push[14 + i] = static_cast<std::int32_t>(strides[1][i]);
+    put(d, PC_COPY_SHAPE + i, shape[i]);
+    put(d, PC_COPY_IN_STRIDES + i, strides[0][i]);
+    put(d, PC_COPY_OUT_STRIDES + i, strides[1][i]);
   }
-  d.push[20] = static_cast<std::int32_t>(in_off);
-  d.push[21] = static_cast<std::int32_t>(out_off);
+  put(d, PC_COPY_IN_OFFSET, in_off);
+  put(d, PC_COPY_OUT_OFFSET, out_off);
   d.bindings[0] = T(src);
   d.bindings[1] = T(dst);
   grid_1d(d, n, 256);
@@ -131,9 +142,9 @@ Status Lowerer::copy(std::uint32_t src, std::uint32_t dst, Shape shape, Shape in
 void Lowerer::fill(std::uint32_t dst, std::int64_t n, std::int32_t bits) {
   if (n == 0) return;
   Dispatch& d = add("fill_x32", {}, {dst});
-  d.push[0] = static_cast<std::int32_t>(n);
-  d.push[1] = bits;
-  d.push[2] = 0;
+  put(d, PC_FILL_N, n);
+  put(d, PC_FILL_VALUE, bits);
+  put(d, PC_FILL_MODE, FILL_CONSTANT);
   d.bindings[0] = T(dst);
   grid_1d(d, n, 256);
 }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backends/vulkan/lowering.h"
+#include "backends/vulkan/shaders/shader_abi.h"
 
 namespace kiln::vulkan {
 
@@ -31,7 +32,7 @@ using Shape = std::vector<std::int64_t>;
 using Attrs = std::span<const cpu::AttrValue>;
 
 /// The most dims a shader walks (after coalescing).
-inline constexpr int kMaxDims = 6;
+inline constexpr int kMaxDims = KILN_MAX_DIMS;
 
 // Shape helpers.
 std::int64_t numel(const Shape& s);
@@ -55,6 +56,9 @@ inline std::int32_t fbits(float f) {
   std::memcpy(&r, &f, 4);
   return r;
 }
+/// Writes `value` to push-constant slot `slot` (a PC_* name of shaders/shader_abi.h); values
+/// are in 32-bit range by the lowering's checks (tensors are below 2^31 elements).
+inline void put(Dispatch& d, std::size_t slot, std::int64_t value) { d.push[slot] = static_cast<std::int32_t>(value); }
 /// The 32-bit word of a float attribute value converted to `dtype`'s device representation.
 std::int32_t scalar_bits(double v, DType dtype);
 /// A 1-D grid of `items` over workgroups of `per_group` items (x capped at 65535, the rest on y).

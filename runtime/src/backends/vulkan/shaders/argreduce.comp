@@ -1,7 +1,7 @@
 // argmax / argmin along one dim: one 64-wide workgroup per row of the [outer, D, inner]
 // view; the first occurrence of the extreme wins and NaN counts as the extreme (the first
 // NaN), as in the CPU kernel. Indices are written as i32 words.
-// p: [0] rows, [1] D, [2] inner, [3] 0 argmax / 1 argmin.
+// Push constants: PC_ARGREDUCE_* (PC_ARGREDUCE_OP: ARGREDUCE_MAX or ARGREDUCE_MIN).
 #version 450
 #include "common.glsl"
 layout(local_size_x = 64) in;
@@ -20,10 +20,10 @@ bool wins(float v, uint i, float b, uint j, bool is_max) {
 
 void main() {
   uint row = linear_group();
-  if (row >= uint(P(0))) return;
+  if (row >= uint(P(PC_ARGREDUCE_ROWS))) return;
   uint t = gl_LocalInvocationID.x;
-  uint D = uint(P(1)), inner = uint(P(2));
-  bool is_max = P(3) == 0;
+  uint D = uint(P(PC_ARGREDUCE_D)), inner = uint(P(PC_ARGREDUCE_INNER));
+  bool is_max = P(PC_ARGREDUCE_OP) == ARGREDUCE_MAX;
   uint base = (row / inner) * D * inner + row % inner;
   float best = 0.0;
   uint bi = 0xffffffffu;

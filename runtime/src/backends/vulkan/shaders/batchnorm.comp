@@ -1,6 +1,6 @@
 // Inference batch_norm over x [N, C, plane...]: y = x * s + t with s = w / sqrt(var + eps),
 // t = b - mean * s (weight/bias optional).
-// p: [0] n, [1] C, [2] plane, [3] eps (f32 bits), [4] has_weight, [5] has_bias.
+// Push constants: PC_BATCHNORM_*.
 #version 450
 #include "common.glsl"
 layout(local_size_x = 256) in;
@@ -12,9 +12,9 @@ layout(std430, binding = 4) readonly buffer Var { float var_[]; };
 layout(std430, binding = 5) writeonly buffer Y { float y[]; };
 void main() {
   uint i = linear_id();
-  if (i >= uint(P(0))) return;
-  uint c = (i / uint(P(2))) % uint(P(1));
-  float s = (P(4) != 0 ? w[c] : 1.0) / sqrt(var_[c] + PF(3));
-  float t = (P(5) != 0 ? b[c] : 0.0) - mean[c] * s;
+  if (i >= uint(P(PC_BATCHNORM_N))) return;
+  uint c = (i / uint(P(PC_BATCHNORM_PLANE))) % uint(P(PC_BATCHNORM_C));
+  float s = (P(PC_BATCHNORM_HAS_WEIGHT) != 0 ? w[c] : 1.0) / sqrt(var_[c] + PF(PC_BATCHNORM_EPS));
+  float t = (P(PC_BATCHNORM_HAS_BIAS) != 0 ? b[c] : 0.0) - mean[c] * s;
   y[i] = x[i] * s + t;
 }

@@ -1,7 +1,7 @@
-// out = a (op) b with numpy broadcasting over up to 6 dims (a/b strides are 0 on broadcast
-// dims). Variants: OUT_BOOL (comparisons: uint 0/1 out), LOGICAL (uint in, uint out).
-// p: [0] n, [1] op, [2] rank, [3..8] out shape, [9..14] a strides, [15..20] b strides,
-//    [21] contiguous (1: a, b and out have the same layout; no index math).
+// out = a (op) b with numpy broadcasting over up to KILN_MAX_DIMS dims (a/b strides are 0
+// on broadcast dims). Variants: OUT_BOOL (comparisons COMPARE_*: uint 0/1 out), LOGICAL
+// (LOGICAL_*: uint in, uint out), else BINARY_* on f32. Push constants: PC_BINARY_*
+// (PC_BINARY_CONTIGUOUS: a, b and out have the same layout; no index math).
 #version 450
 #include "common.glsl"
 layout(local_size_x = 256) in;
@@ -46,55 +46,55 @@ float pow_c(float x, float y) {  // C pow for the cases that matter
 
 void main() {
   uint i = linear_id();
-  if (i >= uint(P(0))) return;
+  if (i >= uint(P(PC_BINARY_N))) return;
   uint ia = i, ib = i;
-  if (P(21) == 0) {
+  if (P(PC_BINARY_CONTIGUOUS) == 0) {
     ia = 0u; ib = 0u;
     uint rest = i;
-    for (int d = P(2) - 1; d >= 0; --d) {
-      uint dim = uint(P(3 + d));
+    for (int d = P(PC_BINARY_RANK) - 1; d >= 0; --d) {
+      uint dim = uint(P(PC_BINARY_SHAPE + d));
       uint c = rest % dim;
       rest /= dim;
-      ia += c * uint(P(9 + d));
-      ib += c * uint(P(15 + d));
+      ia += c * uint(P(PC_BINARY_A_STRIDES + d));
+      ib += c * uint(P(PC_BINARY_B_STRIDES + d));
     }
   }
 #ifdef LOGICAL
   bool x = a[ia] != 0u, y = b[ib] != 0u;
   bool r;
-  switch (P(1)) {
-    case 0: r = x && y; break;
-    case 1: r = x || y; break;
-    case 2: r = x != y; break;
-    default: r = !x; break;  // logical_not
+  switch (P(PC_BINARY_OP)) {
+    case LOGICAL_AND: r = x && y; break;
+    case LOGICAL_OR: r = x || y; break;
+    case LOGICAL_XOR: r = x != y; break;
+    default: r = !x; break;  // LOGICAL_NOT
   }
   o[i] = r ? 1u : 0u;
 #elif defined(OUT_BOOL)
   float x = a[ia], y = b[ib];
   bool r;
-  switch (P(1)) {
-    case 0: r = x == y; break;
-    case 1: r = x != y; break;
-    case 2: r = x < y; break;
-    case 3: r = x <= y; break;
-    case 4: r = x > y; break;
-    default: r = x >= y; break;
+  switch (P(PC_BINARY_OP)) {
+    case COMPARE_EQ: r = x == y; break;
+    case COMPARE_NE: r = x != y; break;
+    case COMPARE_LT: r = x < y; break;
+    case COMPARE_LE: r = x <= y; break;
+    case COMPARE_GT: r = x > y; break;
+    default: r = x >= y; break;  // COMPARE_GE
   }
   o[i] = r ? 1u : 0u;
 #else
   float x = a[ia], y = b[ib];
   float r;
-  switch (P(1)) {
-    case 0: r = x + y; break;
-    case 1: r = x - y; break;
-    case 2: r = x * y; break;
-    case 3: r = x / y; break;
-    case 4: r = trunc(x / y); break;
-    case 5: r = div_floor(x, y); break;
-    case 6: r = pow_c(x, y); break;
-    case 7: r = (x > y || isnan(x)) ? x : y; break;
-    case 8: r = (x < y || isnan(x)) ? x : y; break;
-    default: {  // remainder, Python semantics
+  switch (P(PC_BINARY_OP)) {
+    case BINARY_ADD: r = x + y; break;
+    case BINARY_SUB: r = x - y; break;
+    case BINARY_MUL: r = x * y; break;
+    case BINARY_DIV: r = x / y; break;
+    case BINARY_DIV_TRUNC: r = trunc(x / y); break;
+    case BINARY_DIV_FLOOR: r = div_floor(x, y); break;
+    case BINARY_POW: r = pow_c(x, y); break;
+    case BINARY_MAXIMUM: r = (x > y || isnan(x)) ? x : y; break;
+    case BINARY_MINIMUM: r = (x < y || isnan(x)) ? x : y; break;
+    default: {  // BINARY_REMAINDER, Python semantics
       float m = fmod_c(x, y);
       r = (m != 0.0 && ((y < 0.0) != (m < 0.0))) ? m + y : m;
       break;

@@ -1,9 +1,11 @@
 // Shared by every Kiln compute shader. Sizes arrive in one 128-byte push-constant block of
-// 32 ints (floats as intBitsToFloat), so one pipeline serves every shape; the layout of
-// each shader's p[] is documented at its top and mirrored in ops.cpp.
+// KILN_PUSH_WORDS ints (floats as intBitsToFloat), so one pipeline serves every shape; the
+// slot of each field and the op codes are named in shader_abi.h, which the lowering
+// (lower_*.cpp) includes too.
 #extension GL_GOOGLE_include_directive : enable
+#include "shader_abi.h"
 
-layout(push_constant) uniform PushConstants { int p[32]; } pc;
+layout(push_constant) uniform PushConstants { int p[KILN_PUSH_WORDS]; } pc;
 
 #define P(i) pc.p[i]
 #define PF(i) intBitsToFloat(pc.p[i])

@@ -3,8 +3,7 @@
 // where X(n, k) reads the input pixel that output position n and kernel tap k meet (0 in
 // the padding): no im2col buffer. Tiled exactly like matmul.comp (16 x 16 invocations,
 // (16 TM)^2 tile, BK = 16 through shared memory).
-// p: [0] opg, [1] N*OH*OW, [2] K = cpg*KH*KW, [3] has_bias, [4] C, [5] H, [6] W, [7] OH,
-//    [8] OW, [9] KH, [10] KW, [11] sh, [12] sw, [13] ph, [14] pw, [15] dh, [16] dw, [17] O.
+// Push constants: PC_CONVGEMM_*.
 #version 450
 #include "common.glsl"
 #ifndef TM
@@ -24,8 +23,9 @@ shared float Bs[BK][BT + 1];
 void main() {
   uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
   uint tid = ty * 16u + tx;
-  uint M = uint(P(0)), N = uint(P(1)), K = uint(P(2));
-  int C = P(4), H = P(5), W = P(6), OH = P(7), OW = P(8), KH = P(9), KW = P(10);
+  uint M = uint(P(PC_CONVGEMM_OPG)), N = uint(P(PC_CONVGEMM_COLS)), K = uint(P(PC_CONVGEMM_K));
+  int C = P(PC_CONVGEMM_C), H = P(PC_CONVGEMM_H), W = P(PC_CONVGEMM_W);
+  int OH = P(PC_CONVGEMM_OH), OW = P(PC_CONVGEMM_OW), KH = P(PC_CONVGEMM_KH), KW = P(PC_CONVGEMM_KW);
   uint g = gl_WorkGroupID.z;
   int cpg = int(K) / (KH * KW);
   uint row0 = gl_WorkGroupID.y * BT, col0 = gl_WorkGroupID.x * BT;
@@ -48,8 +48,8 @@ void main() {
         int img = int(gc) / plane, rem = int(gc) % plane;
         int oy = rem / OW, ox = rem % OW;
         int c = int(gkb) / (KH * KW), r = int(gkb) % (KH * KW);
-        int iy = oy * P(11) - P(13) + (r / KW) * P(15);
-        int ix = ox * P(12) - P(14) + (r % KW) * P(16);
+        int iy = oy * P(PC_CONVGEMM_STRIDE_H) - P(PC_CONVGEMM_PAD_H) + (r / KW) * P(PC_CONVGEMM_DIL_H);
+        int ix = ox * P(PC_CONVGEMM_STRIDE_W) - P(PC_CONVGEMM_PAD_W) + (r % KW) * P(PC_CONVGEMM_DIL_W);
         if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
           v = x[((img * C + int(g) * cpg + c) * H + iy) * W + ix];
         }
@@ -74,7 +74,7 @@ void main() {
       uint col = col0 + tx + 16u * uint(j);
       if (col >= N) continue;
       int img = int(col) / plane, rem = int(col) % plane;
-      y[(uint(img) * uint(P(17)) + o) * uint(plane) + uint(rem)] = acc[i][j] + (P(3) != 0 ? bias[o] : 0.0);
+      y[(uint(img) * uint(P(PC_CONVGEMM_O)) + o) * uint(plane) + uint(rem)] = acc[i][j] + (P(PC_CONVGEMM_HAS_BIAS) != 0 ? bias[o] : 0.0);
     }
   }
 }

@@ -1,6 +1,6 @@
 // layer_norm over rows of n elements (biased variance, two passes), one 64-wide workgroup
 // per row; weight/bias optional (shaped like the row).
-// p: [0] rows, [1] n, [2] eps (f32 bits), [3] has_weight, [4] has_bias.
+// Push constants: PC_LAYERNORM_*.
 #version 450
 #include "common.glsl"
 layout(local_size_x = 64) in;
@@ -22,20 +22,20 @@ float block_sum(float v, uint t) {
 }
 void main() {
   uint row = linear_group();
-  if (row >= uint(P(0))) return;
+  if (row >= uint(P(PC_LAYERNORM_ROWS))) return;
   uint t = gl_LocalInvocationID.x;
-  uint n = uint(P(1));
+  uint n = uint(P(PC_LAYERNORM_N));
   uint base = row * n;
   float s = 0.0;
   for (uint j = t; j < n; j += 64u) s += x[base + j];
   float mean = block_sum(s, t) / float(n);
   float q = 0.0;
   for (uint j = t; j < n; j += 64u) { float d = x[base + j] - mean; q += d * d; }
-  float rstd = 1.0 / sqrt(block_sum(q, t) / float(n) + PF(2));
+  float rstd = 1.0 / sqrt(block_sum(q, t) / float(n) + PF(PC_LAYERNORM_EPS));
   for (uint j = t; j < n; j += 64u) {
     float v = (x[base + j] - mean) * rstd;
-    if (P(3) != 0) v *= w[j];
-    if (P(4) != 0) v += b[j];
+    if (P(PC_LAYERNORM_HAS_WEIGHT) != 0) v *= w[j];
+    if (P(PC_LAYERNORM_HAS_BIAS) != 0) v += b[j];
     y[base + j] = v;
   }
 }

@@ -1,9 +1,8 @@
 // Tiled C[b] = A[b] (M x K) * B[b] (K x N, or N x K when transposed) + bias[N].
 // A 16 x 16 workgroup computes a (16 TM) x (16 TM) tile of C through shared memory, BK = 16
-// deep; each invocation holds TM x TM accumulators. Batch index = workgroup z; batch dims
-// (up to 4, broadcast with 0 strides) give A's and B's offsets.
-// p: [0] M, [1] N, [2] K, [3] transB, [4] has_bias, [5] batch rank, [6..9] batch dims,
-//    [10..13] A batch strides, [14..17] B batch strides, [18] z offset (batches > 65535).
+// deep; each invocation holds TM x TM accumulators. Batch index = workgroup z (plus
+// PC_MATMUL_Z_OFFSET); batch dims (up to MATMUL_MAX_BATCH_DIMS, broadcast with 0 strides)
+// give A's and B's offsets. Push constants: PC_MATMUL_*.
 #version 450
 #include "common.glsl"
 #ifndef TM
@@ -23,17 +22,17 @@ shared float Bs[BK][BT + 1];
 void main() {
   uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
   uint tid = ty * 16u + tx;
-  uint M = uint(P(0)), N = uint(P(1)), K = uint(P(2));
-  bool transB = P(3) != 0;
+  uint M = uint(P(PC_MATMUL_M)), N = uint(P(PC_MATMUL_N)), K = uint(P(PC_MATMUL_K));
+  bool transB = P(PC_MATMUL_TRANS_B) != 0;
   uint row0 = gl_WorkGroupID.y * BT, col0 = gl_WorkGroupID.x * BT;
-  uint batch = gl_WorkGroupID.z + uint(P(18));
+  uint batch = gl_WorkGroupID.z + uint(P(PC_MATMUL_Z_OFFSET));
   uint aoff = 0u, boff = 0u, rest = batch;
-  for (int d = P(5) - 1; d >= 0; --d) {
-    uint dim = uint(P(6 + d));
+  for (int d = P(PC_MATMUL_BATCH_RANK) - 1; d >= 0; --d) {
+    uint dim = uint(P(PC_MATMUL_BATCH_DIMS + d));
     uint k = rest % dim;
     rest /= dim;
-    aoff += k * uint(P(10 + d));
-    boff += k * uint(P(14 + d));
+    aoff += k * uint(P(PC_MATMUL_A_BATCH_STRIDES + d));
+    boff += k * uint(P(PC_MATMUL_B_BATCH_STRIDES + d));
   }
   uint coff = batch * M * N;
 
@@ -69,7 +68,7 @@ void main() {
     for (int j = 0; j < TM; ++j) {
       uint col = col0 + tx + 16u * uint(j);
       if (col >= N) continue;
-      c[coff + r * N + col] = acc[i][j] + (P(4) != 0 ? bias[col] : 0.0);
+      c[coff + r * N + col] = acc[i][j] + (P(PC_MATMUL_HAS_BIAS) != 0 ? bias[col] : 0.0);
     }
   }
 }

@@ -1,7 +1,6 @@
 // 2-D pooling over planes [P, H, W] -> [P, OH, OW], PyTorch's windows (see cpu pool.cpp).
-// mode 0 max (dilation; NaN wins), 1 avg (count_include_pad), 2 adaptive avg, 3 adaptive max.
-// p: [0] n_out, [1] H, [2] W, [3] OH, [4] OW, [5] kh, [6] kw, [7] sh, [8] sw, [9] ph, [10] pw,
-//    [11] dh, [12] dw, [13] mode, [14] count_include_pad.
+// PC_POOL_MODE: POOL_MAX (dilation; NaN wins), POOL_AVG (count_include_pad),
+// POOL_ADAPTIVE_AVG, POOL_ADAPTIVE_MAX. Push constants: PC_POOL_*.
 #version 450
 #include "common.glsl"
 layout(local_size_x = 256) in;
@@ -12,26 +11,28 @@ int first_valid(int start, int step) { return start >= 0 ? start : start + ((-st
 
 void main() {
   uint i = linear_id();
-  if (i >= uint(P(0))) return;
-  int H = P(1), W = P(2), OH = P(3), OW = P(4);
+  if (i >= uint(P(PC_POOL_N))) return;
+  int H = P(PC_POOL_H), W = P(PC_POOL_W), OH = P(PC_POOL_OH), OW = P(PC_POOL_OW);
+  int KH = P(PC_POOL_KH), KW = P(PC_POOL_KW), SH = P(PC_POOL_STRIDE_H), SW = P(PC_POOL_STRIDE_W);
+  int PH = P(PC_POOL_PAD_H), PW = P(PC_POOL_PAD_W);
   int ox = int(i % uint(OW));
   int oy = int((i / uint(OW)) % uint(OH));
   int plane = int(i / uint(OW * OH));
   int base = plane * H * W;
-  int mode = P(13);
+  int mode = P(PC_POOL_MODE);
   int y0, y1, x0, x1, dy = 1, dx = 1;
-  if (mode == 0) {
-    int ys = oy * P(7) - P(9), xs = ox * P(8) - P(10);
-    dy = P(11); dx = P(12);
-    y1 = min(ys + (P(5) - 1) * dy + 1, H);
-    x1 = min(xs + (P(6) - 1) * dx + 1, W);
+  if (mode == POOL_MAX) {
+    int ys = oy * SH - PH, xs = ox * SW - PW;
+    dy = P(PC_POOL_DIL_H); dx = P(PC_POOL_DIL_W);
+    y1 = min(ys + (KH - 1) * dy + 1, H);
+    x1 = min(xs + (KW - 1) * dx + 1, W);
     y0 = first_valid(ys, dy);
     x0 = first_valid(xs, dx);
-  } else if (mode == 1) {
-    y0 = oy * P(7) - P(9);
-    y1 = min(y0 + P(5), H + P(9));
-    x0 = ox * P(8) - P(10);
-    x1 = min(x0 + P(6), W + P(10));
+  } else if (mode == POOL_AVG) {
+    y0 = oy * SH - PH;
+    y1 = min(y0 + KH, H + PH);
+    x0 = ox * SW - PW;
+    x1 = min(x0 + KW, W + PW);
     int pool_size = (y1 - y0) * (x1 - x0);
     y0 = max(y0, 0); y1 = min(y1, H);
     x0 = max(x0, 0); x1 = min(x1, W);
@@ -39,13 +40,13 @@ void main() {
     float s = 0.0;
     for (int yy = y0; yy < y1; ++yy)
       for (int xx = x0; xx < x1; ++xx) s += x[base + yy * W + xx];
-    int divisor = P(14) != 0 ? pool_size : (y1 - y0) * (x1 - x0);
+    int divisor = P(PC_POOL_COUNT_INCLUDE_PAD) != 0 ? pool_size : (y1 - y0) * (x1 - x0);
     y[i] = s / float(divisor);
     return;
   } else {
     y0 = oy * H / OH; y1 = ((oy + 1) * H + OH - 1) / OH;
     x0 = ox * W / OW; x1 = ((ox + 1) * W + OW - 1) / OW;
-    if (mode == 2) {
+    if (mode == POOL_ADAPTIVE_AVG) {
       float s = 0.0;
       for (int yy = y0; yy < y1; ++yy)
         for (int xx = x0; xx < x1; ++xx) s += x[base + yy * W + xx];

@@ -1,15 +1,13 @@
 // One 64-wide workgroup per output element: sum / mean / amax / amin / prod / var over the
-// reduced dims (up to 6 kept and 6 reduced, each with its input stride). NaN propagates
-// through amax/amin. var is two-pass (mean, then squared deviations) divided by
-// max(0, count - correction).
-// p: [0] n_out, [1] kept rank, [2..7] kept dims, [8..13] kept strides, [14] reduced rank,
-//    [15..20] reduced dims, [21..26] reduced strides, [27] reduced count,
-//    [28] op (0 sum, 1 mean, 2 amax, 3 amin, 4 prod, 5 var), [29] correction (f32 bits).
+// reduced dims (up to KILN_MAX_DIMS kept and KILN_MAX_DIMS reduced, each with its input
+// stride). NaN propagates through amax/amin. var is two-pass (mean, then squared
+// deviations) divided by max(0, count - correction).
+// Push constants: PC_REDUCE_* (PC_REDUCE_OP: REDUCE_*).
 #version 450
 #include "common.glsl"
 layout(local_size_x = 64) in;
 #ifdef BOOL_IO
-// any / all: bool words in and out; any is amax (op 2) and all is amin (op 3) over 0/1.
+// any / all: bool words in and out; any is REDUCE_AMAX and all is REDUCE_AMIN over 0/1.
 layout(std430, binding = 0) readonly buffer X { uint xw[]; };
 layout(std430, binding = 1) writeonly buffer Y { uint yw[]; };
 float load(uint i) { return xw[i] != 0u ? 1.0 : 0.0; }
@@ -23,19 +21,19 @@ void store(uint i, float v) { y[i] = v; }
 shared float part[64];
 
 float combine(int op, float u, float v) {
-  if (op <= 1 || op == 5) return u + v;
-  if (op == 4) return u * v;
+  if (op == REDUCE_SUM || op == REDUCE_MEAN || op == REDUCE_VAR) return u + v;
+  if (op == REDUCE_PROD) return u * v;
   if (isnan(u)) return u;
   if (isnan(v)) return v;
-  return op == 2 ? max(u, v) : min(u, v);
+  return op == REDUCE_AMAX ? max(u, v) : min(u, v);
 }
 
 // Input offset of reduced element r of the output whose first element is at `base`.
 uint element(uint base, uint r) {
   uint off = base;
-  for (int d = P(14) - 1; d >= 0; --d) {
-    uint dim = uint(P(15 + d));
-    off += (r % dim) * uint(P(21 + d));
+  for (int d = P(PC_REDUCE_RED_RANK) - 1; d >= 0; --d) {
+    uint dim = uint(P(PC_REDUCE_RED_DIMS + d));
+    off += (r % dim) * uint(P(PC_REDUCE_RED_STRIDES + d));
     r /= dim;
   }
   return off;
@@ -43,18 +41,20 @@ uint element(uint base, uint r) {
 
 void main() {
   uint o = linear_group();
-  if (o >= uint(P(0))) return;
+  if (o >= uint(P(PC_REDUCE_N))) return;
   uint t = gl_LocalInvocationID.x;
-  int op = P(28);
+  int op = P(PC_REDUCE_OP);
   uint base = 0u, rest = o;
-  for (int d = P(1) - 1; d >= 0; --d) {
-    uint dim = uint(P(2 + d));
-    base += (rest % dim) * uint(P(8 + d));
+  for (int d = P(PC_REDUCE_KEPT_RANK) - 1; d >= 0; --d) {
+    uint dim = uint(P(PC_REDUCE_KEPT_DIMS + d));
+    base += (rest % dim) * uint(P(PC_REDUCE_KEPT_STRIDES + d));
     rest /= dim;
   }
-  float init = (op <= 1 || op == 5) ? 0.0 : op == 4 ? 1.0 : uintBitsToFloat(op == 2 ? 0xff800000u : 0x7f800000u);
+  float init = (op == REDUCE_SUM || op == REDUCE_MEAN || op == REDUCE_VAR) ? 0.0
+              : op == REDUCE_PROD ? 1.0
+              : uintBitsToFloat(op == REDUCE_AMAX ? 0xff800000u : 0x7f800000u);
   float acc = init;
-  uint count = uint(P(27));
+  uint count = uint(P(PC_REDUCE_COUNT));
   for (uint r = t; r < count; r += 64u) acc = combine(op, acc, load(element(base, r)));
   part[t] = acc;
   barrier();
@@ -63,7 +63,7 @@ void main() {
     barrier();
   }
   float total = part[0];
-  if (op == 5) {
+  if (op == REDUCE_VAR) {
     float mean = total / float(count);
     barrier();
     float q = 0.0;
@@ -74,8 +74,8 @@ void main() {
       if (t < s) part[t] += part[t + s];
       barrier();
     }
-    if (t == 0u) store(o, part[0] / max(0.0, float(count) - PF(29)));
+    if (t == 0u) store(o, part[0] / max(0.0, float(count) - PF(PC_REDUCE_CORRECTION)));
     return;
   }
-  if (t == 0u) store(o, op == 1 ? total / float(count) : total);
+  if (t == 0u) store(o, op == REDUCE_MEAN ? total / float(count) : total);
 }

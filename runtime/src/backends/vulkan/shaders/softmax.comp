@@ -1,6 +1,6 @@
 // softmax / log_softmax along one dim: one 64-wide workgroup per row of the [outer, D,
 // inner] view (row = outer * inner + i; element j at row base + j * inner). Max-subtracted.
-// p: [0] rows, [1] D, [2] inner, [3] log.
+// Push constants: PC_SOFTMAX_*.
 #version 450
 #include "common.glsl"
 layout(local_size_x = 64) in;
@@ -9,9 +9,9 @@ layout(std430, binding = 1) writeonly buffer Y { float y[]; };
 shared float part[64];
 void main() {
   uint row = linear_group();
-  if (row >= uint(P(0))) return;
+  if (row >= uint(P(PC_SOFTMAX_ROWS))) return;
   uint t = gl_LocalInvocationID.x;
-  uint D = uint(P(1)), inner = uint(P(2));
+  uint D = uint(P(PC_SOFTMAX_D)), inner = uint(P(PC_SOFTMAX_INNER));
   uint base = (row / inner) * D * inner + row % inner;
   float m = uintBitsToFloat(0xff800000u);
   for (uint j = t; j < D; j += 64u) {
@@ -35,7 +35,7 @@ void main() {
     barrier();
   }
   sum = part[0];
-  if (P(3) != 0) {
+  if (P(PC_SOFTMAX_LOG) != 0) {
     float ls = log(sum);
     for (uint j = t; j < D; j += 64u) y[base + j * inner] = x[base + j * inner] - m - ls;
   } else {

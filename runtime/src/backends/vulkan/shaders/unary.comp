@@ -1,4 +1,4 @@
-// y = f(x), f32. p: [0] n, [1] op, [2] alpha (f32 bits), [3] beta (f32 bits).
+// y = f(x), f32; f = the UNARY_* code in PC_UNARY_OP (push constants: PC_UNARY_*).
 #version 450
 #include "common.glsl"
 layout(local_size_x = 256) in;
@@ -21,42 +21,42 @@ float tanh_safe(float v) {
 
 void main() {
   uint i = linear_id();
-  if (i >= uint(P(0))) return;
+  if (i >= uint(P(PC_UNARY_N))) return;
   float v = x[i];
   float r;
-  switch (P(1)) {
-    case 0: r = -v; break;
-    case 1: r = abs(v); break;
-    case 2: r = exp(v); break;
-    case 3: r = log(v); break;
-    case 4: r = sqrt(v); break;
-    case 5: r = 1.0 / sqrt(v); break;
-    case 6: r = 1.0 / v; break;
-    case 7: r = sin(v); break;
-    case 8: r = cos(v); break;
-    case 9: r = isnan(v) ? v : tanh_safe(v); break;
-    case 10: r = 1.0 / (1.0 + exp(-v)); break;
-    case 11: r = v < 0.0 ? 0.0 : v; break;
-    case 12: r = 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752)); break;
-    case 13: {
+  switch (P(PC_UNARY_OP)) {
+    case UNARY_NEG: r = -v; break;
+    case UNARY_ABS: r = abs(v); break;
+    case UNARY_EXP: r = exp(v); break;
+    case UNARY_LOG: r = log(v); break;
+    case UNARY_SQRT: r = sqrt(v); break;
+    case UNARY_RSQRT: r = 1.0 / sqrt(v); break;
+    case UNARY_RECIPROCAL: r = 1.0 / v; break;
+    case UNARY_SIN: r = sin(v); break;
+    case UNARY_COS: r = cos(v); break;
+    case UNARY_TANH: r = isnan(v) ? v : tanh_safe(v); break;
+    case UNARY_SIGMOID: r = 1.0 / (1.0 + exp(-v)); break;
+    case UNARY_RELU: r = v < 0.0 ? 0.0 : v; break;
+    case UNARY_GELU: r = 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752)); break;
+    case UNARY_GELU_TANH: {
       float u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
       r = v / (1.0 + exp(-2.0 * u));
       break;
     }
-    case 14: r = v / (1.0 + exp(-v)); break;
-    case 15: r = v * min(max(v + 3.0, 0.0), 6.0) / 6.0; break;
-    case 16: r = min(max(v + 3.0, 0.0), 6.0) / 6.0; break;
-    case 17: r = erf_approx(v); break;
-    case 18: r = floor(v); break;
-    case 19: r = ceil(v); break;
-    case 20: r = roundEven(v); break;
-    case 21: r = float(int(0.0 < v) - int(v < 0.0)); break;
-    case 22: {  // clamp(min = alpha, max = beta); absent bounds are +-inf
-      r = v < PF(2) ? PF(2) : v;
-      r = r > PF(3) ? PF(3) : r;
+    case UNARY_SILU: r = v / (1.0 + exp(-v)); break;
+    case UNARY_HARDSWISH: r = v * min(max(v + 3.0, 0.0), 6.0) / 6.0; break;
+    case UNARY_HARDSIGMOID: r = min(max(v + 3.0, 0.0), 6.0) / 6.0; break;
+    case UNARY_ERF: r = erf_approx(v); break;
+    case UNARY_FLOOR: r = floor(v); break;
+    case UNARY_CEIL: r = ceil(v); break;
+    case UNARY_ROUND: r = roundEven(v); break;
+    case UNARY_SIGN: r = float(int(0.0 < v) - int(v < 0.0)); break;
+    case UNARY_CLAMP: {  // clamp(min = alpha, max = beta); absent bounds are +-inf
+      r = v < PF(PC_UNARY_ALPHA) ? PF(PC_UNARY_ALPHA) : v;
+      r = r > PF(PC_UNARY_BETA) ? PF(PC_UNARY_BETA) : r;
       break;
     }
-    case 23: r = v > 0.0 ? v : v * PF(2); break;
+    case UNARY_LEAKY_RELU: r = v > 0.0 ? v : v * PF(PC_UNARY_ALPHA); break;
     default: r = v; break;
   }
   y[i] = r;

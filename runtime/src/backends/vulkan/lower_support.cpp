@@ -1,76 +1,232 @@
-// Which ops and dtypes run on the device (op_supported), and the op -> lowering map.
+// What the Vulkan backend does with each op of codegen/ops.def: one OpLowering row per op
+// (the dtypes it runs, and its lowering), collected into an OpKind-indexed table by the
+// X-macro. An op added to ops.def without a row here stops this file compiling; an op the
+// device does not run says so with kNoVulkanKernel (it stays on the CPU).
+#include <algorithm>
+#include <array>
+
 #include "backends/vulkan/lowerer.h"
 
 namespace kiln::vulkan {
 
 using backend::SegmentNode;
 using backend::SegmentTensor;
-using cpu::AttrValue;
+using DTypes = std::span<const DType>;
 
 namespace {
 
-int unary_code(OpKind k) {
-  switch (k) {
-    case OpKind::Neg: return UNARY_NEG;
-    case OpKind::Abs: return UNARY_ABS;
-    case OpKind::Exp: return UNARY_EXP;
-    case OpKind::Log: return UNARY_LOG;
-    case OpKind::Sqrt: return UNARY_SQRT;
-    case OpKind::Rsqrt: return UNARY_RSQRT;
-    case OpKind::Reciprocal: return UNARY_RECIPROCAL;
-    case OpKind::Sin: return UNARY_SIN;
-    case OpKind::Cos: return UNARY_COS;
-    case OpKind::Tanh: return UNARY_TANH;
-    case OpKind::Sigmoid: return UNARY_SIGMOID;
-    case OpKind::Relu: return UNARY_RELU;
-    case OpKind::Gelu: return UNARY_GELU;
-    case OpKind::Silu: return UNARY_SILU;
-    case OpKind::Hardswish: return UNARY_HARDSWISH;
-    case OpKind::Hardsigmoid: return UNARY_HARDSIGMOID;
-    case OpKind::Erf: return UNARY_ERF;
-    case OpKind::Floor: return UNARY_FLOOR;
-    case OpKind::Ceil: return UNARY_CEIL;
-    case OpKind::Round: return UNARY_ROUND;
-    case OpKind::Sign: return UNARY_SIGN;
-    case OpKind::Clamp: return UNARY_CLAMP;
-    case OpKind::LeakyRelu: return UNARY_LEAKY_RELU;
-    default: return -1;
-  }
+/// One op's entry. Both null (kNoVulkanKernel): the op never runs on the device.
+struct OpLowering {
+  /// Whether the device runs a node with these dtypes and attributes (op_supported's
+  /// answer once every dtype is one the device stores).
+  bool (*supports)(DTypes in, DTypes out, Attrs attrs) = nullptr;
+  /// Lowers a node whose tensor references were checked (Lowerer::node).
+  Status (*lower)(Lowerer& l) = nullptr;
+};
+
+constexpr OpLowering kNoVulkanKernel{};
+
+// ---- Dtype rules ----------------------------------------------------------------------------
+
+bool all_are(DTypes ds, DType d) {
+  return std::all_of(ds.begin(), ds.end(), [d](DType x) { return x == d; });
+}
+bool is_index(DType d) { return d == DType::kI32 || d == DType::kI64; }
+bool f32_io(DTypes in, DTypes out) { return all_are(in, DType::kF32) && all_are(out, DType::kF32); }
+
+bool f32_elementwise(DTypes in, DTypes out, Attrs) { return f32_io(in, out) && !out.empty(); }
+bool f32_op(DTypes in, DTypes out, Attrs) { return f32_io(in, out) && !in.empty(); }
+bool f32_compare(DTypes in, DTypes out, Attrs) {
+  return in.size() == 2 && all_are(in, DType::kF32) && all_are(out, DType::kBool);
+}
+bool bool_logical(DTypes in, DTypes out, Attrs) { return all_are(in, DType::kBool) && all_are(out, DType::kBool); }
+bool logical_not_dtypes(DTypes in, DTypes out, Attrs) {
+  return in.size() == 1 && (in[0] == DType::kBool || in[0] == DType::kF32) && all_are(out, DType::kBool);
+}
+bool where_dtypes(DTypes in, DTypes out, Attrs) {
+  return in.size() == 3 && in[0] == DType::kBool && out.size() == 1 && in[1] == out[0] && in[2] == out[0];
+}
+bool masked_fill_dtypes(DTypes in, DTypes out, Attrs) {
+  return in.size() == 3 && in[1] == DType::kBool && out.size() == 1 && in[0] == out[0] && in[2] == out[0];
+}
+bool sum_dtypes(DTypes in, DTypes out, Attrs attrs) {
+  // sum's optional dtype attribute must be absent or f32.
+  if (attrs.size() > 2 && attrs[2].type != AttrType::kNone && attrs[2].i != static_cast<std::int64_t>(DType::kF32)) return false;
+  return f32_io(in, out) && !in.empty();
+}
+bool bool_reduce(DTypes in, DTypes out, Attrs) {
+  return in.size() == 1 && in[0] == DType::kBool && all_are(out, DType::kBool);
+}
+bool arg_reduce_dtypes(DTypes in, DTypes out, Attrs) {
+  return in.size() == 1 && in[0] == DType::kF32 && out.size() == 1 && out[0] == DType::kI64;
+}
+bool lookup_dtypes(DTypes in, DTypes out, Attrs) {
+  return in.size() == 2 && is_index(in[1]) && out.size() == 1 && in[0] == out[0];
+}
+bool advanced_index_dtypes(DTypes in, DTypes out, Attrs) {
+  if (in.size() < 2 || in.size() > 1 + ADVINDEX_MAX_INDICES || out.size() != 1 || in[0] != out[0]) return false;
+  return std::all_of(in.begin() + 1, in.end(), is_index);
+}
+bool movement_dtypes(DTypes in, DTypes out, Attrs) {  // 32-bit words move whatever they hold
+  return !in.empty() && !out.empty() && all_are(in, in[0]) && all_are(out, in[0]);
+}
+bool full_dtypes(DTypes in, DTypes out, Attrs) { return in.empty() && out.size() == 1; }
+bool arange_dtypes(DTypes in, DTypes out, Attrs) { return in.empty() && out.size() == 1 && out[0] != DType::kBool; }
+bool cast_dtypes(DTypes in, DTypes out, Attrs) {
+  // Not f32 -> integer (the CPU saturates through int64 and wraps; the device would not).
+  return in.size() == 1 && out.size() == 1 && !(in[0] == DType::kF32 && is_index(out[0]));
 }
 
-int binary_code(OpKind k) {
-  switch (k) {
-    case OpKind::Add: return BINARY_ADD;
-    case OpKind::Sub: return BINARY_SUB;
-    case OpKind::Mul: return BINARY_MUL;
-    case OpKind::Div: return BINARY_DIV;
-    case OpKind::Pow: return BINARY_POW;
-    case OpKind::Maximum: return BINARY_MAXIMUM;
-    case OpKind::Minimum: return BINARY_MINIMUM;
-    case OpKind::Remainder: return BINARY_REMAINDER;
-    default: return -1;
-  }
-}
+// ---- Lowerings ------------------------------------------------------------------------------
 
-int compare_code(OpKind k) {
-  switch (k) {
-    case OpKind::Eq: return COMPARE_EQ;
-    case OpKind::Ne: return COMPARE_NE;
-    case OpKind::Lt: return COMPARE_LT;
-    case OpKind::Le: return COMPARE_LE;
-    case OpKind::Gt: return COMPARE_GT;
-    case OpKind::Ge: return COMPARE_GE;
-    default: return -1;
-  }
-}
+template <int Code>
+Status unary(Lowerer& l) { return l.unary(Code); }
+template <int Code>
+Status binary(Lowerer& l) { return l.binary("binary_f32", Code); }
+template <int Code>
+Status compare(Lowerer& l) { return l.binary("compare_f32", Code); }
+template <int Code>
+Status logical(Lowerer& l) { return l.binary("logical_b32", Code); }
+template <int Code>
+Status reduce(Lowerer& l) { return l.reduce(Code); }
+template <Status (Lowerer::*Method)()>
+Status call(Lowerer& l) { return (l.*Method)(); }
+Status argmax(Lowerer& l) { return l.arg_reduce(true); }
+Status argmin(Lowerer& l) { return l.arg_reduce(false); }
+Status softmax(Lowerer& l) { return l.softmax(false); }
+Status log_softmax(Lowerer& l) { return l.softmax(true); }
 
-int logical_code(OpKind k) {
-  switch (k) {
-    case OpKind::LogicalAnd: return LOGICAL_AND;
-    case OpKind::LogicalOr: return LOGICAL_OR;
-    case OpKind::LogicalXor: return LOGICAL_XOR;
-    default: return -1;
-  }
+}  // namespace
+
+// ---- One row per op of codegen/ops.def, named after its enumerator --------------------------
+namespace op_rows {
+
+// Elementwise binary
+constexpr OpLowering Add{f32_elementwise, binary<BINARY_ADD>};
+constexpr OpLowering Sub{f32_elementwise, binary<BINARY_SUB>};
+constexpr OpLowering Mul{f32_elementwise, binary<BINARY_MUL>};
+constexpr OpLowering Div{f32_elementwise, binary<BINARY_DIV>};  // rounding_mode: BINARY_DIV_TRUNC / _FLOOR
+constexpr OpLowering Pow{f32_elementwise, binary<BINARY_POW>};
+constexpr OpLowering Maximum{f32_elementwise, binary<BINARY_MAXIMUM>};
+constexpr OpLowering Minimum{f32_elementwise, binary<BINARY_MINIMUM>};
+constexpr OpLowering Remainder{f32_elementwise, binary<BINARY_REMAINDER>};
+constexpr OpLowering Eq{f32_compare, compare<COMPARE_EQ>};
+constexpr OpLowering Ne{f32_compare, compare<COMPARE_NE>};
+constexpr OpLowering Lt{f32_compare, compare<COMPARE_LT>};
+constexpr OpLowering Le{f32_compare, compare<COMPARE_LE>};
+constexpr OpLowering Gt{f32_compare, compare<COMPARE_GT>};
+constexpr OpLowering Ge{f32_compare, compare<COMPARE_GE>};
+constexpr OpLowering LogicalAnd{bool_logical, logical<LOGICAL_AND>};
+constexpr OpLowering LogicalOr{bool_logical, logical<LOGICAL_OR>};
+constexpr OpLowering LogicalXor{bool_logical, logical<LOGICAL_XOR>};
+
+// Elementwise unary
+constexpr OpLowering Neg{f32_elementwise, unary<UNARY_NEG>};
+constexpr OpLowering Abs{f32_elementwise, unary<UNARY_ABS>};
+constexpr OpLowering Exp{f32_elementwise, unary<UNARY_EXP>};
+constexpr OpLowering Log{f32_elementwise, unary<UNARY_LOG>};
+constexpr OpLowering Sqrt{f32_elementwise, unary<UNARY_SQRT>};
+constexpr OpLowering Rsqrt{f32_elementwise, unary<UNARY_RSQRT>};
+constexpr OpLowering Reciprocal{f32_elementwise, unary<UNARY_RECIPROCAL>};
+constexpr OpLowering Sin{f32_elementwise, unary<UNARY_SIN>};
+constexpr OpLowering Cos{f32_elementwise, unary<UNARY_COS>};
+constexpr OpLowering Tanh{f32_elementwise, unary<UNARY_TANH>};
+constexpr OpLowering Sigmoid{f32_elementwise, unary<UNARY_SIGMOID>};
+constexpr OpLowering Relu{f32_elementwise, unary<UNARY_RELU>};
+constexpr OpLowering Gelu{f32_elementwise, unary<UNARY_GELU>};  // approximate='tanh': UNARY_GELU_TANH
+constexpr OpLowering Silu{f32_elementwise, unary<UNARY_SILU>};
+constexpr OpLowering Hardswish{f32_elementwise, unary<UNARY_HARDSWISH>};
+constexpr OpLowering Hardsigmoid{f32_elementwise, unary<UNARY_HARDSIGMOID>};
+constexpr OpLowering Erf{f32_elementwise, unary<UNARY_ERF>};
+constexpr OpLowering Floor{f32_elementwise, unary<UNARY_FLOOR>};
+constexpr OpLowering Ceil{f32_elementwise, unary<UNARY_CEIL>};
+constexpr OpLowering Round{f32_elementwise, unary<UNARY_ROUND>};
+constexpr OpLowering Sign{f32_elementwise, unary<UNARY_SIGN>};
+constexpr OpLowering LogicalNot{logical_not_dtypes, call<&Lowerer::logical_not>};
+constexpr OpLowering Clamp{f32_elementwise, unary<UNARY_CLAMP>};
+constexpr OpLowering LeakyRelu{f32_elementwise, unary<UNARY_LEAKY_RELU>};
+constexpr OpLowering Cast{cast_dtypes, call<&Lowerer::cast>};
+constexpr OpLowering Identity{movement_dtypes, call<&Lowerer::reshape>};
+
+// Selection
+constexpr OpLowering Where{where_dtypes, call<&Lowerer::where>};
+constexpr OpLowering MaskedFill{masked_fill_dtypes, call<&Lowerer::masked_fill>};
+
+// Reductions
+constexpr OpLowering Sum{sum_dtypes, reduce<REDUCE_SUM>};
+constexpr OpLowering Mean{f32_op, reduce<REDUCE_MEAN>};
+constexpr OpLowering Amax{f32_op, reduce<REDUCE_AMAX>};
+constexpr OpLowering Amin{f32_op, reduce<REDUCE_AMIN>};
+constexpr OpLowering Prod{f32_op, reduce<REDUCE_PROD>};
+constexpr OpLowering Any{bool_reduce, reduce<REDUCE_AMAX>};  // max over 0/1 (reduce_b32)
+constexpr OpLowering All{bool_reduce, reduce<REDUCE_AMIN>};  // min over 0/1
+constexpr OpLowering Argmax{arg_reduce_dtypes, argmax};
+constexpr OpLowering Argmin{arg_reduce_dtypes, argmin};
+constexpr OpLowering Var{f32_op, reduce<REDUCE_VAR>};
+constexpr OpLowering Cumsum{f32_op, call<&Lowerer::cumsum>};
+
+// Linear algebra and convolution
+constexpr OpLowering Matmul{f32_op, call<&Lowerer::matmul>};
+constexpr OpLowering Linear{f32_op, call<&Lowerer::matmul>};
+constexpr OpLowering Bmm{f32_op, call<&Lowerer::matmul>};
+constexpr OpLowering Conv2d{f32_op, call<&Lowerer::conv2d>};
+constexpr OpLowering BatchNorm{f32_op, call<&Lowerer::batch_norm>};
+constexpr OpLowering LayerNorm{f32_op, call<&Lowerer::layer_norm>};
+constexpr OpLowering MaxPool2d{f32_op, call<&Lowerer::pool>};
+constexpr OpLowering AvgPool2d{f32_op, call<&Lowerer::pool>};
+constexpr OpLowering AdaptiveAvgPool2d{f32_op, call<&Lowerer::pool>};
+constexpr OpLowering AdaptiveMaxPool2d{f32_op, call<&Lowerer::pool>};
+constexpr OpLowering Softmax{f32_op, softmax};
+constexpr OpLowering LogSoftmax{f32_op, log_softmax};
+constexpr OpLowering Embedding{lookup_dtypes, call<&Lowerer::indexing>};
+constexpr OpLowering Topk = kNoVulkanKernel;
+
+// Creation
+constexpr OpLowering Full{full_dtypes, call<&Lowerer::full>};
+constexpr OpLowering Arange{arange_dtypes, call<&Lowerer::arange>};
+constexpr OpLowering Tril{movement_dtypes, call<&Lowerer::tri>};
+constexpr OpLowering Triu{movement_dtypes, call<&Lowerer::tri>};
+
+// Data movement
+constexpr OpLowering Reshape{movement_dtypes, call<&Lowerer::reshape>};
+constexpr OpLowering Permute{movement_dtypes, call<&Lowerer::permute>};
+constexpr OpLowering Slice{movement_dtypes, call<&Lowerer::slice>};
+constexpr OpLowering Cat{movement_dtypes, call<&Lowerer::cat>};
+constexpr OpLowering Split{movement_dtypes, call<&Lowerer::split>};
+constexpr OpLowering Expand{movement_dtypes, call<&Lowerer::expand>};
+constexpr OpLowering Pad{movement_dtypes, call<&Lowerer::pad>};
+constexpr OpLowering Flip{movement_dtypes, call<&Lowerer::flip>};
+constexpr OpLowering Gather{lookup_dtypes, call<&Lowerer::indexing>};
+constexpr OpLowering IndexSelect{lookup_dtypes, call<&Lowerer::indexing>};
+constexpr OpLowering Index{advanced_index_dtypes, call<&Lowerer::advanced_index>};
+
+// Data-dependent (output shapes from the data) and higher-order (subgraphs): the CPU's.
+constexpr OpLowering Nonzero = kNoVulkanKernel;
+constexpr OpLowering MaskedSelect = kNoVulkanKernel;
+constexpr OpLowering Item = kNoVulkanKernel;
+constexpr OpLowering Cond = kNoVulkanKernel;
+constexpr OpLowering WhileLoop = kNoVulkanKernel;
+constexpr OpLowering InvokeSubgraph = kNoVulkanKernel;
+
+}  // namespace op_rows
+
+namespace {
+
+// Indexed by OpKind: ops.def's order is the enum's.
+constexpr std::array kOps = std::to_array<OpLowering>({
+#define KILN_OP(Enum, name, min_in, max_in, num_out, attrs) op_rows::Enum,
+#include "ops.def"
+#undef KILN_OP
+});
+static_assert(kOps.size() == kOpCount, "one OpLowering row per op of codegen/ops.def");
+static_assert(std::all_of(kOps.begin(), kOps.end(),
+                          [](const OpLowering& r) { return (r.supports == nullptr) == (r.lower == nullptr); }),
+              "an op the device supports has a lowering, and only such an op");
+
+const OpLowering& row(OpKind op) {
+  static constexpr OpLowering kNone{};
+  const auto index = static_cast<std::size_t>(op);
+  return index < kOps.size() ? kOps[index] : kNone;
 }
 
 }  // namespace
@@ -90,145 +246,21 @@ Status Lowerer::node(const SegmentNode& n) {
     }
     if (std::find(n.inputs.begin(), n.inputs.end(), t) != n.inputs.end()) return invalid("tensor ", t, " is both input and output");
   }
-  const OpKind k = n.op;
-  if (const int c = unary_code(k); c >= 0) return unary(c);
-  if (const int c = binary_code(k); c >= 0) return binary("binary_f32", c);
-  if (const int c = compare_code(k); c >= 0) return binary("compare_f32", c);
-  if (const int c = logical_code(k); c >= 0) return binary("logical_b32", c);
-  switch (k) {
-    case OpKind::LogicalNot: return logical_not();
-    case OpKind::Where: return where();
-    case OpKind::MaskedFill: return masked_fill();
-    case OpKind::Matmul:
-    case OpKind::Linear:
-    case OpKind::Bmm: return matmul();
-    case OpKind::Conv2d: return conv2d();
-    case OpKind::MaxPool2d:
-    case OpKind::AvgPool2d:
-    case OpKind::AdaptiveAvgPool2d:
-    case OpKind::AdaptiveMaxPool2d: return pool();
-    case OpKind::Sum: return reduce(REDUCE_SUM);
-    case OpKind::Mean: return reduce(REDUCE_MEAN);
-    case OpKind::Amax: return reduce(REDUCE_AMAX);
-    case OpKind::Amin: return reduce(REDUCE_AMIN);
-    case OpKind::Prod: return reduce(REDUCE_PROD);
-    case OpKind::Any: return reduce(REDUCE_AMAX);  // max over 0/1 (reduce_b32)
-    case OpKind::All: return reduce(REDUCE_AMIN);  // min over 0/1
-    case OpKind::Var: return reduce(REDUCE_VAR);
-    case OpKind::Argmax: return arg_reduce(true);
-    case OpKind::Argmin: return arg_reduce(false);
-    case OpKind::Cumsum: return cumsum();
-    case OpKind::Softmax: return softmax(false);
-    case OpKind::LogSoftmax: return softmax(true);
-    case OpKind::LayerNorm: return layer_norm();
-    case OpKind::BatchNorm: return batch_norm();
-    case OpKind::Embedding:
-    case OpKind::IndexSelect:
-    case OpKind::Gather: return indexing();
-    case OpKind::Index: return advanced_index();
-    case OpKind::Identity:
-    case OpKind::Reshape: return reshape();
-    case OpKind::Permute: return permute();
-    case OpKind::Slice: return slice();
-    case OpKind::Cat: return cat();
-    case OpKind::Split: return split();
-    case OpKind::Expand: return expand();
-    case OpKind::Flip: return flip();
-    case OpKind::Pad: return pad();
-    case OpKind::Tril:
-    case OpKind::Triu: return tri();
-    case OpKind::Full: return full();
-    case OpKind::Arange: return arange();
-    case OpKind::Cast: return cast();
-    default: return unsupported("op '", op(), "' has no Vulkan kernel");
-  }
+  const OpLowering& r = row(n.op);
+  if (r.lower == nullptr) return unsupported("op '", op(), "' has no Vulkan kernel");
+  return r.lower(*this);
 }
-
-namespace {
-
-bool all_are(std::span<const DType> ds, DType d) {
-  return std::all_of(ds.begin(), ds.end(), [d](DType x) { return x == d; });
-}
-
-bool is_index(DType d) { return d == DType::kI32 || d == DType::kI64; }
-
-}  // namespace
 
 bool dtype_on_device(DType d) {
   return d == DType::kF32 || d == DType::kI32 || d == DType::kI64 || d == DType::kBool;
 }
 
-bool op_supported(OpKind op, std::span<const DType> in, std::span<const DType> out, std::span<const AttrValue> attrs) {
-  for (DType d : in) {
-    if (!dtype_on_device(d)) return false;
+bool op_supported(OpKind op, DTypes in, DTypes out, Attrs attrs) {
+  if (!std::all_of(in.begin(), in.end(), dtype_on_device) || !std::all_of(out.begin(), out.end(), dtype_on_device)) {
+    return false;
   }
-  for (DType d : out) {
-    if (!dtype_on_device(d)) return false;
-  }
-  const bool f32_io = all_are(in, DType::kF32) && all_are(out, DType::kF32);
-  if (unary_code(op) >= 0 || binary_code(op) >= 0) return f32_io && !out.empty();
-  if (compare_code(op) >= 0) return in.size() == 2 && all_are(in, DType::kF32) && all_are(out, DType::kBool);
-  if (logical_code(op) >= 0) return all_are(in, DType::kBool) && all_are(out, DType::kBool);
-  switch (op) {
-    case OpKind::LogicalNot:
-      return in.size() == 1 && (in[0] == DType::kBool || in[0] == DType::kF32) && all_are(out, DType::kBool);
-    case OpKind::Where:
-      return in.size() == 3 && in[0] == DType::kBool && out.size() == 1 && in[1] == out[0] && in[2] == out[0];
-    case OpKind::MaskedFill:
-      return in.size() == 3 && in[1] == DType::kBool && out.size() == 1 && in[0] == out[0] && in[2] == out[0];
-    case OpKind::Matmul:
-    case OpKind::Linear:
-    case OpKind::Bmm:
-    case OpKind::Conv2d:
-    case OpKind::MaxPool2d:
-    case OpKind::AvgPool2d:
-    case OpKind::AdaptiveAvgPool2d:
-    case OpKind::AdaptiveMaxPool2d:
-    case OpKind::Softmax:
-    case OpKind::LogSoftmax:
-    case OpKind::LayerNorm:
-    case OpKind::BatchNorm:
-    case OpKind::Mean:
-    case OpKind::Amax:
-    case OpKind::Amin:
-    case OpKind::Prod:
-    case OpKind::Var:
-    case OpKind::Cumsum: return f32_io && !in.empty();
-    case OpKind::Any:
-    case OpKind::All: return in.size() == 1 && in[0] == DType::kBool && all_are(out, DType::kBool);
-    case OpKind::Argmax:
-    case OpKind::Argmin:
-      return in.size() == 1 && in[0] == DType::kF32 && out.size() == 1 && out[0] == DType::kI64;
-    case OpKind::Sum:
-      // sum's optional dtype attribute must be absent or f32.
-      if (attrs.size() > 2 && attrs[2].type != AttrType::kNone && attrs[2].i != static_cast<std::int64_t>(DType::kF32)) return false;
-      return f32_io && !in.empty();
-    case OpKind::Embedding:
-    case OpKind::IndexSelect:
-    case OpKind::Gather:
-      return in.size() == 2 && is_index(in[1]) && out.size() == 1 && in[0] == out[0];
-    case OpKind::Index:
-      if (in.size() < 2 || in.size() > 4 || out.size() != 1 || in[0] != out[0]) return false;
-      return std::all_of(in.begin() + 1, in.end(), is_index);
-    case OpKind::Identity:
-    case OpKind::Reshape:
-    case OpKind::Permute:
-    case OpKind::Slice:
-    case OpKind::Cat:
-    case OpKind::Split:
-    case OpKind::Expand:
-    case OpKind::Flip:
-    case OpKind::Pad:
-    case OpKind::Tril:
-    case OpKind::Triu:
-      return !in.empty() && !out.empty() && all_are(in, in[0]) && all_are(out, in[0]);
-    case OpKind::Full:
-    case OpKind::Arange: return in.empty() && out.size() == 1 && (op == OpKind::Full || out[0] != DType::kBool);
-    case OpKind::Cast:
-      // Not f32 -> integer (the CPU saturates through int64 and wraps; the device would not).
-      return in.size() == 1 && out.size() == 1 && !(in[0] == DType::kF32 && is_index(out[0]));
-    default: return false;  // data-dependent, higher-order, and ops without a shader
-  }
+  const OpLowering& r = row(op);
+  return r.supports != nullptr && r.supports(in, out, attrs);
 }
 
 }  // namespace kiln::vulkan

@@ -258,7 +258,10 @@ Status Context::create_device() {
   VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   pi.flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT | VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pi.queueFamilyIndex = queue_family_;
-  return check(api_.vkCreateCommandPool(device_, &pi, nullptr, &transient_pool_), "vkCreateCommandPool");
+  VkCommandPool pool = VK_NULL_HANDLE;
+  KILN_RETURN_IF_ERROR(check(api_.vkCreateCommandPool(device_, &pi, nullptr, &pool), "vkCreateCommandPool"));
+  transient_pool_ = UniqueCommandPool(api_, device_, pool);
+  return Status::Ok();
 }
 
 Status Context::create_layouts() {
@@ -273,14 +276,19 @@ Status Context::create_layouts() {
   VkDescriptorSetLayoutCreateInfo li{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
   li.bindingCount = kMaxBindings;
   li.pBindings = b;
-  KILN_RETURN_IF_ERROR(check(api_.vkCreateDescriptorSetLayout(device_, &li, nullptr, &set_layout_), "vkCreateDescriptorSetLayout"));
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  KILN_RETURN_IF_ERROR(check(api_.vkCreateDescriptorSetLayout(device_, &li, nullptr, &set_layout), "vkCreateDescriptorSetLayout"));
+  set_layout_ = UniqueDescriptorSetLayout(api_, device_, set_layout);
   VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushWords * 4};
   VkPipelineLayoutCreateInfo pi{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
   pi.setLayoutCount = 1;
-  pi.pSetLayouts = &set_layout_;
+  pi.pSetLayouts = &set_layout;
   pi.pushConstantRangeCount = 1;
   pi.pPushConstantRanges = &range;
-  return check(api_.vkCreatePipelineLayout(device_, &pi, nullptr, &pipeline_layout_), "vkCreatePipelineLayout");
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  KILN_RETURN_IF_ERROR(check(api_.vkCreatePipelineLayout(device_, &pi, nullptr, &layout), "vkCreatePipelineLayout"));
+  pipeline_layout_ = UniquePipelineLayout(api_, device_, layout);
+  return Status::Ok();
 }
 
 void Context::load_pipeline_cache() {
@@ -301,19 +309,21 @@ void Context::load_pipeline_cache() {
   VkPipelineCacheCreateInfo ci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
   ci.initialDataSize = data.size();
   ci.pInitialData = data.empty() ? nullptr : data.data();
-  if (api_.vkCreatePipelineCache(device_, &ci, nullptr, &pipeline_cache_) != VK_SUCCESS) {
+  VkPipelineCache cache = VK_NULL_HANDLE;
+  if (api_.vkCreatePipelineCache(device_, &ci, nullptr, &cache) != VK_SUCCESS) {
     ci.initialDataSize = 0;
     ci.pInitialData = nullptr;
-    if (api_.vkCreatePipelineCache(device_, &ci, nullptr, &pipeline_cache_) != VK_SUCCESS) pipeline_cache_ = VK_NULL_HANDLE;
+    if (api_.vkCreatePipelineCache(device_, &ci, nullptr, &cache) != VK_SUCCESS) cache = VK_NULL_HANDLE;
   }
+  pipeline_cache_ = UniquePipelineCache(api_, device_, cache);
 }
 
 void Context::save_pipeline_cache() {
-  if (pipeline_cache_path_.empty() || pipeline_cache_ == VK_NULL_HANDLE) return;
+  if (pipeline_cache_path_.empty() || !pipeline_cache_) return;
   std::size_t size = 0;
-  if (api_.vkGetPipelineCacheData(device_, pipeline_cache_, &size, nullptr) != VK_SUCCESS || size == 0) return;
+  if (api_.vkGetPipelineCacheData(device_, pipeline_cache_.get(), &size, nullptr) != VK_SUCCESS || size == 0) return;
   std::vector<char> data(size);
-  if (api_.vkGetPipelineCacheData(device_, pipeline_cache_, &size, data.data()) != VK_SUCCESS) return;
+  if (api_.vkGetPipelineCacheData(device_, pipeline_cache_.get(), &size, data.data()) != VK_SUCCESS) return;
   const std::string tmp = pipeline_cache_path_ + ".tmp";
   if (FILE* f = std::fopen(tmp.c_str(), "wb")) {
     const bool ok = std::fwrite(data.data(), 1, size, f) == size;
@@ -326,16 +336,13 @@ Context::~Context() {
   if (device_ != VK_NULL_HANDLE) {
     api_.vkDeviceWaitIdle(device_);  // returns VK_ERROR_DEVICE_LOST at once on a lost device
     save_pipeline_cache();
-    for (auto& [name, p] : pipelines_) api_.vkDestroyPipeline(device_, p, nullptr);
-    if (pipeline_cache_ != VK_NULL_HANDLE) api_.vkDestroyPipelineCache(device_, pipeline_cache_, nullptr);
-    if (pipeline_layout_ != VK_NULL_HANDLE) api_.vkDestroyPipelineLayout(device_, pipeline_layout_, nullptr);
-    if (set_layout_ != VK_NULL_HANDLE) api_.vkDestroyDescriptorSetLayout(device_, set_layout_, nullptr);
-    if (transient_pool_ != VK_NULL_HANDLE) api_.vkDestroyCommandPool(device_, transient_pool_, nullptr);
-    for (Block& b : blocks_) {
-      api_.vkDestroyBuffer(device_, b.buffer, nullptr);
-      if (b.mapped != nullptr) api_.vkUnmapMemory(device_, b.memory);
-      api_.vkFreeMemory(device_, b.memory, nullptr);
-    }
+    // The device's children first (freeing mapped memory unmaps it).
+    pipelines_.clear();
+    pipeline_cache_.reset();
+    pipeline_layout_.reset();
+    set_layout_.reset();
+    transient_pool_.reset();
+    blocks_.clear();
     api_.vkDestroyDevice(device_, nullptr);
   }
   if (messenger_ != VK_NULL_HANDLE) api_.vkDestroyDebugUtilsMessengerEXT(instance_, messenger_, nullptr);
@@ -373,35 +380,31 @@ Status Context::add_block(MemoryKind kind, VkDeviceSize size) {
   bi.size = size;
   bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
   bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-  KILN_RETURN_IF_ERROR(check(api_.vkCreateBuffer(device_, &bi, nullptr, &b.buffer), "vkCreateBuffer"));
+  VkBuffer buffer = VK_NULL_HANDLE;
+  KILN_RETURN_IF_ERROR(check(api_.vkCreateBuffer(device_, &bi, nullptr, &buffer), "vkCreateBuffer"));
+  b.buffer = UniqueBuffer(api_, device_, buffer);
   VkMemoryRequirements req;
-  api_.vkGetBufferMemoryRequirements(device_, b.buffer, &req);
+  api_.vkGetBufferMemoryRequirements(device_, buffer, &req);
   const std::uint32_t type = memory_type(kind, req.memoryTypeBits);
-  if (type == UINT32_MAX) {
-    api_.vkDestroyBuffer(device_, b.buffer, nullptr);
-    return unavailable("no suitable memory type");
-  }
+  if (type == UINT32_MAX) return unavailable("no suitable memory type");
   VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
   ai.allocationSize = req.size;
   ai.memoryTypeIndex = type;
-  Status st = check(api_.vkAllocateMemory(device_, &ai, nullptr, &b.memory), "vkAllocateMemory");
-  if (st.ok()) st = check(api_.vkBindBufferMemory(device_, b.buffer, b.memory, 0), "vkBindBufferMemory");
-  if (st.ok() && kind == MemoryKind::kHost) {
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  KILN_RETURN_IF_ERROR(check(api_.vkAllocateMemory(device_, &ai, nullptr, &memory), "vkAllocateMemory"));
+  b.memory = UniqueMemory(api_, device_, memory);
+  KILN_RETURN_IF_ERROR(check(api_.vkBindBufferMemory(device_, buffer, memory, 0), "vkBindBufferMemory"));
+  if (kind == MemoryKind::kHost) {
     void* p = nullptr;
-    st = check(api_.vkMapMemory(device_, b.memory, 0, VK_WHOLE_SIZE, 0, &p), "vkMapMemory");
+    KILN_RETURN_IF_ERROR(check(api_.vkMapMemory(device_, memory, 0, VK_WHOLE_SIZE, 0, &p), "vkMapMemory"));
     b.mapped = static_cast<std::uint8_t*>(p);
-  }
-  if (!st.ok()) {
-    api_.vkDestroyBuffer(device_, b.buffer, nullptr);
-    if (b.memory != VK_NULL_HANDLE) api_.vkFreeMemory(device_, b.memory, nullptr);
-    return st;
   }
   b.free[0] = size;
   blocks_.push_back(std::move(b));
   return Status::Ok();
 }
 
-Result<Allocation> Context::allocate(VkDeviceSize size, MemoryKind kind) {
+Result<OwnedAllocation> Context::allocate(VkDeviceSize size, MemoryKind kind) {
   size = std::max<VkDeviceSize>(size, 4);
   size = (size + alignment_ - 1) / alignment_ * alignment_;
   std::lock_guard<std::mutex> lock(alloc_mutex_);
@@ -415,13 +418,13 @@ Result<Allocation> Context::allocate(VkDeviceSize size, MemoryKind kind) {
         b.free.erase(it);
         if (avail > size) b.free[off + size] = avail - size;
         Allocation a;
-        a.buffer = b.buffer;
+        a.buffer = b.buffer.get();
         a.offset = off;
         a.size = size;
         a.kind = kind;
         a.block = bi;
         a.mapped = b.mapped != nullptr ? b.mapped + off : nullptr;
-        return a;
+        return OwnedAllocation(*this, a);
       }
     }
     if (attempt == 0) {
@@ -454,25 +457,25 @@ void Context::free(const Allocation& a) {
 
 Result<VkPipeline> Context::pipeline(std::string_view variant) {
   std::lock_guard<std::mutex> lock(pipeline_mutex_);
-  if (auto it = pipelines_.find(std::string(variant)); it != pipelines_.end()) return it->second;
+  if (auto it = pipelines_.find(std::string(variant)); it != pipelines_.end()) return it->second.get();
   const std::span<const std::uint32_t> code = find_shader(variant);
   if (code.empty()) return Status(StatusCode::kInternal, "Vulkan: no shader variant '" + std::string(variant) + "'");
   VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
   mi.codeSize = code.size() * 4;
   mi.pCode = code.data();
-  VkShaderModule module = VK_NULL_HANDLE;
-  KILN_RETURN_IF_ERROR(check(api_.vkCreateShaderModule(device_, &mi, nullptr, &module), "vkCreateShaderModule"));
+  VkShaderModule raw_module = VK_NULL_HANDLE;
+  KILN_RETURN_IF_ERROR(check(api_.vkCreateShaderModule(device_, &mi, nullptr, &raw_module), "vkCreateShaderModule"));
+  const UniqueShaderModule module(api_, device_, raw_module);
   VkComputePipelineCreateInfo pi{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
   pi.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
   pi.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
-  pi.stage.module = module;
+  pi.stage.module = module.get();
   pi.stage.pName = "main";
-  pi.layout = pipeline_layout_;
+  pi.layout = pipeline_layout_.get();
   VkPipeline p = VK_NULL_HANDLE;
-  const VkResult r = api_.vkCreateComputePipelines(device_, pipeline_cache_, 1, &pi, nullptr, &p);
-  api_.vkDestroyShaderModule(device_, module, nullptr);
-  KILN_RETURN_IF_ERROR(check(r, "creating pipeline " + std::string(variant)));
-  pipelines_.emplace(std::string(variant), p);
+  KILN_RETURN_IF_ERROR(check(api_.vkCreateComputePipelines(device_, pipeline_cache_.get(), 1, &pi, nullptr, &p),
+                             "creating pipeline " + std::string(variant)));
+  pipelines_.emplace(std::string(variant), UniquePipeline(api_, device_, p));
   return p;
 }
 

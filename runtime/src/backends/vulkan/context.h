@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backends/vulkan/shaders/shader_abi.h"
@@ -36,6 +37,39 @@ struct Allocation {
   bool valid() const { return buffer != VK_NULL_HANDLE; }
 };
 
+class Context;
+
+/// Owns an Allocation: returned to its Context's free list when the owner goes (so an early
+/// return cannot leak it). Move-only; the Context must outlive it.
+class OwnedAllocation {
+ public:
+  OwnedAllocation() = default;
+  OwnedAllocation(Context& ctx, const Allocation& a) : ctx_(&ctx), a_(a) {}
+  ~OwnedAllocation() { reset(); }
+  OwnedAllocation(OwnedAllocation&& other) noexcept : ctx_(other.ctx_), a_(std::exchange(other.a_, Allocation{})) {}
+  OwnedAllocation& operator=(OwnedAllocation&& other) noexcept {
+    if (this != &other) {
+      reset();
+      ctx_ = other.ctx_;
+      a_ = std::exchange(other.a_, Allocation{});
+    }
+    return *this;
+  }
+  OwnedAllocation(const OwnedAllocation&) = delete;
+  OwnedAllocation& operator=(const OwnedAllocation&) = delete;
+
+  /// A view of the range (copies of it do not own it).
+  const Allocation& get() const { return a_; }
+  const Allocation* operator->() const { return &a_; }
+  bool valid() const { return a_.valid(); }
+  /// Frees the range now (no-op when empty).
+  void reset();
+
+ private:
+  Context* ctx_ = nullptr;
+  Allocation a_;
+};
+
 class Context {
  public:
   /// Creates the instance and device; kUnavailable with the reason when Vulkan is unusable.
@@ -48,13 +82,13 @@ class Context {
   VkDevice device() const { return device_; }
   const VkPhysicalDeviceProperties& properties() const { return props_; }
   const std::string& description() const { return description_; }
-  VkDescriptorSetLayout set_layout() const { return set_layout_; }
-  VkPipelineLayout pipeline_layout() const { return pipeline_layout_; }
+  VkDescriptorSetLayout set_layout() const { return set_layout_.get(); }
+  VkPipelineLayout pipeline_layout() const { return pipeline_layout_.get(); }
   std::uint32_t queue_family() const { return queue_family_; }
 
-  /// Sub-allocates `size` bytes (aligned for storage-buffer descriptors and copies).
-  Result<Allocation> allocate(VkDeviceSize size, MemoryKind kind);
-  void free(const Allocation& a);
+  /// Sub-allocates `size` bytes (aligned for storage-buffer descriptors and copies); the
+  /// range returns to the free list when the OwnedAllocation goes.
+  Result<OwnedAllocation> allocate(VkDeviceSize size, MemoryKind kind);
 
   /// The compute pipeline of a shader variant (shaders/variants.cmake), created once.
   Result<VkPipeline> pipeline(std::string_view variant);
@@ -83,9 +117,12 @@ class Context {
                                                        VkDebugUtilsMessageTypeFlagsEXT type,
                                                        const VkDebugUtilsMessengerCallbackDataEXT* data, void* user);
 
+  friend class OwnedAllocation;
+  void free(const Allocation& a);
+
   struct Block {
-    VkDeviceMemory memory = VK_NULL_HANDLE;
-    VkBuffer buffer = VK_NULL_HANDLE;
+    UniqueMemory memory;  // declared first: destroyed after the buffer bound to it
+    UniqueBuffer buffer;
     VkDeviceSize size = 0;
     std::uint8_t* mapped = nullptr;
     MemoryKind kind = MemoryKind::kDevice;
@@ -103,9 +140,10 @@ class Context {
   VkDevice device_ = VK_NULL_HANDLE;
   VkQueue queue_ = VK_NULL_HANDLE;
   std::uint32_t queue_family_ = 0;
-  VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
-  VkPipelineLayout pipeline_layout_ = VK_NULL_HANDLE;
-  VkPipelineCache pipeline_cache_ = VK_NULL_HANDLE;
+  // Device children: the destructor destroys them (reset/clear) before the device.
+  UniqueDescriptorSetLayout set_layout_;
+  UniquePipelineLayout pipeline_layout_;
+  UniquePipelineCache pipeline_cache_;
   std::string pipeline_cache_path_;
   std::string description_;
   std::uint64_t timeout_ns_ = 60'000'000'000ull;
@@ -116,10 +154,10 @@ class Context {
   VkDeviceSize alignment_ = 256;
 
   std::mutex pipeline_mutex_;
-  std::unordered_map<std::string, VkPipeline> pipelines_;
+  std::unordered_map<std::string, UniquePipeline> pipelines_;
 
   std::mutex queue_mutex_;
-  VkCommandPool transient_pool_ = VK_NULL_HANDLE;
+  UniqueCommandPool transient_pool_;
 
   std::mutex validation_mutex_;
   std::vector<std::string> validation_messages_;
@@ -129,42 +167,54 @@ template <typename F>
 Status Context::one_shot(std::string_view what, F record) {
   std::lock_guard<std::mutex> lock(queue_mutex_);
   VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  ai.commandPool = transient_pool_;
+  ai.commandPool = transient_pool_.get();
   ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
   ai.commandBufferCount = 1;
   VkCommandBuffer cmd = VK_NULL_HANDLE;
   KILN_RETURN_IF_ERROR(check(api_.vkAllocateCommandBuffers(device_, &ai, &cmd), what));
+  // Freed on every return; left alone on a lost device (it may still be executing).
+  struct CommandBufferOwner {
+    Context& ctx;
+    VkCommandBuffer cmd;
+    ~CommandBufferOwner() {
+      if (!ctx.lost_) ctx.api_.vkFreeCommandBuffers(ctx.device_, ctx.transient_pool_.get(), 1, &cmd);
+    }
+  } cmd_owner{*this, cmd};
   VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-  VkFence fence = VK_NULL_HANDLE;
-  Status st = check(api_.vkCreateFence(device_, &fi, nullptr, &fence), what);
-  if (st.ok()) {
-    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-    st = check(api_.vkBeginCommandBuffer(cmd, &bi), what);
-    if (st.ok()) {
-      record(cmd);
-      st = check(api_.vkEndCommandBuffer(cmd), what);
+  VkFence raw_fence = VK_NULL_HANDLE;
+  KILN_RETURN_IF_ERROR(check(api_.vkCreateFence(device_, &fi, nullptr, &raw_fence), what));
+  UniqueFence fence(api_, device_, raw_fence);
+  struct KeepIfLost {  // a hung or lost submission may still use the fence
+    Context& ctx;
+    UniqueFence& fence;
+    ~KeepIfLost() {
+      if (ctx.lost_) fence.release();
     }
-    if (st.ok()) {
-      VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-      si.commandBufferCount = 1;
-      si.pCommandBuffers = &cmd;
-      st = check(api_.vkQueueSubmit(queue_, 1, &si, fence), what);
-      if (st.ok()) {
-        VkResult r = api_.vkWaitForFences(device_, 1, &fence, VK_TRUE, timeout_ns_);
-        if (r == VK_TIMEOUT) {
-          lost_ = true;
-          st = Status(StatusCode::kUnavailable, std::string("Vulkan: ") + std::string(what) +
-                                                         " did not finish within the timeout (KILN_VULKAN_TIMEOUT_MS)");
-        } else {
-          st = check(r, what);
-        }
-      }
-    }
-    if (!lost_) api_.vkDestroyFence(device_, fence, nullptr);
+  } keep_if_lost{*this, fence};
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  KILN_RETURN_IF_ERROR(check(api_.vkBeginCommandBuffer(cmd, &bi), what));
+  record(cmd);
+  KILN_RETURN_IF_ERROR(check(api_.vkEndCommandBuffer(cmd), what));
+  VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  si.commandBufferCount = 1;
+  si.pCommandBuffers = &cmd;
+  KILN_RETURN_IF_ERROR(check(api_.vkQueueSubmit(queue_, 1, &si, raw_fence), what));
+  const VkResult r = api_.vkWaitForFences(device_, 1, &raw_fence, VK_TRUE, timeout_ns_);
+  if (r == VK_TIMEOUT) {
+    lost_ = true;
+    return Status(StatusCode::kUnavailable,
+                  std::string("Vulkan: ") + std::string(what) + " did not finish within the timeout (KILN_VULKAN_TIMEOUT_MS)");
   }
-  if (!lost_) api_.vkFreeCommandBuffers(device_, transient_pool_, 1, &cmd);
-  return st;
+  return check(r, what);
+}
+
+}  // namespace kiln::vulkan
+
+namespace kiln::vulkan {
+
+inline void OwnedAllocation::reset() {
+  if (a_.valid()) ctx_->free(std::exchange(a_, Allocation{}));
 }
 
 }  // namespace kiln::vulkan

@@ -7,6 +7,7 @@
 #include <vulkan/vulkan.h>
 
 #include <string>
+#include <utility>
 
 namespace kiln::vulkan {
 
@@ -82,6 +83,56 @@ struct Api {
   PFN_vkDestroyDebugUtilsMessengerEXT vkDestroyDebugUtilsMessengerEXT = nullptr;
 #undef KILN_VK_DECLARE
 };
+
+/// Owns one handle created from a VkDevice (a fence, pool, buffer, memory, pipeline...): it
+/// is destroyed with `Destroy`, the Api member that destroys or frees it
+/// (`&Api::vkDestroyFence`), when the owner goes, so no early return leaks it. Move-only.
+/// The Api and the device must outlive the owner (they belong to the Context).
+template <typename Handle, auto Api::*Destroy>
+class UniqueHandle {
+ public:
+  UniqueHandle() = default;
+  UniqueHandle(const Api& api, VkDevice device, Handle handle) : api_(&api), device_(device), handle_(handle) {}
+  ~UniqueHandle() { reset(); }
+  UniqueHandle(UniqueHandle&& other) noexcept
+      : api_(other.api_), device_(other.device_), handle_(std::exchange(other.handle_, Handle{})) {}
+  UniqueHandle& operator=(UniqueHandle&& other) noexcept {
+    if (this != &other) {
+      reset();
+      api_ = other.api_;
+      device_ = other.device_;
+      handle_ = std::exchange(other.handle_, Handle{});
+    }
+    return *this;
+  }
+  UniqueHandle(const UniqueHandle&) = delete;
+  UniqueHandle& operator=(const UniqueHandle&) = delete;
+
+  Handle get() const { return handle_; }
+  explicit operator bool() const { return handle_ != Handle{}; }
+  /// Destroys the handle now (no-op when empty).
+  void reset() {
+    if (handle_ != Handle{}) (api_->*Destroy)(device_, std::exchange(handle_, Handle{}), nullptr);
+  }
+  /// Gives the handle up without destroying it (a lost device may still be using it).
+  Handle release() { return std::exchange(handle_, Handle{}); }
+
+ private:
+  const Api* api_ = nullptr;
+  VkDevice device_ = VK_NULL_HANDLE;
+  Handle handle_{};
+};
+
+using UniqueFence = UniqueHandle<VkFence, &Api::vkDestroyFence>;
+using UniqueCommandPool = UniqueHandle<VkCommandPool, &Api::vkDestroyCommandPool>;
+using UniqueDescriptorPool = UniqueHandle<VkDescriptorPool, &Api::vkDestroyDescriptorPool>;
+using UniqueDescriptorSetLayout = UniqueHandle<VkDescriptorSetLayout, &Api::vkDestroyDescriptorSetLayout>;
+using UniquePipelineLayout = UniqueHandle<VkPipelineLayout, &Api::vkDestroyPipelineLayout>;
+using UniquePipelineCache = UniqueHandle<VkPipelineCache, &Api::vkDestroyPipelineCache>;
+using UniquePipeline = UniqueHandle<VkPipeline, &Api::vkDestroyPipeline>;
+using UniqueShaderModule = UniqueHandle<VkShaderModule, &Api::vkDestroyShaderModule>;
+using UniqueBuffer = UniqueHandle<VkBuffer, &Api::vkDestroyBuffer>;
+using UniqueMemory = UniqueHandle<VkDeviceMemory, &Api::vkFreeMemory>;
 
 /// Opens the loader (once per process) and fills the global entry points; false with a
 /// reason when there is no usable loader.

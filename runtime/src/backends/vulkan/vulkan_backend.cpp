@@ -91,28 +91,24 @@ class VulkanSegment final : public PreparedSegment {
   VulkanBackend& backend_;
   Context& ctx_;
   SegmentDesc desc_;  // tensors only (shapes for run-time checks)
-  std::vector<Allocation> tensor_alloc_;  // per tensor (constants: the backend's copy)
-  std::vector<Allocation> owned_;         // freed with the segment
+  std::vector<Allocation> tensor_alloc_;  // per tensor, views (constants: the backend's copy)
+  std::vector<OwnedAllocation> owned_;    // the non-constant tensors' buffers
   std::vector<std::uint32_t> inputs_, outputs_;  // tensor ids by io_index
   std::vector<VkDeviceSize> in_staging_off_, out_staging_off_;
-  Allocation staging_, error_;
-  VkDescriptorPool pool_ = VK_NULL_HANDLE;
-  VkCommandPool cmd_pool_ = VK_NULL_HANDLE;
-  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
-  VkFence fence_ = VK_NULL_HANDLE;
+  OwnedAllocation staging_, error_;
+  UniqueDescriptorPool pool_;
+  UniqueCommandPool cmd_pool_;
+  VkCommandBuffer cmd_ = VK_NULL_HANDLE;  // freed with cmd_pool_
+  UniqueFence fence_;
   std::uint64_t uploaded_ = 0, downloaded_ = 0;
 };
 
 class VulkanBackend final : public backend::Backend {
  public:
   explicit VulkanBackend(std::unique_ptr<Context> ctx) : ctx_(std::move(ctx)) {}
-  ~VulkanBackend() override {
-    for (auto& [index, w] : constants_) ctx_->free(w.alloc);
-    ctx_->free(dummy_);
-  }
   Status init() {
     KILN_ASSIGN_OR_RETURN(dummy_, ctx_->allocate(256, MemoryKind::kDevice));
-    Allocation d = dummy_;
+    const Allocation d = dummy_.get();
     return ctx_->one_shot("zeroing the dummy buffer", [&](VkCommandBuffer cmd) {
       ctx_->api().vkCmdFillBuffer(cmd, d.buffer, d.offset, d.size, 0);
     });
@@ -141,7 +137,7 @@ class VulkanBackend final : public backend::Backend {
         return Status(StatusCode::kInvalidBundle,
                       "Vulkan: constant " + std::to_string(t.constant) + " used with another shape or dtype");
       }
-      return it->second.alloc;
+      return it->second.alloc.get();
     }
     const std::int64_t n = numel(t.shape);
     const std::span<const std::uint8_t> bytes = source.constant_data(t.constant);
@@ -150,55 +146,41 @@ class VulkanBackend final : public backend::Backend {
                                                     std::to_string(bytes.size()) + " bytes, its shape needs " +
                                                     std::to_string(n * static_cast<std::int64_t>(dtype_size(t.dtype))));
     }
-    KILN_ASSIGN_OR_RETURN(Allocation dev, ctx_->allocate(device_bytes(n), MemoryKind::kDevice));
-    Result<Allocation> staging = ctx_->allocate(device_bytes(n), MemoryKind::kHost);
-    if (!staging.ok()) {
-      ctx_->free(dev);
-      return staging.status();
+    KILN_ASSIGN_OR_RETURN(OwnedAllocation dev, ctx_->allocate(device_bytes(n), MemoryKind::kDevice));
+    KILN_ASSIGN_OR_RETURN(const OwnedAllocation staging, ctx_->allocate(device_bytes(n), MemoryKind::kHost));
+    KILN_RETURN_IF_ERROR(to_device(t.dtype, bytes.data(), n, reinterpret_cast<std::uint32_t*>(staging->mapped),
+                                   "constant " + std::to_string(t.constant)));
+    if (n > 0) {
+      const Allocation& s = staging.get();
+      const Allocation& d = dev.get();
+      KILN_RETURN_IF_ERROR(ctx_->one_shot("uploading a constant", [&](VkCommandBuffer cmd) {
+        VkBufferCopy region{s.offset, d.offset, static_cast<VkDeviceSize>(n) * 4};
+        ctx_->api().vkCmdCopyBuffer(cmd, s.buffer, d.buffer, 1, &region);
+      }));
     }
-    Status st = to_device(t.dtype, bytes.data(), n, reinterpret_cast<std::uint32_t*>(staging->mapped),
-                          "constant " + std::to_string(t.constant));
-    const Allocation s = *staging;
-    if (st.ok() && n > 0) {
-      st = ctx_->one_shot("uploading a constant", [&](VkCommandBuffer cmd) {
-        VkBufferCopy region{s.offset, dev.offset, static_cast<VkDeviceSize>(n) * 4};
-        ctx_->api().vkCmdCopyBuffer(cmd, s.buffer, dev.buffer, 1, &region);
-      });
-    }
-    ctx_->free(s);
-    if (!st.ok()) {
-      ctx_->free(dev);
-      return st;
-    }
-    constants_.emplace(t.constant, Weight{dev, n, t.dtype});
-    return dev;
+    const Allocation view = dev.get();
+    constants_.emplace(t.constant, Weight{std::move(dev), n, t.dtype});
+    return view;
   }
-  const Allocation& dummy() const { return dummy_; }
+  const Allocation& dummy() const { return dummy_.get(); }
 
  private:
-  std::unique_ptr<Context> ctx_;
+  std::unique_ptr<Context> ctx_;  // declared first: outlives the allocations below
   std::mutex const_mutex_;
   struct Weight {
-    Allocation alloc;
+    OwnedAllocation alloc;
     std::int64_t numel = 0;
     DType dtype = DType::kF32;
   };
   std::unordered_map<std::uint32_t, Weight> constants_;  // by bundle constant index
-  Allocation dummy_;
+  OwnedAllocation dummy_;
 };
 
 VulkanSegment::~VulkanSegment() {
   // run() always waits for its submission, so nothing of this segment is in flight here,
   // unless a run timed out: then wait for the device (a hung device is reported lost by
-  // the driver's own hang detection) before destroying what it may still be using.
-  const Api& api = ctx_.api();
-  if (ctx_.lost()) api.vkDeviceWaitIdle(ctx_.device());
-  if (fence_ != VK_NULL_HANDLE) api.vkDestroyFence(ctx_.device(), fence_, nullptr);
-  if (cmd_pool_ != VK_NULL_HANDLE) api.vkDestroyCommandPool(ctx_.device(), cmd_pool_, nullptr);
-  if (pool_ != VK_NULL_HANDLE) api.vkDestroyDescriptorPool(ctx_.device(), pool_, nullptr);
-  for (const Allocation& a : owned_) ctx_.free(a);
-  ctx_.free(staging_);
-  ctx_.free(error_);
+  // the driver's own hang detection) before the members destroy what it may still be using.
+  if (ctx_.lost()) ctx_.api().vkDeviceWaitIdle(ctx_.device());
 }
 
 Status VulkanSegment::build(const SegmentDesc& desc, const ConstantSource& constants) {
@@ -238,9 +220,9 @@ Status VulkanSegment::build(const SegmentDesc& desc, const ConstantSource& const
       continue;
     }
     if (t.role == Role::kInternal) continue;  // placed below, sharing memory by lifetime
-    KILN_ASSIGN_OR_RETURN(Allocation a, ctx_.allocate(device_bytes(n), MemoryKind::kDevice));
-    owned_.push_back(a);
-    tensor_alloc_[i] = a;
+    KILN_ASSIGN_OR_RETURN(OwnedAllocation a, ctx_.allocate(device_bytes(n), MemoryKind::kDevice));
+    tensor_alloc_[i] = a.get();
+    owned_.push_back(std::move(a));
     if (t.role == Role::kInput || t.role == Role::kOutput) {
       auto& slots = t.role == Role::kInput ? inputs_ : outputs_;
       if (t.io_index >= slots.size() || slots[t.io_index] != UINT32_MAX) {
@@ -309,9 +291,9 @@ Status VulkanSegment::place_internals(const SegmentDesc& desc, const LoweredSegm
         tensor_alloc_[t] = it->second;
         free_list.erase(it);
       } else {
-        KILN_ASSIGN_OR_RETURN(Allocation a, ctx_.allocate(need, MemoryKind::kDevice));
-        owned_.push_back(a);
-        tensor_alloc_[t] = a;
+        KILN_ASSIGN_OR_RETURN(OwnedAllocation a, ctx_.allocate(need, MemoryKind::kDevice));
+        tensor_alloc_[t] = a.get();
+        owned_.push_back(std::move(a));
       }
     }
     for (std::uint32_t t : ends[i]) free_list.emplace(tensor_alloc_[t].size, tensor_alloc_[t]);
@@ -328,12 +310,14 @@ Status VulkanSegment::record(const LoweredSegment& lowered) {
   pi.maxSets = sets;
   pi.poolSizeCount = 1;
   pi.pPoolSizes = &size;
-  KILN_RETURN_IF_ERROR(ctx_.check(api.vkCreateDescriptorPool(dev, &pi, nullptr, &pool_), "vkCreateDescriptorPool"));
+  VkDescriptorPool pool = VK_NULL_HANDLE;
+  KILN_RETURN_IF_ERROR(ctx_.check(api.vkCreateDescriptorPool(dev, &pi, nullptr, &pool), "vkCreateDescriptorPool"));
+  pool_ = UniqueDescriptorPool(api, dev, pool);
   std::vector<VkDescriptorSet> ds(lowered.dispatches.size());
   if (!ds.empty()) {
     std::vector<VkDescriptorSetLayout> layouts(ds.size(), ctx_.set_layout());
     VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-    ai.descriptorPool = pool_;
+    ai.descriptorPool = pool;
     ai.descriptorSetCount = static_cast<std::uint32_t>(ds.size());
     ai.pSetLayouts = layouts.data();
     KILN_RETURN_IF_ERROR(ctx_.check(api.vkAllocateDescriptorSets(dev, &ai, ds.data()), "vkAllocateDescriptorSets"));
@@ -344,7 +328,7 @@ Status VulkanSegment::record(const LoweredSegment& lowered) {
     for (std::uint32_t b = 0; b < kMaxBindings; ++b) {
       const BindingRef& ref = lowered.dispatches[i].bindings[b];
       const Allocation& a = ref.kind == BindingRef::kTensor ? tensor_alloc_[ref.tensor]
-                            : ref.kind == BindingRef::kError ? error_
+                            : ref.kind == BindingRef::kError ? error_.get()
                                                              : backend_.dummy();
       infos[i * kMaxBindings + b] = {a.buffer, a.offset, a.size};
       VkWriteDescriptorSet w{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
@@ -360,14 +344,18 @@ Status VulkanSegment::record(const LoweredSegment& lowered) {
 
   VkCommandPoolCreateInfo ci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   ci.queueFamilyIndex = ctx_.queue_family();
-  KILN_RETURN_IF_ERROR(ctx_.check(api.vkCreateCommandPool(dev, &ci, nullptr, &cmd_pool_), "vkCreateCommandPool"));
+  VkCommandPool cmd_pool = VK_NULL_HANDLE;
+  KILN_RETURN_IF_ERROR(ctx_.check(api.vkCreateCommandPool(dev, &ci, nullptr, &cmd_pool), "vkCreateCommandPool"));
+  cmd_pool_ = UniqueCommandPool(api, dev, cmd_pool);
   VkCommandBufferAllocateInfo cai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  cai.commandPool = cmd_pool_;
+  cai.commandPool = cmd_pool;
   cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
   cai.commandBufferCount = 1;
   KILN_RETURN_IF_ERROR(ctx_.check(api.vkAllocateCommandBuffers(dev, &cai, &cmd_), "vkAllocateCommandBuffers"));
   VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-  KILN_RETURN_IF_ERROR(ctx_.check(api.vkCreateFence(dev, &fi, nullptr, &fence_), "vkCreateFence"));
+  VkFence fence = VK_NULL_HANDLE;
+  KILN_RETURN_IF_ERROR(ctx_.check(api.vkCreateFence(dev, &fi, nullptr, &fence), "vkCreateFence"));
+  fence_ = UniqueFence(api, dev, fence);
 
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   KILN_RETURN_IF_ERROR(ctx_.check(api.vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer"));
@@ -383,8 +371,8 @@ Status VulkanSegment::record(const LoweredSegment& lowered) {
     const std::int64_t n = numel(desc_.tensors[inputs_[i]].shape);
     if (n == 0) continue;
     const Allocation& dst = tensor_alloc_[inputs_[i]];
-    VkBufferCopy region{staging_.offset + in_staging_off_[i], dst.offset, static_cast<VkDeviceSize>(n) * 4};
-    api.vkCmdCopyBuffer(cmd_, staging_.buffer, dst.buffer, 1, &region);
+    VkBufferCopy region{staging_->offset + in_staging_off_[i], dst.offset, static_cast<VkDeviceSize>(n) * 4};
+    api.vkCmdCopyBuffer(cmd_, staging_->buffer, dst.buffer, 1, &region);
   }
   barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
           VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
@@ -426,8 +414,8 @@ Status VulkanSegment::record(const LoweredSegment& lowered) {
     const std::int64_t n = numel(desc_.tensors[outputs_[i]].shape);
     if (n == 0) continue;
     const Allocation& src = tensor_alloc_[outputs_[i]];
-    VkBufferCopy region{src.offset, staging_.offset + out_staging_off_[i], static_cast<VkDeviceSize>(n) * 4};
-    api.vkCmdCopyBuffer(cmd_, src.buffer, staging_.buffer, 1, &region);
+    VkBufferCopy region{src.offset, staging_->offset + out_staging_off_[i], static_cast<VkDeviceSize>(n) * 4};
+    api.vkCmdCopyBuffer(cmd_, src.buffer, staging_->buffer, 1, &region);
   }
   barrier(VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
           VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
@@ -452,7 +440,7 @@ Status VulkanSegment::run(const SegmentRun& run) {
     const SegmentTensor& t = desc_.tensors[inputs_[i]];
     if (!matches(run.inputs[i], t)) return Status(StatusCode::kInternal, "Vulkan: input " + std::to_string(i) + " does not match the prepared shape");
     KILN_RETURN_IF_ERROR(to_device(t.dtype, run.inputs[i].data, run.inputs[i].numel(),
-                                   reinterpret_cast<std::uint32_t*>(staging_.mapped + in_staging_off_[i]),
+                                   reinterpret_cast<std::uint32_t*>(staging_->mapped + in_staging_off_[i]),
                                    "input " + std::to_string(i)));
     uploaded_ += run.inputs[i].nbytes();
   }
@@ -461,12 +449,12 @@ Status VulkanSegment::run(const SegmentRun& run) {
       return Status(StatusCode::kInternal, "Vulkan: output " + std::to_string(i) + " does not match the prepared shape");
     }
   }
-  if (error_.valid()) std::memset(error_.mapped, 0, 16);
-  KILN_RETURN_IF_ERROR(ctx_.submit_and_wait(cmd_, fence_, "running a segment"));
+  if (error_.valid()) std::memset(error_->mapped, 0, 16);
+  KILN_RETURN_IF_ERROR(ctx_.submit_and_wait(cmd_, fence_.get(), "running a segment"));
   KILN_RETURN_IF_ERROR(ctx_.take_validation_errors());
   if (error_.valid()) {
     std::uint32_t e[3];
-    std::memcpy(e, error_.mapped, sizeof e);
+    std::memcpy(e, error_->mapped, sizeof e);
     if (e[0] != 0) {
       return Status(StatusCode::kInvalidInput, "[index] index " + std::to_string(static_cast<std::int32_t>(e[2])) +
                                                    " at position " + std::to_string(e[1]) + " is out of range");
@@ -474,7 +462,7 @@ Status VulkanSegment::run(const SegmentRun& run) {
   }
   for (std::size_t i = 0; i < outputs_.size(); ++i) {
     const cpu::TensorView& v = run.outputs[i];
-    from_device(v.dtype, reinterpret_cast<const std::uint32_t*>(staging_.mapped + out_staging_off_[i]), v.numel(), v.data);
+    from_device(v.dtype, reinterpret_cast<const std::uint32_t*>(staging_->mapped + out_staging_off_[i]), v.numel(), v.data);
     downloaded_ += v.nbytes();
   }
   return Status::Ok();

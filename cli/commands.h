@@ -36,7 +36,9 @@ namespace kiln::cli {
 Result<std::shared_ptr<const Program>> open_program(const std::string& path, bool verify_segments, const std::string& backend = "cpu");
 /// Parses `NAME=FILE.npy`, `NAME=INT` or positional values into signature order.
 Result<std::vector<HostValue>> parse_inputs(const fb::Program& program, const std::vector<std::string>& args);
-/// kUnavailable for `vulkan` (not in this build yet), a notice for `auto`.
+/// kUsage for a backend name other than `cpu`, `vulkan` and `auto`. Whether Vulkan is usable
+/// is decided when open_program loads the bundle: `vulkan` without a device is kUnavailable,
+/// `auto` falls back to the CPU with a notice.
 Status check_backend(const std::string& backend);
 
 /// Prints `status` as "kiln: error: <message>" on stderr, or as {"error": ...} on stdout

@@ -1,5 +1,6 @@
-// Lowering of segment nodes to compute dispatches (ops.cpp): which ops and dtypes run on
-// the device, and the shader variant, push constants, bindings and grid of each dispatch.
+// Lowering of segment nodes to compute dispatches (implemented behind lowerer.h in
+// lower_*.cpp): which ops and dtypes run on the device, and the shader variant, push
+// constants, bindings and grid of each dispatch.
 #pragma once
 
 #include <array>

@@ -85,8 +85,13 @@ class VulkanSegment final : public PreparedSegment {
   std::uint64_t bytes_downloaded() const override { return downloaded_; }
 
  private:
+  Status place_tensors(const SegmentDesc& desc, const ConstantSource& constants, VkDeviceSize& staging_size);
   Status place_internals(const SegmentDesc& desc, const LoweredSegment& lowered);
+  Result<std::vector<VkDescriptorSet>> descriptor_sets(const LoweredSegment& lowered);
+  Status create_command_buffer();
   Status record(const LoweredSegment& lowered);
+  Status record_dispatches(const LoweredSegment& lowered, const std::vector<VkDescriptorSet>& ds);
+  void barrier(VkPipelineStageFlags src_stage, VkAccessFlags src, VkPipelineStageFlags dst_stage, VkAccessFlags dst);
 
   VulkanBackend& backend_;
   Context& ctx_;
@@ -192,10 +197,37 @@ Status VulkanSegment::build(const SegmentDesc& desc, const ConstantSource& const
   desc_.num_outputs = desc.num_outputs;
   inputs_.assign(desc.num_inputs, UINT32_MAX);
   outputs_.assign(desc.num_outputs, UINT32_MAX);
-
-  // Buffers: constants from the backend's cache, everything else owned by the segment.
-  tensor_alloc_.resize(desc.tensors.size());
   VkDeviceSize staging_size = 0;
+  KILN_RETURN_IF_ERROR(place_tensors(desc, constants, staging_size));
+  KILN_RETURN_IF_ERROR(place_internals(desc, lowered));
+  for (std::uint32_t s : inputs_) {
+    if (s == UINT32_MAX) return Status(StatusCode::kInvalidBundle, "Vulkan: a segment input has no tensor");
+  }
+  for (std::uint32_t s : outputs_) {
+    if (s == UINT32_MAX) return Status(StatusCode::kInvalidBundle, "Vulkan: a segment output has no tensor");
+  }
+  KILN_ASSIGN_OR_RETURN(staging_, ctx_.allocate(std::max<VkDeviceSize>(staging_size, 4), MemoryKind::kHost));
+  VkDeviceSize at = 0;
+  for (std::uint32_t id : inputs_) {
+    in_staging_off_.push_back(at);
+    at += device_bytes(numel(desc.tensors[id].shape));
+  }
+  for (std::uint32_t id : outputs_) {
+    out_staging_off_.push_back(at);
+    at += device_bytes(numel(desc.tensors[id].shape));
+  }
+  if (lowered.uses_error_buffer) {
+    KILN_ASSIGN_OR_RETURN(error_, ctx_.allocate(16, MemoryKind::kHost));
+  }
+  for (const Dispatch& d : lowered.dispatches) KILN_RETURN_IF_ERROR(ctx_.pipeline(d.variant).status());
+  return record(lowered);
+}
+
+// Buffers: constants from the backend's cache, inputs and outputs owned by the segment
+// (internals are placed by place_internals). Checks each tensor against the device limits.
+Status VulkanSegment::place_tensors(const SegmentDesc& desc, const ConstantSource& constants, VkDeviceSize& staging_size) {
+  const VkPhysicalDeviceLimits& limits = ctx_.properties().limits;
+  tensor_alloc_.resize(desc.tensors.size());
   for (std::uint32_t i = 0; i < desc.tensors.size(); ++i) {
     const SegmentTensor& t = desc.tensors[i];
     if (!dtype_on_device(t.dtype)) {
@@ -232,28 +264,7 @@ Status VulkanSegment::build(const SegmentDesc& desc, const ConstantSource& const
       staging_size += device_bytes(n);
     }
   }
-  KILN_RETURN_IF_ERROR(place_internals(desc, lowered));
-  for (std::uint32_t s : inputs_) {
-    if (s == UINT32_MAX) return Status(StatusCode::kInvalidBundle, "Vulkan: a segment input has no tensor");
-  }
-  for (std::uint32_t s : outputs_) {
-    if (s == UINT32_MAX) return Status(StatusCode::kInvalidBundle, "Vulkan: a segment output has no tensor");
-  }
-  KILN_ASSIGN_OR_RETURN(staging_, ctx_.allocate(std::max<VkDeviceSize>(staging_size, 4), MemoryKind::kHost));
-  VkDeviceSize at = 0;
-  for (std::uint32_t id : inputs_) {
-    in_staging_off_.push_back(at);
-    at += device_bytes(numel(desc.tensors[id].shape));
-  }
-  for (std::uint32_t id : outputs_) {
-    out_staging_off_.push_back(at);
-    at += device_bytes(numel(desc.tensors[id].shape));
-  }
-  if (lowered.uses_error_buffer) {
-    KILN_ASSIGN_OR_RETURN(error_, ctx_.allocate(16, MemoryKind::kHost));
-  }
-  for (const Dispatch& d : lowered.dispatches) KILN_RETURN_IF_ERROR(ctx_.pipeline(d.variant).status());
-  return record(lowered);
+  return Status::Ok();
 }
 
 // Internal tensors share buffers: an internal's buffer returns to a free list after the
@@ -301,7 +312,8 @@ Status VulkanSegment::place_internals(const SegmentDesc& desc, const LoweredSegm
   return Status::Ok();
 }
 
-Status VulkanSegment::record(const LoweredSegment& lowered) {
+// One descriptor set per dispatch, written once (bindings never change between runs).
+Result<std::vector<VkDescriptorSet>> VulkanSegment::descriptor_sets(const LoweredSegment& lowered) {
   const Api& api = ctx_.api();
   VkDevice dev = ctx_.device();
   const auto sets = static_cast<std::uint32_t>(std::max<std::size_t>(lowered.dispatches.size(), 1));
@@ -341,7 +353,12 @@ Status VulkanSegment::record(const LoweredSegment& lowered) {
     }
   }
   if (!writes.empty()) api.vkUpdateDescriptorSets(dev, static_cast<std::uint32_t>(writes.size()), writes.data(), 0, nullptr);
+  return ds;
+}
 
+Status VulkanSegment::create_command_buffer() {
+  const Api& api = ctx_.api();
+  VkDevice dev = ctx_.device();
   VkCommandPoolCreateInfo ci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   ci.queueFamilyIndex = ctx_.queue_family();
   VkCommandPool cmd_pool = VK_NULL_HANDLE;
@@ -356,15 +373,23 @@ Status VulkanSegment::record(const LoweredSegment& lowered) {
   VkFence fence = VK_NULL_HANDLE;
   KILN_RETURN_IF_ERROR(ctx_.check(api.vkCreateFence(dev, &fi, nullptr, &fence), "vkCreateFence"));
   fence_ = UniqueFence(api, dev, fence);
+  return Status::Ok();
+}
 
+void VulkanSegment::barrier(VkPipelineStageFlags src_stage, VkAccessFlags src, VkPipelineStageFlags dst_stage,
+                            VkAccessFlags dst) {
+  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  mb.srcAccessMask = src;
+  mb.dstAccessMask = dst;
+  ctx_.api().vkCmdPipelineBarrier(cmd_, src_stage, dst_stage, 0, 1, &mb, 0, nullptr, 0, nullptr);
+}
+
+Status VulkanSegment::record(const LoweredSegment& lowered) {
+  const Api& api = ctx_.api();
+  KILN_ASSIGN_OR_RETURN(const std::vector<VkDescriptorSet> ds, descriptor_sets(lowered));
+  KILN_RETURN_IF_ERROR(create_command_buffer());
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   KILN_RETURN_IF_ERROR(ctx_.check(api.vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer"));
-  auto barrier = [&](VkPipelineStageFlags src_stage, VkAccessFlags src, VkPipelineStageFlags dst_stage, VkAccessFlags dst) {
-    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-    mb.srcAccessMask = src;
-    mb.dstAccessMask = dst;
-    api.vkCmdPipelineBarrier(cmd_, src_stage, dst_stage, 0, 1, &mb, 0, nullptr, 0, nullptr);
-  };
   // Host-written staging -> input buffers.
   barrier(VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
   for (std::size_t i = 0; i < inputs_.size(); ++i) {
@@ -376,9 +401,24 @@ Status VulkanSegment::record(const LoweredSegment& lowered) {
   }
   barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
           VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
-  // Dispatches, with a barrier before any that touches a tensor written since the last one
-  // (read-after-write and write-after-write; buffers are never reused, so no
-  // write-after-read across nodes).
+  KILN_RETURN_IF_ERROR(record_dispatches(lowered, ds));
+  barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
+          VK_ACCESS_TRANSFER_READ_BIT);
+  for (std::size_t i = 0; i < outputs_.size(); ++i) {
+    const std::int64_t n = numel(desc_.tensors[outputs_[i]].shape);
+    if (n == 0) continue;
+    const Allocation& src = tensor_alloc_[outputs_[i]];
+    VkBufferCopy region{src.offset, staging_->offset + out_staging_off_[i], static_cast<VkDeviceSize>(n) * 4};
+    api.vkCmdCopyBuffer(cmd_, src.buffer, staging_->buffer, 1, &region);
+  }
+  barrier(VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+          VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+  return ctx_.check(api.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+}
+
+// The dispatches, with barriers where they are needed.
+Status VulkanSegment::record_dispatches(const LoweredSegment& lowered, const std::vector<VkDescriptorSet>& ds) {
+  const Api& api = ctx_.api();
   // Hazards are tracked per buffer range (internals share ranges): a barrier goes before a
   // dispatch that reads or writes a range written since the last barrier, or writes a
   // range read since then.
@@ -408,18 +448,7 @@ Status VulkanSegment::record(const LoweredSegment& lowered) {
     for (std::uint32_t t : d.writes) written.insert(range_of(t));
     for (std::uint32_t t : d.reads) read.insert(range_of(t));
   }
-  barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
-          VK_ACCESS_TRANSFER_READ_BIT);
-  for (std::size_t i = 0; i < outputs_.size(); ++i) {
-    const std::int64_t n = numel(desc_.tensors[outputs_[i]].shape);
-    if (n == 0) continue;
-    const Allocation& src = tensor_alloc_[outputs_[i]];
-    VkBufferCopy region{src.offset, staging_->offset + out_staging_off_[i], static_cast<VkDeviceSize>(n) * 4};
-    api.vkCmdCopyBuffer(cmd_, src.buffer, staging_->buffer, 1, &region);
-  }
-  barrier(VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-          VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
-  return ctx_.check(api.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+  return Status::Ok();
 }
 
 Status VulkanSegment::run(const SegmentRun& run) {

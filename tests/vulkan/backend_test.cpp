@@ -271,6 +271,26 @@ TEST(VulkanBackend, SupportsOnlyWhatItRuns) {
   EXPECT_FALSE(b->supports(static_cast<OpKind>(60000), f32, f32, {}));  // an op this build does not know
 }
 
+// An op whose row in the Vulkan op table is kNoVulkanKernel: supports() says no for every
+// dtype, and a segment that holds it anyway is refused at prepare, naming the op.
+TEST(VulkanBackend, OpWithoutAVulkanKernelIsRefusedAtPrepare) {
+  KILN_VULKAN_BACKEND_OR_SKIP(b);
+  const DType f32[] = {DType::kF32}, f32_i64[] = {DType::kF32, DType::kI64}, i32[] = {DType::kI32};
+  EXPECT_FALSE(b->supports(OpKind::Topk, f32, f32_i64, {}));
+  EXPECT_FALSE(b->supports(OpKind::Topk, i32, i32, {}));
+  EXPECT_FALSE(b->supports(OpKind::WhileLoop, {}, f32, {}));
+  Graph g;
+  const auto x = g.input(Tensor(DType::kF32, {2, 5}));
+  g.node(OpKind::Topk, {x}, {g.output(DType::kF32, {2, 3}), g.output(DType::kI64, {2, 3})},
+         AttrList().i(3).i(1).b(true).b(true));
+  Constants constants(g);
+  auto seg = b->prepare(g.desc, constants);
+  ASSERT_FALSE(seg.ok());
+  EXPECT_EQ(seg.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(seg.status().message().find("[topk] Vulkan: op 'topk' has no Vulkan kernel"), std::string::npos)
+      << seg.status().message();
+}
+
 TEST(VulkanBackend, EmptyTensorsAreFine) {
   KILN_VULKAN_BACKEND_OR_SKIP(b);
   Graph g;

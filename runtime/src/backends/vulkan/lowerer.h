@@ -72,8 +72,11 @@ class Lowerer {
   /// Checks `n`'s tensor references and lowers it; errors name the op.
   Status node(const backend::SegmentNode& n);
 
-  // Lowerings, one per op or op family (defined in the lower_*.cpp files). `code` is the
-  // shader's op code where the shader serves several ops.
+  // Lowerings, one per op or op family, called through the op table (lower_support.cpp)
+  // and defined in the family's lower_*.cpp. Each checks the node against its tensors'
+  // shapes and attributes (kInvalidBundle on a mismatch, kUnsupported past a device limit)
+  // and appends its dispatches. `code` is the shader's op code (shaders/shader_abi.h) where
+  // one shader serves several ops.
   Status unary(int code);
   Status binary(std::string_view variant, int code);
   Status logical_not();
@@ -152,7 +155,8 @@ class Lowerer {
   void fill(std::uint32_t dst, std::int64_t n, std::int32_t bits);
   Status where_dispatch(std::uint32_t cond, std::uint32_t a, std::uint32_t b, const Shape* a_override);
 
-  // Shape analysis and dispatches of the GEMM-like ops (lower_linalg.cpp).
+  // Parts of the lowerings above. lower_linalg.cpp: the GEMM shape of linear / bmm /
+  // matmul, conv2d's two paths, the pooling window.
   struct Gemm;
   struct Conv;
   Status linear_shape(Gemm& g, Shape& expect) const;
@@ -160,12 +164,14 @@ class Lowerer {
   Status matmul_shape(Gemm& g, Shape& expect) const;
   Status conv2d_gemm(const Conv& c);
   void conv2d_direct(const Conv& c);
+  Status pool_window(std::array<std::int64_t, 2>& k, std::array<std::int64_t, 2>& s, std::array<std::int64_t, 2>& p,
+                     std::array<std::int64_t, 2>& dil, bool& include_pad, std::int64_t& oh, std::int64_t& ow) const;
+  // lower_reduce.cpp: a reduction over zero elements.
   Status reduce_empty(int code, std::int64_t n_out);
+  // lower_index.cpp: index.comp's two modes, the broadcast shape of index tensors.
   Status select_push(Dispatch& d, std::int64_t& n) const;
   Status gather_push(Dispatch& d, std::int64_t& n) const;
   Status index_broadcast(int k, Shape& bshape) const;
-  Status pool_window(std::array<std::int64_t, 2>& k, std::array<std::int64_t, 2>& s, std::array<std::int64_t, 2>& p,
-                     std::array<std::int64_t, 2>& dil, bool& include_pad, std::int64_t& oh, std::int64_t& ow) const;
 
   const backend::SegmentDesc& desc_;
   const VkPhysicalDeviceLimits& limits_;

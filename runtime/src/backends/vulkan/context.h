@@ -14,15 +14,15 @@
 #include <utility>
 #include <vector>
 
-#include "backends/vulkan/shaders/shader_abi.h"
 #include "backends/vulkan/vk_api.h"
 #include "kiln/runtime/status.h"
 
 namespace kiln::vulkan {
 
-/// Bindings in the one descriptor-set layout every pipeline uses, and its push-constant size.
+/// Bindings in the one descriptor-set layout every pipeline uses, and its push-constant size
+/// in 32-bit words (KILN_PUSH_WORDS of shaders/shader_abi.h; lowerer.cpp checks they agree).
 inline constexpr std::uint32_t kMaxBindings = 6;
-inline constexpr std::uint32_t kPushWords = KILN_PUSH_WORDS;
+inline constexpr std::uint32_t kPushWords = 32;
 
 enum class MemoryKind : std::uint8_t { kDevice, kHost };
 

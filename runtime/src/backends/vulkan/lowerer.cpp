@@ -5,7 +5,9 @@
 
 namespace kiln::vulkan {
 
-// The last slot of each shader's push constants stays inside the block.
+// The shaders' push-constant block is the pipeline layout's, and the last slot of each
+// shader's layout stays inside it.
+static_assert(KILN_PUSH_WORDS == kPushWords);
 static_assert(PC_BINARY_CONTIGUOUS < KILN_PUSH_WORDS);
 static_assert(PC_WHERE_B_STRIDES + KILN_MAX_DIMS <= KILN_PUSH_WORDS);
 static_assert(PC_COPY_OUT_OFFSET < KILN_PUSH_WORDS);

@@ -121,7 +121,11 @@ void simplify_graph(ir::Graph& g, const sym::ShapeEnv& env) {
 void prune_asserts(ir::Graph& g, const sym::ShapeEnv& env) {
   std::vector<ir::RuntimeAssert> kept;
   for (ir::RuntimeAssert& a : g.asserts) {
-    if (env.statically_known(a.expr) != true) kept.push_back(a);
+    // Symbols `env` does not know (unbacked ones created while tracing, after `env` was
+    // saved) have no declared facts to prove anything with: keep their asserts.
+    bool known = true;
+    for (int s : sym::free_symbols(a.expr)) known = known && env.is_valid_symbol(s);
+    if (!known || env.statically_known(a.expr) != true) kept.push_back(a);
   }
   g.asserts = std::move(kept);
 }

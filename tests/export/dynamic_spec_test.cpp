@@ -117,6 +117,44 @@ TEST(SpecializationWithUnbackedSize, ItemWithChecksExportsAndDispatches) {
   EXPECT_NE(r.status().message().find("runtime assertion failed: s0 >= u0"), std::string::npos) << r.status().message();
 }
 
+// ---- 3. op requirements on strict dims -------------------------------------------------
+
+TEST(OpRequirement, DivisibilityOfANamedDimIsAViolation) {
+  const int line = __LINE__ + 1;
+  auto model = [](Tensor x) { return x.reshape({-1, 32}); };
+  Dim h("h", 32, 1024);
+  auto ep = export_program(model, {input("x", Tensor::randn({64}), {h})});
+  ASSERT_FALSE(ep.ok());
+  EXPECT_EQ(ep.status().code(), StatusCode::kExportError);
+  const std::string m = ep.status().message();
+  EXPECT_NE(m.find("constraint violation: the code requires s0 % 32 == 0 for Dim h (x.size()[0] = s0)"), std::string::npos) << m;
+  EXPECT_NE(m.find("Suggested fix: declare it as a multiple: _h = Dim(\"_h\"); h = 32 * _h"), std::string::npos) << m;
+  EXPECT_NE(m.find("[guard at dynamic_spec_test.cpp:" + std::to_string(line) + "]"), std::string::npos) << m;
+  // The declared multiple exports, with no assert.
+  Dim k("_h", 1, 32);
+  auto fixed = export_program(model, {input("x", Tensor::randn({64}), {32 * k})});
+  ASSERT_TRUE(fixed.ok()) << fixed.status().message();
+  EXPECT_TRUE(fixed->program().graphs[0].asserts.empty()) << fixed->print();
+}
+
+TEST(OpRequirement, DivisibilityOfADynamicDimIsAModuloAssert) {
+  auto model = [](Tensor x) { return x.reshape({-1, 32}); };
+  auto ep = export_program(model, {input("x", Tensor::randn({64}), {Dim::DYNAMIC})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const ir::Graph& g = ep->program().graphs[0];
+  ASSERT_EQ(g.asserts.size(), 1u) << ep->print();
+  EXPECT_EQ(g.asserts[0].message, "s0 % 32 == 0");
+  auto program = save_and_load(*ep, "reshape_dynamic");
+  ASSERT_NE(program, nullptr);
+  Session session(*program);
+  const Tensor x = Tensor::randn({96}, 5);
+  auto r = session.run(std::vector<HostValue>{host(x)});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  expect_equal(r->outputs[0], model(x));
+  r = session.run(std::vector<HostValue>{host(Tensor::randn({40}))});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("runtime assertion failed: s0 % 32 == 0"), std::string::npos) << r.status().message();
+}
 
 }  // namespace
 }  // namespace kiln

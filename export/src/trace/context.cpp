@@ -128,17 +128,19 @@ bool TraceContext::guard(sym::Expr e, const SourceLoc& loc) {
       break;
     }
     case sym::GuardKind::Divisibility: {
+      // Written as `s0 % 32 == 0` however the code put it (reshape's `s0 == 32*(s0//32)`).
+      const sym::Expr multiple = sym::eq(sym::mod(sym::Expr::symbol(a.symbol), sym::Expr::constant(a.divisor)), sym::Expr::constant(0));
       auto it = policies.find(a.symbol);
       if (it != policies.end() && it->second.kind == Dim::Kind::kNamed) {
         const std::string& n = it->second.dim_name;
-        violation("the code requires " + symbol_text(fact) + " for " + describe_symbol(a.symbol) +
+        violation("the code requires " + symbol_text(multiple) + " for " + describe_symbol(a.symbol) +
                       ", which the declared Dim does not guarantee. Suggested fix: declare it as a multiple: _" + n +
                       " = Dim(\"_" + n + "\"); " + n + " = " + std::to_string(a.divisor) + " * _" + n,
                   loc);
       }
       const Status st = env().add_divisibility(sym::Expr::symbol(a.symbol), a.divisor);
       if (!st.ok()) throw ExportError(StatusCode::kExportError, st.message());
-      add_input_assert(fact, loc);
+      add_input_assert(multiple, loc);
       break;
     }
     case sym::GuardKind::Other: {

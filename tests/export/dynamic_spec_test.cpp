@@ -7,15 +7,19 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "kiln/export/export.h"
 #include "kiln/export/guards.h"
 #include "kiln/export/ops.h"
+#include "kiln/export/symbolic/print.h"
 #include "kiln/runtime/bundle.h"
 #include "kiln/runtime/program.h"
 
 namespace kiln {
 namespace {
+
+std::string text(const ExportedProgram& ep, sym::Expr e) { return sym::to_string(e, &ep.program().env); }
 
 HostValue host(const Tensor& t) {
   HostTensor h;
@@ -115,6 +119,107 @@ TEST(SpecializationWithUnbackedSize, ItemWithChecksExportsAndDispatches) {
   auto r = session.run(std::vector<HostValue>{host(ramp(4)), host(Tensor::from_ints({}, std::vector<std::int64_t>{5}))});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("runtime assertion failed: s0 >= u0"), std::string::npos) << r.status().message();
+}
+
+// ---- 2. related AUTO / DYNAMIC dims -----------------------------------------------------
+
+// The symbols an assert or a shape of the entry graph mentions that no input binds.
+std::vector<std::string> unbound_symbols(const ExportedProgram& ep) {
+  const ir::Program& p = ep.program();
+  std::set<int> bound;
+  for (const ir::InputSpec& in : p.inputs) {
+    for (const sym::Expr& d : in.shape) for (int s : sym::free_symbols(d)) bound.insert(s);
+    if (in.is_int && in.dynamism != ir::Dynamism::kStatic) for (int s : sym::free_symbols(in.expr)) bound.insert(s);
+  }
+  std::set<std::string> out;
+  auto note = [&](sym::Expr e) {
+    for (int s : sym::free_symbols(e)) {
+      if (p.env.symbol(s).kind == sym::SymbolKind::Backed && !bound.count(s)) out.insert(p.env.symbol(s).name);
+    }
+  };
+  for (const ir::Graph& g : p.graphs) {
+    for (const ir::RuntimeAssert& a : g.asserts) note(a.expr);
+    for (const ir::Value& v : g.values) {
+      for (const sym::Expr& d : v.shape) note(d);
+      if (v.kind == ir::ValueKind::kSymInt) note(v.expr);
+    }
+  }
+  return {out.begin(), out.end()};
+}
+
+TEST(RelatedDims, AutoDimsAreUnifiedIntoOneSymbol) {
+  auto model = [](Tensor x, Tensor y) { return x + y; };
+  auto ep = export_program(model, {input("x", Tensor::randn({4}), {Dim::AUTO}), input("y", Tensor::randn({4}), {Dim::AUTO})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  EXPECT_EQ(text(*ep, ep->program().inputs[0].shape[0]), "s0");
+  EXPECT_EQ(text(*ep, ep->program().inputs[1].shape[0]), "s0");
+  EXPECT_EQ(unbound_symbols(*ep), std::vector<std::string>{}) << ep->print();
+  auto program = save_and_load(*ep, "related_auto");
+  ASSERT_NE(program, nullptr);
+  Session session(*program);
+  for (std::int64_t n : {4, 7, 2}) {
+    const Tensor x = ramp(n), y = Tensor::randn({n}, 3);
+    auto r = session.run(std::vector<HostValue>{host(x), host(y)});
+    ASSERT_TRUE(r.ok()) << "size " << n << ": " << r.status().message();
+    expect_equal(r->outputs[0], model(x, y));
+  }
+  auto r = session.run(std::vector<HostValue>{host(ramp(7)), host(ramp(5))});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
+  EXPECT_NE(r.status().message().find("input y: dim 0 is 5, expected s0 = 7"), std::string::npos) << r.status().message();
+}
+
+TEST(RelatedDims, CheckRelatingAutoDimsAndAnAutoIntRun) {
+  auto model = [](Tensor x, Tensor y, SymInt n) {
+    check(x.size(0) == y.size(0) + 1);
+    if (n == x.size(0)) return x * 2.0;
+    return x;
+  };
+  auto ep = export_program(model, {input("x", Tensor::randn({5}), {Dim::AUTO}), input("y", Tensor::randn({4}), {Dim::AUTO}),
+                                   int_input("n", 5, Dim::AUTO)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  EXPECT_EQ(unbound_symbols(*ep), std::vector<std::string>{}) << ep->print();
+  auto program = save_and_load(*ep, "related_check");
+  ASSERT_NE(program, nullptr);
+  Session session(*program);
+  const Tensor x = ramp(9), y = ramp(8);
+  auto r = session.run(std::vector<HostValue>{host(x), host(y), HostValue::integer(9)});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  expect_equal(r->outputs[0], model(x, y, SymInt(9)));
+  // The int must equal x.size(0): the guard's assert checks it.
+  r = session.run(std::vector<HostValue>{host(x), host(y), HostValue::integer(4)});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("runtime assertion failed"), std::string::npos) << r.status().message();
+  // y must be one shorter than x.
+  r = session.run(std::vector<HostValue>{host(x), host(ramp(9)), HostValue::integer(9)});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("input "), std::string::npos) << r.status().message();
+}
+
+TEST(RelatedDims, DynamicDimsReportTheEqualityWithTheFix) {
+  const int line = __LINE__ + 1;
+  auto model = [](Tensor x, Tensor y) { return x + y; };
+  auto ep = export_program(model, {input("x", Tensor::randn({4}), {Dim::DYNAMIC}), input("y", Tensor::randn({4}), {Dim::DYNAMIC})});
+  ASSERT_FALSE(ep.ok());
+  EXPECT_EQ(ep.status().code(), StatusCode::kExportError);
+  const std::string m = ep.status().message();
+  EXPECT_NE(m.find("constraint violation: the values of x.size()[0] (s0) and y.size()[0] (s1) must always be equal (s0 == s1)"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("Suggested fix: d = Dim(\"d\"); use d for x.size()[0] and y.size()[0], or Dim::AUTO"), std::string::npos) << m;
+  EXPECT_NE(m.find("[guard at dynamic_spec_test.cpp:" + std::to_string(line) + "]"), std::string::npos) << m;
+  // One DYNAMIC dim related to an AUTO one is reported too: only AUTO dims take relations silently.
+  auto mixed = export_program(model, {input("x", Tensor::randn({4}), {Dim::AUTO}), input("y", Tensor::randn({4}), {Dim::DYNAMIC})});
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.status().message().find("must always be equal"), std::string::npos) << mixed.status().message();
+}
+
+TEST(RelatedDims, DynamicDimsInADerivedRelationSuggestTheDerivedDim) {
+  auto ep = export_program([](Tensor x, Tensor y) { return cat({x, x}, 0) + y; },
+                           {input("x", Tensor::randn({3}), {Dim::DYNAMIC}), input("y", Tensor::randn({6}), {Dim::DYNAMIC})});
+  ASSERT_FALSE(ep.ok());
+  const std::string m = ep.status().message();
+  EXPECT_NE(m.find("must always be related by s1 == 2*s0"), std::string::npos) << m;
+  EXPECT_NE(m.find("Suggested fix: d = Dim(\"d\"); use d for x.size()[0] and 2*d for y.size()[0], or Dim::AUTO"), std::string::npos) << m;
 }
 
 // ---- 3. op requirements on strict dims -------------------------------------------------

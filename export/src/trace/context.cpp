@@ -83,6 +83,52 @@ void TraceContext::refine(int s, sym::ValueRange range, sym::Expr fact, const So
   range_meta[s] = ir::NodeMeta{to_ir(loc), module_stack.empty() ? "" : module_stack.back(), "guard"};
 }
 
+namespace {
+
+// `k*d + c` for the linear form `e` of one symbol `s` ("2*d", "d + 1"); "" when `e` is not one.
+std::string as_derived_dim(sym::Expr e, int s) {
+  const auto at = [&](std::int64_t v) { return sym::substitute(e, {{s, sym::Expr::constant(v)}}).constant_value(); };
+  const auto c = at(0), one = at(1), two = at(2);
+  if (!c || !one || !two || *two - *one != *one - *c || *one - *c <= 0) return "";
+  const std::int64_t k = *one - *c;
+  std::string out = (k == 1 ? "" : std::to_string(k) + "*") + "d";
+  if (*c > 0) out += " + " + std::to_string(*c);
+  if (*c < 0) out += " - " + std::to_string(-*c);
+  return out;
+}
+
+}  // namespace
+
+void TraceContext::check_relation(int replaced, sym::Expr replacement, const SourceLoc& loc) const {
+  std::vector<int> involved = program.env.free_symbols(replacement);
+  involved.push_back(replaced);
+  bool named = false, dynamic = false;
+  for (int s : involved) {
+    auto it = policies.find(s);
+    named = named || (it != policies.end() && it->second.kind == Dim::Kind::kNamed);
+    dynamic = dynamic || (it != policies.end() && it->second.kind == Dim::Kind::kDynamic);
+  }
+  if (!named && !dynamic) return;  // AUTO dims take the relation: one symbol from now on
+  std::string others;
+  for (int o : involved) others += (others.empty() ? "" : " and ") + describe_symbol(o);
+  const std::vector<int> base = program.env.free_symbols(replacement);
+  const bool equal = replacement.is_symbol();
+  const std::string relation =
+      equal ? symbol_text(sym::Expr::symbol(std::min(replaced, replacement.symbol_id()))) + " == " +
+                  symbol_text(sym::Expr::symbol(std::max(replaced, replacement.symbol_id())))
+            : symbol_text(sym::Expr::symbol(replaced)) + " == " + symbol_text(replacement);
+  const std::string what = "the values of " + others + (equal ? " must always be equal (" : " must always be related by ") +
+                           relation + (equal ? ")" : "") + ", which the dynamic-shape spec does not declare. Suggested fix: ";
+  if (named) violation(what + (equal ? "use the same Dim for both (b = a)" : "declare one as a derived Dim of the other (b = 2 * a)"), loc);
+  // DYNAMIC: name one Dim for both sizes, written as the relation requires.
+  const std::string derived = base.size() == 1 ? as_derived_dim(replacement, base[0]) : "";
+  if (derived.empty()) violation(what + "declare the relation with a named Dim and derived dims, or use Dim::AUTO", loc);
+  const auto source = [&](int s) { return policies.count(s) ? policies.at(s).source : symbol_text(sym::Expr::symbol(s)); };
+  violation(what + "d = Dim(\"d\"); use d for " + source(base[0]) + (derived == "d" ? " and " : " and " + derived + " for ") +
+                source(replaced) + ", or Dim::AUTO to let the export relate them",
+            loc);
+}
+
 bool TraceContext::guard(sym::Expr e, const SourceLoc& loc) {
   e = env().simplify(e);
   if (auto known = env().statically_known(e)) return *known;
@@ -109,19 +155,7 @@ bool TraceContext::guard(sym::Expr e, const SourceLoc& loc) {
         refine(a.symbol, sym::ValueRange::point(*c), fact, loc);
         break;
       }
-      std::vector<int> involved = env().free_symbols(a.replacement);
-      involved.push_back(a.symbol);
-      for (int s : involved) {
-        auto it = policies.find(s);
-        if (it != policies.end() && it->second.kind == Dim::Kind::kNamed) {
-          std::string others;
-          for (int o : involved) others += (others.empty() ? "" : " and ") + describe_symbol(o);
-          violation("the values of " + others + " must always be equal (" + symbol_text(fact) +
-                        "), which the dynamic-shape spec does not declare. Suggested fix: use the same Dim for both "
-                        "(b = a)" ,
-                    loc);
-        }
-      }
+      check_relation(a.symbol, a.replacement, loc);
       const Status st = env().replace(a.symbol, a.replacement);
       if (!st.ok()) throw ExportError(StatusCode::kExportError, st.message());
       add_input_assert(fact, loc);

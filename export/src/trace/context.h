@@ -114,6 +114,9 @@ class TraceContext {
  private:
   [[noreturn]] void violation(const std::string& message, const SourceLoc& loc) const;
   void refine(int sym, sym::ValueRange range, sym::Expr fact, const SourceLoc& loc);
+  /// A guard relates `replaced` to `replacement` (`s1 == s0`, `s1 == 2*s0`): a constraint
+  /// violation when a strict or DYNAMIC dim is involved; AUTO dims accept it.
+  void check_relation(int replaced, sym::Expr replacement, const SourceLoc& loc) const;
   void add_input_assert(sym::Expr fact, const SourceLoc& loc);
 };
 

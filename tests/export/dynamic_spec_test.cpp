@@ -13,6 +13,7 @@
 #include "kiln/export/guards.h"
 #include "kiln/export/ops.h"
 #include "kiln/export/symbolic/print.h"
+#include "kiln/format/kiln_generated.h"
 #include "kiln/runtime/bundle.h"
 #include "kiln/runtime/program.h"
 
@@ -120,6 +121,7 @@ TEST(SpecializationWithUnbackedSize, ItemWithChecksExportsAndDispatches) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("runtime assertion failed: s0 >= u0"), std::string::npos) << r.status().message();
 }
+
 
 // ---- 2. related AUTO / DYNAMIC dims -----------------------------------------------------
 
@@ -259,6 +261,54 @@ TEST(OpRequirement, DivisibilityOfADynamicDimIsAModuloAssert) {
   r = session.run(std::vector<HostValue>{host(Tensor::randn({40}))});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("runtime assertion failed: s0 % 32 == 0"), std::string::npos) << r.status().message();
+}
+
+// ---- 4. where a range was narrowed -----------------------------------------------------
+
+TEST(RangeOrigin, RejectionNamesTheGuardThatNarrowedTheRange) {
+  const int line = __LINE__ + 2;
+  auto model = [](Tensor x) {
+    if (x.size(0) > 3) return relu(x);
+    return x;
+  };
+  auto ep = export_program(model, {input("x", Tensor::randn({8}), {Dim::AUTO})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto program = save_and_load(*ep, "range_guard");
+  ASSERT_NE(program, nullptr);
+  const fb::Symbol* s0 = program->bundle().program().symbols()->Get(0);
+  EXPECT_EQ(debug_location(program->bundle().program(), s0->debug()).file_line, "dynamic_spec_test.cpp:" + std::to_string(line));
+  Session session(*program);
+  auto r = session.run(std::vector<HostValue>{host(ramp(3))});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
+  EXPECT_EQ(r.status().message(), "input x.size(0) = 3 (s0) is outside the range [4, inf] (narrowed at dynamic_spec_test.cpp:" +
+                                      std::to_string(line) + ")");
+  // Without debug info the message has no location.
+  auto stripped = save_and_load(*ep, "range_guard_stripped", {.strip_debug = true});
+  ASSERT_NE(stripped, nullptr);
+  Session plain(*stripped);
+  r = plain.run(std::vector<HostValue>{host(ramp(3))});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "input x.size(0) = 3 (s0) is outside the range [4, inf]");
+}
+
+TEST(RangeOrigin, RejectionNamesTheCheckThatNarrowedAnIntInput) {
+  const int line = __LINE__ + 2;
+  auto model = [](Tensor x, SymInt n) {
+    check(n >= 1);
+    return x * n;
+  };
+  auto ep = export_program(model, {input("x", Tensor::randn({3})), int_input("n", 2, Dim::DYNAMIC)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto program = save_and_load(*ep, "range_check");
+  ASSERT_NE(program, nullptr);
+  Session session(*program);
+  auto r = session.run(std::vector<HostValue>{host(ramp(3)), HostValue::integer(0)});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "input n = 0 (n, s0) is outside the range [1, inf] (narrowed at dynamic_spec_test.cpp:" +
+                                      std::to_string(line) + ")");
+  r = session.run(std::vector<HostValue>{host(ramp(3)), HostValue::integer(4)});
+  ASSERT_TRUE(r.ok()) << r.status().message();
 }
 
 }  // namespace

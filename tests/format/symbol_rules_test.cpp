@@ -1,5 +1,6 @@
 // Verifier rules about symbols (runtime/src/bundle/verify.cpp; docs/FORMAT.md, "Semantic
-// rules"): every backed symbol an assert or a shape uses is bound by an input. Each
+// rules"): every backed symbol an assert or a shape uses is bound by an input, and a
+// symbol's debug index (where its range was narrowed) names an existing debug entry. Each
 // test breaks one rule in the format sample's object tree, writes it with the real writer
 // and checks the kInvalidBundle message names the place and the symbol.
 #include <gtest/gtest.h>
@@ -81,6 +82,13 @@ TEST_F(SymbolRule, SymbolOnlyInASignatureOutputIsNotBound) {
 
 TEST_F(SymbolRule, UnusedUnboundSymbolIsAllowed) {
   add_unbound_symbol();  // a symbol replaced at export stays in the table, unused
+  EXPECT_EQ(error(), "");
+}
+
+TEST_F(SymbolRule, SymbolDebugIndexOutOfRange) {
+  p().symbols[0]->debug = 99;
+  expect_error("symbol 0 (s0): debug entry 99 does not exist");
+  p().symbols[0]->debug = 5;  // the last entry
   EXPECT_EQ(error(), "");
 }
 

@@ -145,6 +145,7 @@ bool TraceContext::guard(sym::Expr e, const SourceLoc& loc) {
   const bool value = *hint != 0;
   const sym::Expr fact = value ? e : sym::sym_not(e);
   const sym::GuardAnalysis a = env().analyze_guard(fact);
+  const std::vector<sym::ValueRange> before = ranges();
   switch (a.kind) {
     case sym::GuardKind::AlwaysTrue: break;
     case sym::GuardKind::AlwaysFalse:
@@ -184,7 +185,21 @@ bool TraceContext::guard(sym::Expr e, const SourceLoc& loc) {
       break;
     }
   }
+  note_narrowed(before, loc, "guard");
   return value;
+}
+
+std::vector<sym::ValueRange> TraceContext::ranges() const {
+  std::vector<sym::ValueRange> out;
+  for (std::size_t s = 0; s < program.env.num_symbols(); ++s) out.push_back(program.env.symbol(static_cast<int>(s)).range);
+  return out;
+}
+
+void TraceContext::note_narrowed(const std::vector<sym::ValueRange>& before, const SourceLoc& loc, const char* what) {
+  for (std::size_t s = 0; s < before.size(); ++s) {
+    if (env().symbol(static_cast<int>(s)).range == before[s]) continue;
+    range_meta[static_cast<int>(s)] = ir::NodeMeta{to_ir(loc), module_stack.empty() ? "" : module_stack.back(), what};
+  }
 }
 
 void TraceContext::check(sym::Expr e, const SourceLoc& loc) {
@@ -232,8 +247,10 @@ void TraceContext::check(sym::Expr e, const SourceLoc& loc) {
     refine(a.symbol, a.range, e, loc);
     return;
   }
+  const std::vector<sym::ValueRange> before = ranges();
   const Status st = env().add_axiom(e);
   if (!st.ok()) throw ExportError(StatusCode::kExportError, st.message() + " (" + loc_text(loc) + ")");
+  note_narrowed(before, loc, "check");
   graph().asserts.push_back({e, symbol_text(e), after, ir::NodeMeta{to_ir(loc), module_stack.empty() ? "" : module_stack.back(), "check"}});
 }
 

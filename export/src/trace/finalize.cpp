@@ -396,6 +396,7 @@ void finalize(TraceContext& ctx, const std::vector<std::pair<const Dim*, int>>& 
     }
   }
   rewrite_replaced_symbols(p);
+  p.range_origins.insert(ctx.range_meta.begin(), ctx.range_meta.end());
   for (ir::OutputSpec& out : p.outputs) {
     out.shape = simplified(out.shape, p.env);
     out.expr = p.env.simplify(out.expr);

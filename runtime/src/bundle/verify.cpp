@@ -137,6 +137,9 @@ Status Verifier::check_symbols() {
       return invalid(where + " (" + s->name()->str() + "): empty range [" + std::to_string(s->min()) + ", " +
                      std::to_string(s->max()) + "]");
     }
+    if (n_debug_ > 0 && s->debug() > n_debug_) {
+      return invalid(where + " (" + s->name()->str() + "): debug entry " + std::to_string(s->debug()) + " does not exist");
+    }
   }
   return Status::Ok();
 }

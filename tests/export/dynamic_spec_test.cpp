@@ -123,6 +123,30 @@ TEST(SpecializationWithUnbackedSize, ItemWithChecksExportsAndDispatches) {
 }
 
 
+TEST(SpecializationWithUnbackedSize, CondWithDifferingOutputSizesDispatches) {
+  Dim s("s", 2, 64);
+  s.specialize_on({"s == 4"});
+  // The branches return s0 and 2 rows: the cond binds a fresh unbacked size.
+  auto model = [](Tensor x) {
+    return cond(gt(sum(x), 0.0), [](Tensor v) { return sin(v); }, [](Tensor v) { return cos(slice(v, 0, 0, 2)); }, {x});
+  };
+  auto ep = export_program(model, {input("x", Tensor::randn({6}), {s})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto program = save_and_load(*ep, "spec_cond");
+  ASSERT_NE(program, nullptr);
+  Session session(*program);
+  for (std::int64_t n : {4, 6}) {
+    for (float sign : {1.0f, -1.0f}) {
+      std::vector<float> v(static_cast<std::size_t>(n), sign);
+      const Tensor x = floats({n}, v);
+      auto r = session.run(std::vector<HostValue>{host(x)});
+      ASSERT_TRUE(r.ok()) << "size " << n << ": " << r.status().message();
+      EXPECT_EQ(r->variant, n == 4 ? "s == 4" : "generic");
+      expect_equal(r->outputs[0], model(x));
+    }
+  }
+}
+
 // ---- 2. related AUTO / DYNAMIC dims -----------------------------------------------------
 
 // The symbols an assert or a shape of the entry graph mentions that no input binds.

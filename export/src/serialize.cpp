@@ -98,6 +98,7 @@ Status Serializer::symbols() {
     s->has_hint = info.hint.has_value();
     s->hint = info.hint.value_or(0);
     s->user_name = info.user_name;
+    if (auto it = ir_.range_origins.find(static_cast<int>(i)); it != ir_.range_origins.end()) s->debug = debug(it->second);
     out_.symbols.push_back(std::move(s));
   }
   return Status::Ok();

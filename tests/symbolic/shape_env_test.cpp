@@ -269,6 +269,19 @@ TEST_F(ShapeEnvTest, AnalyzeGuardFindsDivisibilityAndRelations) {
   EXPECT_EQ(env.analyze_guard(b).kind, GuardKind::Other);  // not boolean
 }
 
+TEST_F(ShapeEnvTest, AnalyzeGuardFindsDivisibilityWrittenAsExactDivision) {
+  // reshape({-1, 32}) requires (s0//32)*32 == s0: the same fact as s0 % 32 == 0.
+  for (Expr guard : {eq(floordiv(b, 32) * 32, b), eq(b, 32 * floordiv(b, 32)), eq(floordiv(4 * b, 32) * 32, 4 * b)}) {
+    const GuardAnalysis g = env.analyze_guard(guard);
+    EXPECT_EQ(g.kind, GuardKind::Divisibility) << to_string(guard, &env);
+    EXPECT_EQ(g.symbol, b.symbol_id());
+    EXPECT_EQ(g.divisor, guard == eq(floordiv(4 * b, 32) * 32, 4 * b) ? 8 : 32) << to_string(guard, &env);
+  }
+  // Not an exact division: other coefficients, or another symbol's quotient.
+  EXPECT_EQ(env.analyze_guard(eq(floordiv(b, 32) * 16, b)).kind, GuardKind::Other);
+  EXPECT_EQ(env.analyze_guard(eq(floordiv(s1, 32) * 32, b)).kind, GuardKind::Replacement);  // s0 := 32*(s1//32)
+}
+
 TEST_F(ShapeEnvTest, AnalyzeGuardRespectsDivisibility) {
   ASSERT_TRUE(env.add_divisibility(b, 8).ok());
   EXPECT_EQ(env.analyze_guard(ge(b, 10)).range, ValueRange(16, 1024));

@@ -398,6 +398,10 @@ void Importer::map_node(const json& node) {
     const sym::Expr e = sym_expr_of(*a);
     if (!e.is_bool()) bad("asserts a non-boolean expression");
     add_assert(e, "");
+    // A bound on one symbol (torch._check(n >= 2)) is where that symbol's range was narrowed.
+    if (sym::is_comparison(e.op()) && e.args()[0].is_symbol() && e.args()[1].is_constant()) {
+      program.range_origins[e.args()[0].symbol_id()] = meta_;
+    }
     return;
   }
   if (target_.rfind("aten.sym_constrain_range", 0) == 0) {
@@ -408,6 +412,7 @@ void Importer::map_node(const json& node) {
     if (for_size && !lo) lo = sym::Expr::constant(0);
     if (lo) add_assert(sym::ge(e, *lo), "");
     if (hi) add_assert(sym::le(e, *hi), "");
+    if (e.is_symbol()) program.range_origins[e.symbol_id()] = meta_;
     return;
   }
   if (target_.rfind("higher_order.", 0) == 0) {

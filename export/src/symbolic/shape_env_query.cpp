@@ -253,6 +253,26 @@ std::optional<std::int64_t> ShapeEnv::evaluate_with_hints(Expr e) const {
 
 std::vector<int> ShapeEnv::free_symbols(Expr e) const { return sym::free_symbols(simplify(e)); }
 
+namespace {
+
+// (symbol, k) when `e == c` says `s == k*(s//k)`, that is `s % k == 0`: the linear form
+// `a*s - a*k*(s//k)` with c == 0 (either sign).
+std::optional<std::pair<int, std::int64_t>> exact_division_of_symbol(Expr e, std::int64_t c) {
+  auto form = detail::to_linear(e);
+  if (c != 0 || !form || form->constant != 0 || form->terms.size() != 2) return std::nullopt;
+  for (int i = 0; i < 2; ++i) {
+    const detail::Term& x = form->terms[static_cast<std::size_t>(i)];
+    const detail::Term& q = form->terms[static_cast<std::size_t>(1 - i)];
+    if (!x.base.is_symbol() || q.base.op() != ExprOp::FloorDiv || q.base.args()[0] != x.base) continue;
+    const auto k = positive_constant(q.base.args()[1]);
+    const auto ak = k ? detail::checked_mul(x.coef, *k) : std::nullopt;
+    if (ak && *k > 1 && q.coef == -*ak) return std::make_pair(x.base.symbol_id(), *k);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 GuardAnalysis ShapeEnv::analyze_guard(Expr guard) const {
   GuardAnalysis out;
   if (!guard.is_bool()) return out;
@@ -285,6 +305,12 @@ GuardAnalysis ShapeEnv::analyze_guard(Expr guard) const {
       out.divisor = *k;
       return out;
     }
+  }
+  if (auto d = exact_division_of_symbol(e, *c)) {  // s == k*(s//k), as reshape({-1, k}) requires
+    out.kind = GuardKind::Divisibility;
+    out.symbol = d->first;
+    out.divisor = d->second;
+    return out;
   }
   if (auto solved = solve_for_symbol(e, *c)) {
     out.kind = GuardKind::Replacement;

@@ -83,6 +83,52 @@ void TraceContext::refine(int s, sym::ValueRange range, sym::Expr fact, const So
   range_meta[s] = ir::NodeMeta{to_ir(loc), module_stack.empty() ? "" : module_stack.back(), "guard"};
 }
 
+namespace {
+
+// `k*d + c` for the linear form `e` of one symbol `s` ("2*d", "d + 1"); "" when `e` is not one.
+std::string as_derived_dim(sym::Expr e, int s) {
+  const auto at = [&](std::int64_t v) { return sym::substitute(e, {{s, sym::Expr::constant(v)}}).constant_value(); };
+  const auto c = at(0), one = at(1), two = at(2);
+  if (!c || !one || !two || *two - *one != *one - *c || *one - *c <= 0) return "";
+  const std::int64_t k = *one - *c;
+  std::string out = (k == 1 ? "" : std::to_string(k) + "*") + "d";
+  if (*c > 0) out += " + " + std::to_string(*c);
+  if (*c < 0) out += " - " + std::to_string(-*c);
+  return out;
+}
+
+}  // namespace
+
+void TraceContext::check_relation(int replaced, sym::Expr replacement, const SourceLoc& loc) const {
+  std::vector<int> involved = program.env.free_symbols(replacement);
+  involved.push_back(replaced);
+  bool named = false, dynamic = false;
+  for (int s : involved) {
+    auto it = policies.find(s);
+    named = named || (it != policies.end() && it->second.kind == Dim::Kind::kNamed);
+    dynamic = dynamic || (it != policies.end() && it->second.kind == Dim::Kind::kDynamic);
+  }
+  if (!named && !dynamic) return;  // AUTO dims take the relation: one symbol from now on
+  std::string others;
+  for (int o : involved) others += (others.empty() ? "" : " and ") + describe_symbol(o);
+  const std::vector<int> base = program.env.free_symbols(replacement);
+  const bool equal = replacement.is_symbol();
+  const std::string relation =
+      equal ? symbol_text(sym::Expr::symbol(std::min(replaced, replacement.symbol_id()))) + " == " +
+                  symbol_text(sym::Expr::symbol(std::max(replaced, replacement.symbol_id())))
+            : symbol_text(sym::Expr::symbol(replaced)) + " == " + symbol_text(replacement);
+  const std::string what = "the values of " + others + (equal ? " must always be equal (" : " must always be related by ") +
+                           relation + (equal ? ")" : "") + ", which the dynamic-shape spec does not declare. Suggested fix: ";
+  if (named) violation(what + (equal ? "use the same Dim for both (b = a)" : "declare one as a derived Dim of the other (b = 2 * a)"), loc);
+  // DYNAMIC: name one Dim for both sizes, written as the relation requires.
+  const std::string derived = base.size() == 1 ? as_derived_dim(replacement, base[0]) : "";
+  if (derived.empty()) violation(what + "declare the relation with a named Dim and derived dims, or use Dim::AUTO", loc);
+  const auto source = [&](int s) { return policies.count(s) ? policies.at(s).source : symbol_text(sym::Expr::symbol(s)); };
+  violation(what + "d = Dim(\"d\"); use d for " + source(base[0]) + (derived == "d" ? " and " : " and " + derived + " for ") +
+                source(replaced) + ", or Dim::AUTO to let the export relate them",
+            loc);
+}
+
 bool TraceContext::guard(sym::Expr e, const SourceLoc& loc) {
   e = env().simplify(e);
   if (auto known = env().statically_known(e)) return *known;
@@ -99,6 +145,7 @@ bool TraceContext::guard(sym::Expr e, const SourceLoc& loc) {
   const bool value = *hint != 0;
   const sym::Expr fact = value ? e : sym::sym_not(e);
   const sym::GuardAnalysis a = env().analyze_guard(fact);
+  const std::vector<sym::ValueRange> before = ranges();
   switch (a.kind) {
     case sym::GuardKind::AlwaysTrue: break;
     case sym::GuardKind::AlwaysFalse:
@@ -109,36 +156,26 @@ bool TraceContext::guard(sym::Expr e, const SourceLoc& loc) {
         refine(a.symbol, sym::ValueRange::point(*c), fact, loc);
         break;
       }
-      std::vector<int> involved = env().free_symbols(a.replacement);
-      involved.push_back(a.symbol);
-      for (int s : involved) {
-        auto it = policies.find(s);
-        if (it != policies.end() && it->second.kind == Dim::Kind::kNamed) {
-          std::string others;
-          for (int o : involved) others += (others.empty() ? "" : " and ") + describe_symbol(o);
-          violation("the values of " + others + " must always be equal (" + symbol_text(fact) +
-                        "), which the dynamic-shape spec does not declare. Suggested fix: use the same Dim for both "
-                        "(b = a)" ,
-                    loc);
-        }
-      }
+      check_relation(a.symbol, a.replacement, loc);
       const Status st = env().replace(a.symbol, a.replacement);
       if (!st.ok()) throw ExportError(StatusCode::kExportError, st.message());
       add_input_assert(fact, loc);
       break;
     }
     case sym::GuardKind::Divisibility: {
+      // Written as `s0 % 32 == 0` however the code put it (reshape's `s0 == 32*(s0//32)`).
+      const sym::Expr multiple = sym::eq(sym::mod(sym::Expr::symbol(a.symbol), sym::Expr::constant(a.divisor)), sym::Expr::constant(0));
       auto it = policies.find(a.symbol);
       if (it != policies.end() && it->second.kind == Dim::Kind::kNamed) {
         const std::string& n = it->second.dim_name;
-        violation("the code requires " + symbol_text(fact) + " for " + describe_symbol(a.symbol) +
+        violation("the code requires " + symbol_text(multiple) + " for " + describe_symbol(a.symbol) +
                       ", which the declared Dim does not guarantee. Suggested fix: declare it as a multiple: _" + n +
                       " = Dim(\"_" + n + "\"); " + n + " = " + std::to_string(a.divisor) + " * _" + n,
                   loc);
       }
       const Status st = env().add_divisibility(sym::Expr::symbol(a.symbol), a.divisor);
       if (!st.ok()) throw ExportError(StatusCode::kExportError, st.message());
-      add_input_assert(fact, loc);
+      add_input_assert(multiple, loc);
       break;
     }
     case sym::GuardKind::Other: {
@@ -148,7 +185,21 @@ bool TraceContext::guard(sym::Expr e, const SourceLoc& loc) {
       break;
     }
   }
+  note_narrowed(before, loc, "guard");
   return value;
+}
+
+std::vector<sym::ValueRange> TraceContext::ranges() const {
+  std::vector<sym::ValueRange> out;
+  for (std::size_t s = 0; s < program.env.num_symbols(); ++s) out.push_back(program.env.symbol(static_cast<int>(s)).range);
+  return out;
+}
+
+void TraceContext::note_narrowed(const std::vector<sym::ValueRange>& before, const SourceLoc& loc, const char* what) {
+  for (std::size_t s = 0; s < before.size(); ++s) {
+    if (env().symbol(static_cast<int>(s)).range == before[s]) continue;
+    range_meta[static_cast<int>(s)] = ir::NodeMeta{to_ir(loc), module_stack.empty() ? "" : module_stack.back(), what};
+  }
 }
 
 void TraceContext::check(sym::Expr e, const SourceLoc& loc) {
@@ -196,8 +247,10 @@ void TraceContext::check(sym::Expr e, const SourceLoc& loc) {
     refine(a.symbol, a.range, e, loc);
     return;
   }
+  const std::vector<sym::ValueRange> before = ranges();
   const Status st = env().add_axiom(e);
   if (!st.ok()) throw ExportError(StatusCode::kExportError, st.message() + " (" + loc_text(loc) + ")");
+  note_narrowed(before, loc, "check");
   graph().asserts.push_back({e, symbol_text(e), after, ir::NodeMeta{to_ir(loc), module_stack.empty() ? "" : module_stack.back(), "check"}});
 }
 

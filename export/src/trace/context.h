@@ -114,6 +114,13 @@ class TraceContext {
  private:
   [[noreturn]] void violation(const std::string& message, const SourceLoc& loc) const;
   void refine(int sym, sym::ValueRange range, sym::Expr fact, const SourceLoc& loc);
+  /// A guard relates `replaced` to `replacement` (`s1 == s0`, `s1 == 2*s0`): a constraint
+  /// violation when a strict or DYNAMIC dim is involved; AUTO dims accept it.
+  void check_relation(int replaced, sym::Expr replacement, const SourceLoc& loc) const;
+  /// Every symbol's current range, by id.
+  std::vector<sym::ValueRange> ranges() const;
+  /// Records `loc` in range_meta for each symbol whose range differs from `before`.
+  void note_narrowed(const std::vector<sym::ValueRange>& before, const SourceLoc& loc, const char* what);
   void add_input_assert(sym::Expr fact, const SourceLoc& loc);
 };
 

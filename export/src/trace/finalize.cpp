@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <unordered_map>
 
 #include "kiln/export/symbolic/parse.h"
 #include "kiln/export/symbolic/print.h"
@@ -73,6 +74,39 @@ void name_values(ir::Graph& g) {
   }
 }
 
+// Backed symbols that a guard or check replaced (`s1 := s0` when `x + y` unifies two AUTO
+// sizes) appear in no input once the input shapes are simplified: nothing at run time binds
+// them. The asserts that still mention one (the guard's own `s0 == s1`) are rewritten with
+// its replacement, which the input's dim (now `s0`) already checks; those that become true
+// are dropped.
+void rewrite_replaced_symbols(ir::Program& p) {
+  std::set<int> bound;
+  for (const ir::InputSpec& in : p.inputs) {
+    for (const sym::Expr& d : in.shape) for (int s : sym::free_symbols(d)) bound.insert(s);
+    if (in.is_int && in.dynamism != ir::Dynamism::kStatic) for (int s : sym::free_symbols(in.expr)) bound.insert(s);
+  }
+  std::unordered_map<int, sym::Expr> unbound;
+  for (int s = 0; s < static_cast<int>(p.env.num_symbols()); ++s) {
+    if (p.env.symbol(s).kind != sym::SymbolKind::Backed || bound.count(s)) continue;
+    if (auto r = p.env.replacement(s)) unbound.emplace(s, *r);
+  }
+  if (unbound.empty()) return;
+  for (ir::Graph& g : p.graphs) {
+    std::vector<ir::RuntimeAssert> kept;
+    for (ir::RuntimeAssert& a : g.asserts) {
+      const sym::Expr e = sym::substitute(a.expr, unbound);
+      if (e == a.expr) {
+        kept.push_back(std::move(a));
+      } else if (e.bool_value() != true) {
+        a.expr = e;
+        a.message = sym::to_string(e, &p.env);
+        kept.push_back(std::move(a));
+      }
+    }
+    g.asserts = std::move(kept);
+  }
+}
+
 void add_specializations(TraceContext& ctx, const std::vector<std::pair<const Dim*, int>>& named_dims) {
   ir::Program& p = ctx.program;
   for (const auto& [dim, s] : named_dims) {
@@ -121,7 +155,11 @@ void simplify_graph(ir::Graph& g, const sym::ShapeEnv& env) {
 void prune_asserts(ir::Graph& g, const sym::ShapeEnv& env) {
   std::vector<ir::RuntimeAssert> kept;
   for (ir::RuntimeAssert& a : g.asserts) {
-    if (env.statically_known(a.expr) != true) kept.push_back(a);
+    // Symbols `env` does not know (unbacked ones created while tracing, after `env` was
+    // saved) have no declared facts to prove anything with: keep their asserts.
+    bool known = true;
+    for (int s : sym::free_symbols(a.expr)) known = known && env.is_valid_symbol(s);
+    if (!known || env.statically_known(a.expr) != true) kept.push_back(a);
   }
   g.asserts = std::move(kept);
 }
@@ -349,13 +387,16 @@ void finalize(TraceContext& ctx, const std::vector<std::pair<const Dim*, int>>& 
   for (ir::InputSpec& in : p.inputs) {
     in.shape = simplified(in.shape, p.env);
     if (in.is_int && in.dynamism != ir::Dynamism::kStatic) {
-      in.expr = p.env.simplify(in.expr);
-      if (auto c = in.expr.constant_value()) {  // an AUTO int that the code specialized
+      // An int related to other sizes (`n := s0`) keeps its own symbol: the runtime binds it
+      // from the input and the guard's assert (`s0 == s1`) checks the relation.
+      if (auto c = p.env.simplify(in.expr).constant_value()) {  // an AUTO int that the code specialized
         in.dynamism = ir::Dynamism::kStatic;
         in.static_value = *c;
       }
     }
   }
+  rewrite_replaced_symbols(p);
+  p.range_origins.insert(ctx.range_meta.begin(), ctx.range_meta.end());
   for (ir::OutputSpec& out : p.outputs) {
     out.shape = simplified(out.shape, p.env);
     out.expr = p.env.simplify(out.expr);

@@ -18,6 +18,7 @@ void finalize(TraceContext& ctx, const std::vector<std::pair<const Dim*, int>>& 
 /// as they are: under the environment that recorded them they would read as `True`.
 void simplify_graph(ir::Graph& g, const sym::ShapeEnv& env);
 /// Drops the asserts that `env` proves (a specialization's predicate over declared ranges).
+/// Asserts over symbols `env` does not have (created after it was copied) are kept.
 void prune_asserts(ir::Graph& g, const sym::ShapeEnv& env);
 
 /// Removes nodes whose results are never used (keeping nodes that bind unbacked

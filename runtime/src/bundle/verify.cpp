@@ -75,6 +75,8 @@ class Verifier {
   // Per graph being checked:
   std::vector<std::uint32_t> bound_at_;  // per symbol: kNotBound, or node index + 1 (0 = start)
   std::vector<std::uint32_t> producer_;  // per value: node index + 1, 0 = not produced by a node
+  // Per symbol: a backed symbol some signature input binds (a tensor dim or a dynamic int).
+  std::vector<bool> bound_by_input_;
 };
 
 Status Verifier::run() {
@@ -91,6 +93,21 @@ Status Verifier::run() {
   KILN_RETURN_IF_ERROR(check_exprs());
   KILN_RETURN_IF_ERROR(check_constants());
   KILN_RETURN_IF_ERROR(check_signature());
+  // The runtime binds backed symbols from the inputs only: one that no input mentions
+  // (an export that dropped it from every input) can never be evaluated.
+  bound_by_input_.assign(n_symbols_, false);
+  for (std::uint32_t i = 0; i < count(p_.signature()->inputs()); ++i) {
+    const auto* in = p_.signature()->inputs()->Get(i);
+    std::vector<std::uint32_t> exprs;
+    if (in->kind() == fb::InputKind::Tensor) {
+      for (std::uint32_t d = 0; d < count(in->shape()); ++d) exprs.push_back(in->shape()->Get(d));
+    } else if (in->dynamism() != fb::Dynamism::Static) {
+      exprs.push_back(in->expr());
+    }
+    for (const std::uint32_t e : exprs) {
+      for (const std::uint32_t s : expr_symbols_[e]) bound_by_input_[s] = p_.symbols()->Get(s)->kind() == fb::SymbolKind::Backed;
+    }
+  }
   if (n_graphs_ == 0) return invalid("program has no graphs");
   if (p_.entry_graph() >= n_graphs_) {
     return invalid("entry_graph " + std::to_string(p_.entry_graph()) + " >= graph count " + std::to_string(n_graphs_));
@@ -119,6 +136,9 @@ Status Verifier::check_symbols() {
     if (s->min() > s->max()) {
       return invalid(where + " (" + s->name()->str() + "): empty range [" + std::to_string(s->min()) + ", " +
                      std::to_string(s->max()) + "]");
+    }
+    if (n_debug_ > 0 && s->debug() > n_debug_) {
+      return invalid(where + " (" + s->name()->str() + "): debug entry " + std::to_string(s->debug()) + " does not exist");
     }
   }
   return Status::Ok();
@@ -288,6 +308,9 @@ Status Verifier::check_signature() {
 
 Status Verifier::check_symbols_bound(std::uint32_t expr, std::uint32_t at, const std::string& where) const {
   for (const std::uint32_t s : expr_symbols_[expr]) {
+    if (bound_at_[s] == kNotBound && p_.symbols()->Get(s)->kind() == fb::SymbolKind::Backed) {
+      return invalid(where + ": uses symbol " + p_.symbols()->Get(s)->name()->str() + ", which no input binds");
+    }
     if (bound_at_[s] == kNotBound || bound_at_[s] > at) {
       return invalid(where + ": uses symbol " + p_.symbols()->Get(s)->name()->str() + " before it is bound");
     }
@@ -436,7 +459,7 @@ Status Verifier::check_graph(std::uint32_t g) {
   producer_.assign(n_values, 0);
   bound_at_.assign(n_symbols_, kNotBound);
   for (std::uint32_t s = 0; s < n_symbols_; ++s) {
-    if (p_.symbols()->Get(s)->kind() == fb::SymbolKind::Backed) bound_at_[s] = kBoundAtStart;
+    if (bound_by_input_[s]) bound_at_[s] = kBoundAtStart;
   }
   std::vector<bool> is_input(n_values, false);
   for (std::uint32_t k = 0; k < count(graph->inputs()); ++k) {

@@ -64,6 +64,17 @@ std::string location(const fb::Program& p, std::uint32_t debug) {
   return d.empty() ? "" : " (" + d.text() + ")";
 }
 
+// "input x.size(0) = 3 (s0) is outside the range [4, inf] (narrowed at model.cpp:17)": the
+// symbol's debug entry is the guard or check that narrowed its range, when there was one.
+std::string range_rejection(const fb::Program& p, const fb::Symbol& sym, const std::string& source, std::int64_t value) {
+  const std::string user = sym.user_name() && sym.user_name()->size() ? sym.user_name()->str() + ", " : "";
+  const std::string hi = sym.max() == INT64_MAX ? "inf" : std::to_string(sym.max());
+  const std::string lo = sym.min() == INT64_MIN ? "-inf" : std::to_string(sym.min());
+  const DebugLocation where = debug_location(p, sym.debug());
+  return "input " + source + " = " + std::to_string(value) + " (" + user + sym.name()->str() + ") is outside the range [" + lo +
+         ", " + hi + "]" + (where.empty() ? "" : " (narrowed at " + where.text() + ")");
+}
+
 // One input or output of a graph call: an int or a tensor view (not owned).
 struct CallArg {
   bool is_int = false;
@@ -324,13 +335,7 @@ Status Session::Impl::check_entry_ranges_and_dims(std::span<const CallArg> args)
   for (std::uint32_t s = 0; s < count(p.symbols()); ++s) {
     const auto* sym = p.symbols()->Get(s);
     if (sym->kind() != fb::SymbolKind::Backed || !bound[s]) continue;
-    if (symbols[s] < sym->min() || symbols[s] > sym->max()) {
-      const std::string user = sym->user_name() && sym->user_name()->size() ? sym->user_name()->str() + ", " : "";
-      const std::string hi = sym->max() == INT64_MAX ? "inf" : std::to_string(sym->max());
-      const std::string lo = sym->min() == INT64_MIN ? "-inf" : std::to_string(sym->min());
-      return bad_input("input " + bound_from[s] + " = " + std::to_string(symbols[s]) + " (" + user + sym->name()->str() +
-                       ") is outside the range [" + lo + ", " + hi + "]" + location(p, sym->debug()));
-    }
+    if (symbols[s] < sym->min() || symbols[s] > sym->max()) return bad_input(range_rejection(p, *sym, bound_from[s], symbols[s]));
   }
   // Every dim equals its (now evaluable) expression: static dims, equalities, derived dims.
   for (std::uint32_t i = 0; i < count(sig); ++i) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -158,6 +159,10 @@ struct Program {
   std::vector<OutputSpec> outputs;
   std::vector<SelfTestCase> self_tests;
   std::vector<std::pair<std::string, std::string>> metadata;
+  /// Where the range of a symbol (by id) was last narrowed: the guard or `check` of the
+  /// user's code (or, imported, the archive's assert). Saved as Symbol.debug; the runtime
+  /// names it when an input falls outside the range.
+  std::unordered_map<int, NodeMeta> range_origins;
 };
 
 }  // namespace kiln::ir

@@ -71,10 +71,18 @@ class ImportArchive : public ::testing::Test {
       text = j.dump();
     });
   }
-  // The legacy mlp archive with its state dict replaced by a hand-made torch.save zip.
-  std::string legacy_mlp_with_state_dict(const std::string& name, const std::string& torch_save) {
-    return edited(legacy_fixture("mlp", "model.core.pt2"), "serialized_state_dict.pt", name,
-                  [&](std::string& data) { data = torch_save; });
+  // The legacy mlp archive with its state dict replaced by a hand-made torch.save zip. Its
+  // members are deflated, so the nested zip is read into memory; with `stored` they are
+  // stored as torch.export.save writes them, and the nested zip is read in place.
+  std::string legacy_mlp_with_state_dict(const std::string& name, const std::string& torch_save, bool stored = false) {
+    auto entries = read_zip(legacy_fixture("mlp", "model.core.pt2"));
+    entries.at("serialized_state_dict.pt") = torch_save;
+    if (stored) {
+      std::ofstream(path(name), std::ios::binary) << zip_bytes(entries);
+    } else {
+      EXPECT_TRUE(write_zip(path(name), entries));
+    }
+    return path(name);
   }
   fs::path dir_;
 };
@@ -184,10 +192,6 @@ TEST_F(ImportArchive, WeightOffsetsSizesAndStridesAreRangeChecked) {
 TEST_F(ImportArchive, LegacyStridedViewsOfSharedStoragesAreGatheredInCOrder) {
   // fc2.bias (10) is elements 2..11 of storage "s"; fc2.weight (10, 128) is the transpose
   // of a (128, 10) storage. Both must come out C-contiguous with the right values.
-  auto entries = read_zip(legacy_fixture("mlp", "model.core.pt2"));
-  std::string state;
-  for (auto& [n, d] : entries) if (n.find("serialized_state_dict.pt") != std::string::npos) state = d;
-  ASSERT_FALSE(state.empty());
   const std::string bias(floats({9, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
   std::string wt(128 * 10 * sizeof(float), '\0');
   for (int i = 0; i < 128; ++i) {
@@ -201,19 +205,52 @@ TEST_F(ImportArchive, LegacyStridedViewsOfSharedStoragesAreGatheredInCOrder) {
                                              {"fc1.bias", "FloatStorage", "1", 128, 0, {128}, {1}},
                                              {"fc2.weight", "FloatStorage", "t", 1280, 0, {10, 128}, {1, 10}},
                                              {"fc2.bias", "FloatStorage", "s", 12, 2, {10}, {1}}});
-  const std::string p = legacy_mlp_with_state_dict("strided.pt2", torch_save_zip(pkl, {{"0", w1}, {"1", b1}, {"t", wt}, {"s", bias}}));
-  auto ep = import_pt2(p);
-  ASSERT_TRUE(ep.ok()) << ep.status().message();
-  for (const auto& c : ep->program().constants) {
-    const float* v = reinterpret_cast<const float*>(c.data->data());
-    if (c.name == "fc2.bias") {
-      ASSERT_EQ(c.data->size(), 40u);
-      for (int i = 0; i < 10; ++i) EXPECT_EQ(v[i], static_cast<float>(i));
+  for (bool stored : {false, true}) {
+    const std::string p = legacy_mlp_with_state_dict("strided.pt2", torch_save_zip(pkl, {{"0", w1}, {"1", b1}, {"t", wt}, {"s", bias}}), stored);
+    auto ep = import_pt2(p);
+    ASSERT_TRUE(ep.ok()) << ep.status().message();
+    for (const auto& c : ep->program().constants) {
+      const float* v = reinterpret_cast<const float*>(c.data->data());
+      if (c.name == "fc2.bias") {
+        ASSERT_EQ(c.data->size(), 40u);
+        for (int i = 0; i < 10; ++i) EXPECT_EQ(v[i], static_cast<float>(i));
+      }
+      if (c.name == "fc2.weight") {
+        ASSERT_EQ(c.data->size(), 1280u * 4);
+        for (int o = 0; o < 10; ++o) for (int i = 0; i < 128; ++i) ASSERT_EQ(v[o * 128 + i], static_cast<float>(o * 1000 + i));
+      }
     }
-    if (c.name == "fc2.weight") {
-      ASSERT_EQ(c.data->size(), 1280u * 4);
-      for (int o = 0; o < 10; ++o) for (int i = 0; i < 128; ++i) ASSERT_EQ(v[o * 128 + i], static_cast<float>(o * 1000 + i));
+  }
+}
+
+// Pickles written by Python's own pickler as torch.save writes them, protocols 2 and 4
+// (FRAME, MEMOIZE, STACK_GLOBAL), parameters (_rebuild_parameter), a transposed view, a view
+// at an offset: fuzz/make_archive_seeds.py, also the fuzzer's seeds.
+TEST_F(ImportArchive, LegacyPicklesFromPythonsPicklerImportWithTheirValues) {
+  for (const char* seed : {"torchsave_proto2", "torchsave_proto4"}) {
+    SCOPED_TRACE(seed);
+    std::ifstream in(fs::path(KILN_SOURCE_DIR) / "fuzz" / "seeds" / "archive_fuzzer" / seed, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_GT(bytes.size(), 1u);
+    auto ep = import_pt2(legacy_mlp_with_state_dict("python.pt2", bytes.substr(1), true));  // byte 0: the fuzzer's mode
+    ASSERT_TRUE(ep.ok()) << ep.status().message();
+    int checked = 0;
+    for (const auto& c : ep->program().constants) {
+      const float* v = reinterpret_cast<const float*>(c.data->data());
+      if (c.name == "fc1.weight") {
+        ASSERT_EQ(c.shape, (std::vector<std::int64_t>{128, 64}));
+        EXPECT_EQ(v[8191], 8191.0f / 8192);
+        ++checked;
+      } else if (c.name == "fc2.weight") {
+        ASSERT_EQ(c.shape, (std::vector<std::int64_t>{10, 128}));
+        for (int o = 0; o < 10; ++o) for (int i = 0; i < 128; ++i) ASSERT_EQ(v[o * 128 + i], static_cast<float>(o * 1000 + i));
+        ++checked;
+      } else if (c.name == "fc2.bias") {
+        for (int i = 0; i < 10; ++i) EXPECT_EQ(v[i], static_cast<float>(i));
+        ++checked;
+      }
     }
+    EXPECT_EQ(checked, 3);
   }
 }
 
@@ -316,12 +353,20 @@ TEST_F(ImportArchive, LegacyPickleBombsEndInClearErrorsWithBoundedMemory) {
 }
 
 TEST_F(ImportArchive, LegacyTorchSaveZipsThatAreDamagedAreInvalid) {
-  expect_error(import_pt2(legacy_mlp_with_state_dict("notzip.pt2", "not a zip")), StatusCode::kInvalidBundle,
-               {"serialized_state_dict.pt' is not a readable zip"});
-  expect_error(import_pt2(legacy_mlp_with_state_dict("nopkl.pt2", zip_bytes({{"archive/other", "x"}}))), StatusCode::kInvalidBundle,
-               {"no data.pkl"});
-  const std::string big = zip_bytes({{"archive/data.pkl", "\x80\x02}."}, {"archive/byteorder", "big"}});
-  expect_error(import_pt2(legacy_mlp_with_state_dict("bigendian.pt2", big)), StatusCode::kUnsupported, {"byte order 'big'"});
+  for (bool stored : {false, true}) {
+    SCOPED_TRACE(stored ? "stored (read in place)" : "deflated (read into memory)");
+    expect_error(import_pt2(legacy_mlp_with_state_dict("notzip.pt2", "not a zip", stored)), StatusCode::kInvalidBundle,
+                 {"serialized_state_dict.pt' is not a readable zip"});
+    expect_error(import_pt2(legacy_mlp_with_state_dict("nopkl.pt2", zip_bytes({{"archive/other", "x"}}), stored)),
+                 StatusCode::kInvalidBundle, {"no data.pkl"});
+    const std::string big = zip_bytes({{"archive/data.pkl", "\x80\x02}."}, {"archive/byteorder", "big"}});
+    expect_error(import_pt2(legacy_mlp_with_state_dict("bigendian.pt2", big, stored)), StatusCode::kUnsupported, {"byte order 'big'"});
+    // A torch.save zip cut short: its storages are no longer all there.
+    auto entries = read_zip(legacy_fixture("mlp", "model.core.pt2"));
+    std::string state = entries.at("serialized_state_dict.pt");
+    expect_error(import_pt2(legacy_mlp_with_state_dict("cut.pt2", state.substr(0, state.size() / 2), stored)), StatusCode::kInvalidBundle,
+                 {"serialized_state_dict.pt"});
+  }
 }
 
 // ---- mutations are never dropped ----------------------------------------------------------

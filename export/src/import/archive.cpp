@@ -101,6 +101,35 @@ Result<std::unique_ptr<ZipArchive>> ZipArchive::from_bytes(std::span<const std::
   return adopt(z, label, bytes.size());
 }
 
+Result<std::unique_ptr<ZipArchive>> ZipArchive::open_nested(const std::string& name, std::uint64_t max_bytes) const {
+  const std::string label = label_ + ":" + name;
+  zip_stat_t st;
+  zip_stat_init(&st);
+  if (zip_stat(handle_->zip, name.c_str(), 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE) || !(st.valid & ZIP_STAT_INDEX)) {
+    return Status(StatusCode::kInvalidBundle, "'" + label_ + "': archive member '" + name + "' is missing");
+  }
+  if ((st.valid & ZIP_STAT_COMP_METHOD) && st.comp_method == ZIP_CM_STORE && st.size <= source_bytes_) {
+    // A window onto the outer file: libzip seeks within it, nothing is copied.
+    if (zip_source_t* src = zip_source_zip(handle_->zip, handle_->zip, st.index, 0, 0, -1)) {
+      zip_error_t ze;
+      zip_error_init(&ze);
+      zip_t* z = zip_open_from_source(src, ZIP_RDONLY, &ze);
+      if (z) {
+        zip_error_fini(&ze);
+        return adopt(z, label, st.size);
+      }
+      const std::string why = zip_error_strerror(&ze);
+      zip_error_fini(&ze);
+      zip_source_free(src);
+      return Status(StatusCode::kInvalidBundle, "'" + label + "' is not a readable zip (" + why + ")");
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(auto bytes, read(name, max_bytes));
+  KILN_ASSIGN_OR_RETURN(auto nested, from_bytes(bytes, label));
+  nested->owned_ = std::move(bytes);  // moving a vector keeps its buffer, which the zip source reads
+  return nested;
+}
+
 std::optional<std::string> ZipArchive::find(const std::string& suffix, const std::string& infix) const {
   for (const std::string& n : names_) {
     if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0 &&

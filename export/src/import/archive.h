@@ -33,6 +33,10 @@ class ZipArchive {
   static Result<std::unique_ptr<ZipArchive>> open(const std::string& path);
   /// A zip held in memory; `bytes` must outlive the archive. `label` names it in errors.
   static Result<std::unique_ptr<ZipArchive>> from_bytes(std::span<const std::uint8_t> bytes, const std::string& label);
+  /// The zip stored as member `name` of this one (a torch.save zip inside a legacy archive),
+  /// read in place when the member is stored uncompressed (no copy of its bytes), else read
+  /// into memory (at most `max_bytes`). This archive must outlive the result.
+  Result<std::unique_ptr<ZipArchive>> open_nested(const std::string& name, std::uint64_t max_bytes) const;
   ~ZipArchive();
   ZipArchive(const ZipArchive&) = delete;
   ZipArchive& operator=(const ZipArchive&) = delete;
@@ -55,6 +59,7 @@ class ZipArchive {
   std::unique_ptr<Handle> handle_;
   std::string label_;
   std::uint64_t source_bytes_ = 0;  // the zip's own size: no member expands past kMaxExpansion times it
+  std::vector<std::uint8_t> owned_;  // the bytes of a nested zip that had to be read into memory
   std::vector<std::string> names_;
 };
 

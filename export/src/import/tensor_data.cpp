@@ -242,8 +242,9 @@ Result<ArchiveModel> find_model(const ZipArchive& archive) {
                  "and no serialized_exported_program.json (PyTorch <= 2.6)");
 }
 
-Result<std::vector<ArchiveTensor>> read_torch_save(std::span<const std::uint8_t> bytes, const std::string& label) {
-  KILN_ASSIGN_OR_RETURN(auto zip, ZipArchive::from_bytes(bytes, label));
+Result<std::vector<ArchiveTensor>> read_torch_save(const ZipArchive& archive) {
+  const ZipArchive* zip = &archive;
+  const std::string& label = archive.label();
   auto pkl = zip->find("/data.pkl");
   if (!pkl) pkl = zip->find("data.pkl");
   if (!pkl) return invalid("'" + label + "' is not a torch.save archive: no data.pkl");
@@ -285,9 +286,8 @@ Result<ArchiveTensors> read_tensors(const ZipArchive& archive, ArchiveLayout lay
   for (auto [suffix, into] : {std::pair{"serialized_state_dict.pt", &out.weights}, std::pair{"serialized_constants.pt", &out.constants}}) {
     auto member = archive.find(suffix);
     if (!member) continue;
-    // The nested zip is read whole; the tensors then share its storages' copies.
-    KILN_ASSIGN_OR_RETURN(auto bytes, archive.read(*member, MemberLimits::kArchive));
-    KILN_ASSIGN_OR_RETURN(*into, read_torch_save(bytes, archive.label() + ":" + *member));
+    KILN_ASSIGN_OR_RETURN(auto nested, archive.open_nested(*member, MemberLimits::kArchive));
+    KILN_ASSIGN_OR_RETURN(*into, read_torch_save(*nested));
   }
   return out;
 }

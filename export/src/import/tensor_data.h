@@ -58,7 +58,8 @@ struct ArchiveTensors {
 };
 Result<ArchiveTensors> read_tensors(const ZipArchive& archive, ArchiveLayout layout);
 
-/// The tensors of one `torch.save` zip held in `bytes` (`label` names it in errors).
-Result<std::vector<ArchiveTensor>> read_torch_save(std::span<const std::uint8_t> bytes, const std::string& label);
+/// The tensors of one `torch.save` zip (`<name>/data.pkl`, `<name>/data/<key>`,
+/// `<name>/byteorder`), unpickled with the restricted unpickler (pickle.h).
+Result<std::vector<ArchiveTensor>> read_torch_save(const ZipArchive& zip);
 
 }  // namespace kiln::pt2

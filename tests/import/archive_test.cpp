@@ -153,8 +153,30 @@ TEST_F(ImportArchive, FifoDirectoryAndDevicesAreRejectedWithoutReading) {
 
 TEST_F(ImportArchive, OversizedMembersAreRejectedNamingTheMemberAndTheCap) {
   // 257 MiB of padding after the JSON: over the 256 MiB cap, before anything is allocated.
-  const std::string p = edited(fixture("mlp"), "models/model.json", "padded.pt2", [](std::string& j) { j.append(257u << 20, ' '); });
-  expect_error(import_pt2(p), StatusCode::kInvalidBundle, {"model/models/model.json", "268435456 bytes allowed"});
+  auto entries = read_zip(fixture("mlp"));
+  entries.at("model/models/model.json").append(257u << 20, ' ');
+  ASSERT_TRUE(write_zip(path("padded.pt2"), entries, /*stored=*/true));
+  entries.clear();
+  expect_error(import_pt2(path("padded.pt2")), StatusCode::kInvalidBundle, {"model/models/model.json", "268435456 bytes allowed"});
+  fs::remove(path("padded.pt2"));
+}
+
+TEST_F(ImportArchive, AMemberDeclaringMoreThanTheZipCanHoldIsRejectedBeforeAllocating) {
+  // The central directory of a stored zip rewritten to declare 200 MB for the model JSON.
+  auto entries = read_zip(fixture("mlp"));
+  std::string bytes = zip_bytes(entries);
+  const std::string name = "model/models/model.json";
+  std::size_t at = std::string::npos;
+  for (std::size_t p = bytes.find("PK\x01\x02"); p != std::string::npos; p = bytes.find("PK\x01\x02", p + 4)) {
+    if (bytes.compare(p + 46, name.size(), name) == 0) at = p;
+  }
+  ASSERT_NE(at, std::string::npos);
+  for (std::size_t field : {20u, 24u}) {  // compressed and uncompressed size
+    const std::uint32_t size = 200u << 20;
+    for (int i = 0; i < 4; ++i) bytes[at + field + static_cast<std::size_t>(i)] = static_cast<char>((size >> (8 * i)) & 0xff);
+  }
+  std::ofstream(path("liar.pt2"), std::ios::binary) << bytes;
+  expect_error(import_pt2(path("liar.pt2")), StatusCode::kInvalidBundle, {name, "declares 209715200 bytes, more than its", "can expand to"});
 }
 
 // ---- range checks on weights (PT2 layout) ---------------------------------------------------

@@ -51,8 +51,8 @@ bool write_zip_with(const std::string& path, const std::map<std::string, std::st
 
 }  // namespace
 
-bool write_zip(const std::string& path, const std::map<std::string, std::string>& entries) {
-  return write_zip_with(path, entries, false);
+bool write_zip(const std::string& path, const std::map<std::string, std::string>& entries, bool stored) {
+  return write_zip_with(path, entries, stored);
 }
 
 std::string zip_bytes(const std::map<std::string, std::string>& entries) {

@@ -11,8 +11,8 @@ namespace kiln::testing {
 
 /// Every member of the zip at `path`, by name.
 std::map<std::string, std::string> read_zip(const std::string& path);
-/// Writes `entries` as a zip (deflated) to `path`; false on failure.
-bool write_zip(const std::string& path, const std::map<std::string, std::string>& entries);
+/// Writes `entries` as a zip to `path` (deflated, or stored when `stored`); false on failure.
+bool write_zip(const std::string& path, const std::map<std::string, std::string>& entries, bool stored = false);
 /// The bytes of a zip holding `entries` (stored, as torch.save writes them).
 std::string zip_bytes(const std::map<std::string, std::string>& entries);
 

@@ -161,8 +161,8 @@ Result<std::vector<std::uint8_t>> ZipArchive::read(const std::string& name, std:
   const std::uint64_t compressed = (st.valid & ZIP_STAT_COMP_SIZE) ? std::min<std::uint64_t>(st.comp_size, source_bytes_) : source_bytes_;
   if (st.size > 4096 && st.size / MemberLimits::kMaxExpansion > compressed) {
     return Status(StatusCode::kInvalidBundle, "'" + label_ + "': archive member '" + name + "' declares " + std::to_string(st.size) +
-                                                  " bytes from " + std::to_string(st.comp_size) +
-                                                  " compressed bytes, more than any compression yields");
+                                                  " bytes, more than its " + std::to_string(compressed) + " compressed bytes (in a zip of " +
+                                                  std::to_string(source_bytes_) + " bytes) can expand to");
   }
   zip_file_t* f = zip_fopen(handle_->zip, name.c_str(), 0);
   if (!f) return Status(StatusCode::kInvalidBundle, "'" + label_ + "': cannot open archive member '" + name + "'");

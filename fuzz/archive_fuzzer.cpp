@@ -5,7 +5,8 @@
 // The first byte picks what the rest is:
 //   0: a data.pkl            -> unpickle_tensor_dict
 //   1: a torch.save zip      -> read_torch_save (the nested zips of the legacy layout)
-//   2+: a whole .pt2 archive -> find_model, the model JSON member, read_tensors (either layout)
+//   2+: a whole .pt2 archive -> find_model, the model JSON member (non-finite literals
+//       quoted), read_tensors (either layout)
 // Any result other than a value or a non-empty kInvalidBundle / kUnsupported error is a
 // crash (__builtin_trap); libFuzzer's -rss_limit_mb catches unbounded memory.
 //
@@ -67,6 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!model.ok()) return 0;
     auto json = (*zip)->read(model->json_member, kiln::pt2::MemberLimits::kJson);
     check(json.status());
+    if (json.ok()) sink = sink + kiln::pt2::quote_nonfinite_literals(*json);
     auto tensors = kiln::pt2::read_tensors(**zip, model->layout);
     check(tensors.status());
     if (tensors.ok()) sink = sink + touch(tensors->weights) + touch(tensors->constants);

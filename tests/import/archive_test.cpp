@@ -199,6 +199,7 @@ TEST_F(ImportArchive, WeightOffsetsSizesAndStridesAreRangeChecked) {
       {"strides", json::array({json{{"as_int", INT64_MAX}}, json{{"as_int", 1}}}), "overflow"},
       {"strides", json::array({json{{"as_int", 64}}}), "1 strides for 2 sizes"},
       {"dtype", json("seven"), "'dtype' is not an integer"},
+
       {"storage_offset", json{{"as_int", "x"}}, "'storage_offset' is not an integer"},
   };
   for (const Case& c : cases) {
@@ -207,6 +208,19 @@ TEST_F(ImportArchive, WeightOffsetsSizesAndStridesAreRangeChecked) {
                                       [&](json& j) { j["config"]["fc1.weight"]["tensor_meta"][c.field] = c.value; });
     expect_error(import_pt2(p), StatusCode::kInvalidBundle, {"tensor 'fc1.weight'", c.message});
   }
+  // Zero strides expand a weight beyond its storage: fine when small, an error when it would
+  // make a tiny archive allocate gigabytes.
+  auto expanded = [&](std::int64_t rows, std::int64_t cols) {
+    return json_edited(fixture("mlp"), "model_weights_config.json", "x.pt2", [&](json& j) {
+      auto& meta = j["config"]["fc1.weight"]["tensor_meta"];
+      meta["sizes"] = json::array({json{{"as_int", rows}}, json{{"as_int", cols}}});
+      meta["strides"] = json::array({json{{"as_int", 0}}, json{{"as_int", 0}}});
+    });
+  };
+  EXPECT_TRUE(import_pt2(expanded(128, 64)).ok());
+  expect_error(import_pt2(expanded(std::int64_t{1} << 14, std::int64_t{1} << 14)), StatusCode::kInvalidBundle,
+               {"tensor 'fc1.weight'", "over a storage of 32768 bytes", "allowed for expanded views"});
+  expect_error(import_pt2(expanded(std::int64_t{1} << 40, 64)), StatusCode::kInvalidBundle, {"tensor 'fc1.weight'", "allowed for one tensor"});
 }
 
 // ---- the legacy layout's pickles ------------------------------------------------------------
@@ -289,6 +303,7 @@ TEST_F(ImportArchive, LegacyPickleViewsAreRangeCheckedNamingTheTensor) {
       {{"fc2.bias", "FloatStorage", "0", 10, 1, {10}, {1}}, b, "reaches element 10"},
       {{"fc2.bias", "FloatStorage", "0", 10, 0, {10}, {INT64_MAX}}, b, "overflow"},
       {{"fc2.bias", "FloatStorage", "0", 10, 0, {std::int64_t{1} << 40, std::int64_t{1} << 40}, {0, 0}}, b, "sizes overflow"},
+      {{"fc2.bias", "FloatStorage", "0", 10, 0, {std::int64_t{1} << 30}, {0}}, b, "allowed for expanded views"},
       {{"fc2.bias", "FloatStorage", "0", 10, 0, {10}, {-1}}, b, "stride -1 of dim 0 is negative"},
       {{"fc2.bias", "FloatStorage", "0", 11, 0, {10}, {1}}, b, "40 bytes, too few for its 11 f32 elements"},
       {{"fc2.bias", "FloatStorage", "0", std::int64_t{1} << 62, 0, {10}, {1}}, b, "too few for its"},

@@ -160,6 +160,7 @@ Result<std::vector<ArchiveTensor>> read_pt2_tensors(const ZipArchive& archive, c
     }
     const auto storage_numel = static_cast<std::int64_t>(it->second->size() / dtype_size(*dtype));
     KILN_RETURN_IF_ERROR(check_view(sizes, strides, offset, storage_numel, where + ", file '" + file->get<std::string>() + "'"));
+    KILN_RETURN_IF_ERROR(check_view_bytes(sizes, *dtype, it->second->size(), where));
     out.push_back({name, *dtype, sizes, gather(it->second, *dtype, sizes, strides, offset)});
   }
   return out;
@@ -234,6 +235,18 @@ std::size_t quote_nonfinite_literals(std::vector<std::uint8_t>& text) {
   return starts.size();
 }
 
+Status check_view_bytes(std::span<const std::int64_t> sizes, DType dtype, std::uint64_t storage_bytes, const std::string& what) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(numel_of(sizes)) * dtype_size(dtype);  // numel <= 2^59 (check_view)
+  if (bytes > MemberLimits::kTensorData) {
+    return invalid(what + ": " + std::to_string(bytes) + " bytes, more than the " + std::to_string(MemberLimits::kTensorData) + " allowed for one tensor");
+  }
+  if (bytes > storage_bytes && bytes > kMaxExpandedViewBytes) {
+    return invalid(what + ": a view of " + std::to_string(bytes) + " bytes over a storage of " + std::to_string(storage_bytes) +
+                   " bytes (zero or overlapping strides), more than the " + std::to_string(kMaxExpandedViewBytes) + " allowed for expanded views");
+  }
+  return Status::Ok();
+}
+
 Result<ArchiveModel> find_model(const ZipArchive& archive) {
   if (auto name = archive.find("/models/model.json")) return ArchiveModel{ArchiveLayout::kPt2, *name};
   if (auto name = archive.find(".json", "/models/")) return ArchiveModel{ArchiveLayout::kPt2, *name};
@@ -271,6 +284,7 @@ Result<std::vector<ArchiveTensor>> read_torch_save(const ZipArchive& archive) {
     }
     KILN_RETURN_IF_ERROR(check_storage(it->second->size(), t.storage_numel, t.dtype, what));
     KILN_RETURN_IF_ERROR(check_view(t.sizes, t.strides, t.offset, t.storage_numel, what));
+    KILN_RETURN_IF_ERROR(check_view_bytes(t.sizes, t.dtype, it->second->size(), what));
     out.push_back({std::move(t.name), t.dtype, t.sizes, gather(it->second, t.dtype, t.sizes, t.strides, t.offset)});
   }
   return out;

@@ -28,6 +28,14 @@ std::optional<DType> dtype_from_torch(std::int64_t code);
 Status check_view(std::span<const std::int64_t> sizes, std::span<const std::int64_t> strides, std::int64_t offset,
                   std::int64_t storage_numel, const std::string& what);
 
+/// A view can be larger than its storage only through zero or overlapping strides (an
+/// expanded tensor); beyond this it is an error, so a tiny file cannot demand terabytes.
+inline constexpr std::uint64_t kMaxExpandedViewBytes = 256ull << 20;
+
+/// Checks the bytes a C-contiguous copy of the view needs: at most MemberLimits::kTensorData,
+/// and at most kMaxExpandedViewBytes when more than the storage's `storage_bytes`.
+Status check_view_bytes(std::span<const std::int64_t> sizes, DType dtype, std::uint64_t storage_bytes, const std::string& what);
+
 /// A tensor read from an archive: C-contiguous bytes (shared with the storage when the view
 /// is the whole storage, so a weight is not copied).
 struct ArchiveTensor {

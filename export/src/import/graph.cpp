@@ -1,5 +1,5 @@
-// Walking the archive: weights, signature, graphs, nodes, higher-order ops, asserts and
-// unbacked bindings.
+// Walking the archive: its model JSON and tensors (tensor_data.h), signature, graphs, nodes,
+// higher-order ops, asserts and unbacked bindings.
 #include <algorithm>
 #include <cstring>
 #include <sstream>

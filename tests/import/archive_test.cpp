@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "import/zip_testutil.h"
@@ -387,6 +388,39 @@ TEST_F(ImportArchive, LegacyPickleBombsEndInClearErrorsWithBoundedMemory) {
     const std::string p = legacy_mlp_with_state_dict("bomb.pt2", torch_save_zip(c.pickle, {}));
     expect_error(import_pt2(p), StatusCode::kInvalidBundle, {c.message});
   }
+}
+
+// Random byte damage to a real torch.save pickle: every import ends in a Status (ok or
+// invalid), never a crash, an exception or an internal error.
+TEST_F(ImportArchive, RandomlyDamagedLegacyPicklesNeverCrash) {
+  auto outer = read_zip(legacy_fixture("mlp", "model.core.pt2"));
+  auto inner = read_zip([&] {
+    std::ofstream(path("state.zip"), std::ios::binary) << outer.at("serialized_state_dict.pt");
+    return path("state.zip");
+  }());
+  std::string pkl_name;
+  for (const auto& [n, d] : inner) if (n.size() >= 8 && n.compare(n.size() - 8, 8, "data.pkl") == 0) pkl_name = n;
+  ASSERT_FALSE(pkl_name.empty());
+  const std::string original = inner.at(pkl_name);
+  std::mt19937 rng(99);
+  int ok = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    std::string damaged = original;
+    const int edits = 1 + trial % 4;
+    for (int k = 0; k < edits; ++k) {
+      const std::size_t at = std::uniform_int_distribution<std::size_t>(0, damaged.size() - 1)(rng);
+      damaged[at] = static_cast<char>(std::uniform_int_distribution<int>(0, 255)(rng));
+    }
+    inner[pkl_name] = damaged;
+    auto ep = import_pt2(legacy_mlp_with_state_dict("damaged.pt2", zip_bytes(inner), trial % 2 == 0));
+    if (ep.ok()) {
+      ++ok;
+      continue;
+    }
+    EXPECT_TRUE(ep.status().code() == StatusCode::kInvalidBundle || ep.status().code() == StatusCode::kUnsupported)
+        << "trial " << trial << ": " << ep.status().message();
+  }
+  EXPECT_LT(ok, 150);
 }
 
 TEST_F(ImportArchive, LegacyTorchSaveZipsThatAreDamagedAreInvalid) {

@@ -313,10 +313,17 @@ TEST_F(ImportStructure, HostileArchivesAreClearErrors) {
 // Status (ok or an error), never a crash or an exception.
 TEST_F(ImportStructure, RandomlyDamagedArchivesNeverCrash) {
   std::mt19937 rng(1234);
-  for (const char* model : {"decoder", "cond_sizes", "item_size", "repeated"}) {
-    auto entries = read_zip(fixture(model, "model.core.pt2"));
+  const std::string legacy = (fs::path(KILN_FIXTURES_DIR) / ".." / "torch26").string();
+  for (const std::string& archive : {fixture("decoder", "model.core.pt2"), fixture("cond_sizes", "model.core.pt2"),
+                                    fixture("item_size", "model.core.pt2"), fixture("repeated", "model.core.pt2"),
+                                    legacy + "/cond_dyn/model.core.pt2", legacy + "/item_size/model.pt2"}) {
+    const std::string model = fs::path(archive).parent_path().filename().string();
+    auto entries = read_zip(archive);
     std::string key;
-    for (const auto& [n, data] : entries) if (n.find("models/model.json") != std::string::npos) key = n;
+    for (const auto& [n, data] : entries) {
+      if (n.find("models/model.json") != std::string::npos || n == "serialized_exported_program.json") key = n;
+    }
+    ASSERT_FALSE(key.empty()) << archive;
     const json original = json::parse(entries[key]);
     std::vector<json::json_pointer> pointers;
     std::function<void(const json&, const json::json_pointer&)> collect = [&](const json& j, const json::json_pointer& p) {

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Fuzzes the bundle loader for a bounded time; exits non-zero if libFuzzer finds a crash,
-# a sanitizer error, a leak, a timeout or an out-of-memory.
+# Fuzzes the bundle loader and the .pt2 archive reader for a bounded time; exits non-zero if
+# libFuzzer finds a crash, a sanitizer error, a leak, a timeout or an out-of-memory.
 #
-#   scripts/fuzz.sh [SECONDS] [extra libFuzzer flags...]      # default 60 s
+#   scripts/fuzz.sh [SECONDS] [extra libFuzzer flags...]      # default 60 s in all
 #
 # Configures and builds the `fuzz` preset (clang, libFuzzer, ASan+UBSan) into build/fuzz,
-# writes the seed bundles (kiln_make_fuzz_seeds), then runs kiln_bundle_fuzzer on them and
-# on fuzz/regressions/bundle_fuzzer (inputs that once crashed) with
-# -max_total_time=SECONDS -rss_limit_mb=2048 -max_len=65536. The corpus grows in
-# BUILD/fuzz-corpus/bundle_fuzzer and is reused by the next run; crashing inputs are
-# saved to BUILD/fuzz-artifacts/ (reproduce: BUILD/fuzz/kiln_bundle_fuzzer FILE).
+# writes the seed bundles (kiln_make_fuzz_seeds), then runs each target for its share of
+# SECONDS (bundle_fuzzer 2/3, archive_fuzzer 1/3) with -rss_limit_mb=2048 -max_len=65536:
+#   kiln_bundle_fuzzer  on the generated seeds and fuzz/regressions/bundle_fuzzer;
+#   kiln_archive_fuzzer on fuzz/seeds/archive_fuzzer (pickles, torch.save zips, both .pt2
+#                       layouts) and fuzz/regressions/archive_fuzzer.
+# fuzz/regressions/<target> holds inputs that once crashed: replayed first, every run. The
+# corpus grows in BUILD/fuzz-corpus/<target> and is reused by the next run; crashing inputs
+# are saved to BUILD/fuzz-artifacts/ (reproduce: BUILD/fuzz/kiln_<target> FILE).
 #
 # Environment:
 #   KILN_FUZZ_BUILD_DIR  build folder (default build/fuzz, configured with `--preset fuzz`;
@@ -35,29 +38,45 @@ if [[ "${KILN_FUZZ_SKIP_BUILD:-0}" != 1 ]]; then
       -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF \
       -DKILN_BUILD_SAMPLES=OFF -DKILN_BUILD_CLI=OFF
   fi
-  cmake --build "$build" -j "$jobs" --target kiln_bundle_fuzzer
+  cmake --build "$build" -j "$jobs" --target kiln_bundle_fuzzer kiln_archive_fuzzer
   # Without the seed generator, fuzz from the saved corpus only.
   cmake --build "$build" -j "$jobs" --target kiln_make_fuzz_seeds ||
     echo "fuzz.sh: warning: kiln_make_fuzz_seeds did not build; using the existing corpus only" >&2
 fi
 
-fuzzer=$build/fuzz/kiln_bundle_fuzzer
 seeds=$build/fuzz-seeds/bundle_fuzzer
-corpus=$build/fuzz-corpus/bundle_fuzzer
 artifacts=$build/fuzz-artifacts
-mkdir -p "$seeds" "$corpus" "$artifacts"
+mkdir -p "$seeds" "$artifacts"
 if [[ -x $build/fuzz/kiln_make_fuzz_seeds ]]; then
   "$build/fuzz/kiln_make_fuzz_seeds" "$seeds"
 fi
 
-echo "fuzz.sh: fuzzing for ${seconds}s (corpus $corpus, artifacts $artifacts)" >&2
-status=0
-# fuzz/regressions/bundle_fuzzer holds inputs that once crashed: replayed first, every run.
-"$fuzzer" "$corpus" "$seeds" "$root/fuzz/regressions/bundle_fuzzer" \
-  -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=65536 -timeout=30 \
-  -dict="$root/fuzz/bundle_fuzzer.dict" -artifact_prefix="$artifacts/" -print_final_stats=1 "$@" || status=$?
-if [[ $status -ne 0 ]]; then
-  echo "fuzz.sh: the fuzzer failed (exit $status); inputs saved in $artifacts" >&2
-  exit "$status"
-fi
+# run_fuzzer TARGET SECONDS SEED_DIR... [-- libFuzzer flags]
+run_fuzzer() {
+  local target=$1 time=$2
+  shift 2
+  local corpus=$build/fuzz-corpus/$target
+  local dirs=() flags=()
+  while [[ $# -gt 0 && $1 != -- ]]; do dirs+=("$1"); shift; done
+  [[ $# -gt 0 ]] && shift
+  flags=("$@")
+  mkdir -p "$corpus"
+  [[ -d $root/fuzz/regressions/$target ]] && dirs+=("$root/fuzz/regressions/$target")
+  local dict=()
+  [[ -f $root/fuzz/$target.dict ]] && dict=(-dict="$root/fuzz/$target.dict")
+  echo "fuzz.sh: fuzzing $target for ${time}s (corpus $corpus, artifacts $artifacts)" >&2
+  local status=0
+  "$build/fuzz/kiln_$target" "$corpus" "${dirs[@]}" \
+    -max_total_time="$time" -rss_limit_mb=2048 -max_len=65536 -timeout=30 \
+    "${dict[@]}" -artifact_prefix="$artifacts/" -print_final_stats=1 "${flags[@]}" || status=$?
+  if [[ $status -ne 0 ]]; then
+    echo "fuzz.sh: $target failed (exit $status); inputs saved in $artifacts" >&2
+    exit "$status"
+  fi
+}
+
+archive_seconds=$(( seconds / 3 > 0 ? seconds / 3 : 1 ))
+bundle_seconds=$(( seconds - archive_seconds > 0 ? seconds - archive_seconds : 1 ))
+run_fuzzer bundle_fuzzer "$bundle_seconds" "$seeds" -- "$@"
+run_fuzzer archive_fuzzer "$archive_seconds" "$root/fuzz/seeds/archive_fuzzer" -- "$@"
 echo "fuzz.sh: no crash in ${seconds}s" >&2

@@ -138,6 +138,11 @@ INSTANTIATE_TEST_SUITE_P(TorchExport, FixtureTest,
                                                                           "cond_sizes", "cond_dyn", "while_loop", "dyn_int",
                                                                           "repeated"})),
                          fixture_name);
+// PyTorch 2.6's legacy archive layout (torch.save pickles), both IRs.
+INSTANTIATE_TEST_SUITE_P(Torch26Legacy, FixtureTest,
+                         ::testing::ValuesIn(fixtures(KILN_FIXTURES_DIR "/../torch26",
+                                                      {"mlp", "convnet", "decoder", "item_size", "nonzero", "cond_dyn"})),
+                         fixture_name);
 INSTANTIATE_TEST_SUITE_P(TorchExtra, FixtureTest,
                          ::testing::ValuesIn(fixtures(KILN_EXTRA_FIXTURES_DIR, {"mobilenet_v3", "vit", "unet", "encoder", "misc"})),
                          fixture_name);

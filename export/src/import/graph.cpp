@@ -1,5 +1,5 @@
-// Walking the archive: weights, signature, graphs, nodes, higher-order ops, asserts and
-// unbacked bindings.
+// Walking the archive: its model JSON and tensors (tensor_data.h), signature, graphs, nodes,
+// higher-order ops, asserts and unbacked bindings.
 #include <algorithm>
 #include <cstring>
 #include <sstream>
@@ -96,86 +96,50 @@ void Importer::read_archive(const std::string& path) {
   auto z = ZipArchive::open(path);
   if (!z.ok()) fail(z.status().code(), z.status().message());
   archive_ = std::move(z).value();
-  auto name = archive_->find("/models/model.json");
-  if (!name) name = archive_->find(".json", "/models/");
-  if (!name) {
-    fail(StatusCode::kInvalidBundle, "'" + path + "' is a zip but not a torch.export archive: no models/*.json entry");
-  }
-  auto bytes = archive_->read(*name, 1ull << 31);
+  auto model = find_model(*archive_);
+  if (!model.ok()) fail(model.status().code(), model.status().message());
+  auto bytes = archive_->read(model->json_member, MemberLimits::kJson);
   if (!bytes.ok()) fail(bytes.status().code(), bytes.status().message());
+  if (model->layout == ArchiveLayout::kLegacy) quote_nonfinite_literals(*bytes);
   model_ = json::parse(bytes->begin(), bytes->end(), nullptr, /*allow_exceptions=*/false);
-  if (model_.is_discarded() || !model_.is_object()) fail(StatusCode::kInvalidBundle, "'" + *name + "' is not valid JSON");
-  if (const json* v = member(model_, "schema_version")) {
-    const json* major = member(*v, "major");
-    if (major && major->is_number_integer() && major->get<int>() > 8) {
-      fail(StatusCode::kUnsupported, "archive schema version " + std::to_string(major->get<int>()) +
-                                         " is newer than this importer reads (8.x)");
+  bytes->clear();
+  bytes->shrink_to_fit();
+  if (model_.is_discarded() || !model_.is_object()) fail(StatusCode::kInvalidBundle, "'" + model->json_member + "' is not valid JSON");
+  check_schema_version();
+  auto tensors = read_tensors(*archive_, model->layout);
+  if (!tensors.ok()) fail(tensors.status().code(), tensors.status().message());
+  for (auto [from, into] : {std::pair{&tensors->weights, &weights_}, std::pair{&tensors->constants, &constants_}}) {
+    for (ArchiveTensor& t : *from) {
+      ir::ConstantTensor c;
+      c.name = t.name;
+      c.dtype = t.dtype;
+      c.shape = std::move(t.shape);
+      c.data = std::move(t.data);
+      program.constants.push_back(std::move(c));
+      (*into)[t.name] = static_cast<int>(program.constants.size()) - 1;
     }
   }
-  load_tensors("_weights_config.json", "/data/weights/", weights_);
-  load_tensors("_constants_config.json", "/data/constants/", constants_);
 }
 
-void Importer::load_tensors(const std::string& config_suffix, const std::string& folder, std::map<std::string, int>& out) {
-  auto config_name = archive_->find(config_suffix, folder);
-  if (!config_name) return;
-  auto bytes = archive_->read(*config_name, 1ull << 30);
-  if (!bytes.ok()) fail(bytes.status().code(), bytes.status().message());
-  const json config = json::parse(bytes->begin(), bytes->end(), nullptr, false);
-  if (config.is_discarded()) fail(StatusCode::kInvalidBundle, "'" + *config_name + "' is not valid JSON");
-  const json* entries = member(config, "config");
-  if (!entries) return;
-  const std::string dir = config_name->substr(0, config_name->rfind('/') + 1);
-  for (const auto& [name, e] : entries->items()) {
-    const std::string where = *config_name + " entry '" + name + "'";
-    if (e.value("use_pickle", false)) fail(StatusCode::kUnsupported, where + " is pickled (only raw tensors are supported)");
-    const std::string file = need(e, "path_name", where).get<std::string>();
-    const json& meta = need(e, "tensor_meta", where);
-    auto dtype = dtype_from_torch(need(meta, "dtype", where).get<std::int64_t>());
-    if (!dtype) fail(StatusCode::kUnsupported, where + ": dtype code " + meta["dtype"].dump() + " is not supported");
-    std::vector<std::int64_t> sizes, strides;
-    for (const json& s : need(meta, "sizes", where)) sizes.push_back(need(s, "as_int", where + " sizes").get<std::int64_t>());
-    for (const json& s : list(meta, "strides")) strides.push_back(need(s, "as_int", where + " strides").get<std::int64_t>());
-    std::int64_t offset = 0;
-    if (const json* so = member(meta, "storage_offset")) offset = so->value("as_int", std::int64_t{0});
-    if (strides.size() != sizes.size()) fail(StatusCode::kInvalidBundle, where + ": " + std::to_string(strides.size()) + " strides for " + std::to_string(sizes.size()) + " sizes");
-    auto raw = archive_->read(dir + file);
-    if (!raw.ok()) fail(raw.status().code(), raw.status().message());
-    const std::size_t es = dtype_size(*dtype);
-    std::int64_t numel = 1, max_index = offset;
-    for (std::size_t d = 0; d < sizes.size(); ++d) {
-      if (sizes[d] < 0 || strides[d] < 0) fail(StatusCode::kInvalidBundle, where + ": negative size or stride");
-      if (sizes[d] != 0 && numel > (std::int64_t{1} << 40) / std::max<std::int64_t>(sizes[d], 1)) fail(StatusCode::kInvalidBundle, where + ": too large");
-      numel *= sizes[d];
-      if (sizes[d] > 0) max_index += (sizes[d] - 1) * strides[d];
-    }
-    if (numel > 0 && static_cast<std::uint64_t>(max_index + 1) * es > raw->size()) {
-      fail(StatusCode::kInvalidBundle, where + ": file '" + file + "' has " + std::to_string(raw->size()) + " bytes, too few for its sizes/strides");
-    }
-    std::vector<std::uint8_t> data(static_cast<std::size_t>(numel) * es);
-    std::vector<std::int64_t> index(sizes.size(), 0);
-    for (std::int64_t i = 0; i < numel; ++i) {
-      std::int64_t src = offset;
-      for (std::size_t d = 0; d < sizes.size(); ++d) src += index[d] * strides[d];
-      std::memcpy(data.data() + static_cast<std::size_t>(i) * es, raw->data() + static_cast<std::size_t>(src) * es, es);
-      for (std::size_t d = sizes.size(); d-- > 0;) {
-        if (++index[d] < sizes[d]) break;
-        index[d] = 0;
-      }
-    }
-    ir::ConstantTensor c;
-    c.name = name;
-    c.dtype = *dtype;
-    c.shape = sizes;
-    c.data = std::make_shared<const std::vector<std::uint8_t>>(std::move(data));
-    program.constants.push_back(std::move(c));
-    out[name] = static_cast<int>(program.constants.size()) - 1;
+// PyTorch 2.6 writes schema 8.2, 2.11 writes 8.17; minor versions only add fields.
+void Importer::check_schema_version() {
+  const json* v = member(model_, "schema_version");
+  if (!v) return;
+  const json* major = member(*v, "major");
+  const json* minor = member(*v, "minor");
+  if (!major || !major->is_number_integer()) fail(StatusCode::kInvalidBundle, "model json: schema_version has no integer 'major'");
+  const std::string text = std::to_string(major->get<std::int64_t>()) +
+                           (minor && minor->is_number_integer() ? "." + std::to_string(minor->get<std::int64_t>()) : std::string());
+  if (major->get<std::int64_t>() != kSchemaMajor) {
+    fail(StatusCode::kInvalidBundle, "archive schema version " + text + " is not supported: this importer reads schema " +
+                                         std::to_string(kSchemaMajor) + ".x (torch.export of PyTorch 2.6 to 2.11)");
   }
 }
 
 // ---- unsupported ops: one error listing all ---------------------------------------------
 
 void Importer::check_supported() {
+  check_mutations();
   std::map<std::string, int> missing;
   const auto& table = aten_handlers();
   std::function<void(const json&)> walk = [&](const json& g) {
@@ -318,7 +282,10 @@ int Importer::build_graph(const json& jg, const std::string& name, bool entry) {
   if (entry) out_specs = &need(need(need(model_, "graph_module", "model"), "signature", "graph_module"), "output_specs", "signature");
   const json& outputs = need(jg, "outputs", "graph " + name);
   for (std::size_t i = 0; i < outputs.size(); ++i) {
-    if (out_specs && (i >= out_specs->size() || !member((*out_specs)[i], "user_output"))) continue;  // buffer mutations
+    if (out_specs && i >= out_specs->size()) {
+      fail(StatusCode::kInvalidBundle, "model json: graph output " + std::to_string(i) + " has no output spec");
+    }
+    if (out_specs && !member((*out_specs)[i], "user_output")) fail(StatusCode::kUnsupported, non_user_output_message((*out_specs)[i], i));
     const json& o = outputs[i];
     ir::Graph& g = program.graphs[static_cast<std::size_t>(index)];
     ir::OutputSpec spec;

@@ -13,22 +13,6 @@ namespace kiln::pt2 {
 
 void fail(StatusCode code, const std::string& message) { throw ImportError(code, message); }
 
-std::optional<DType> dtype_from_torch(std::int64_t code) {
-  switch (code) {
-    case 1: return DType::kU8;
-    case 2: return DType::kI8;
-    case 3: return DType::kI16;
-    case 4: return DType::kI32;
-    case 5: return DType::kI64;
-    case 6: return DType::kF16;
-    case 7: return DType::kF32;
-    case 8: return DType::kF64;
-    case 12: return DType::kBool;
-    case 13: return DType::kBF16;
-    default: return std::nullopt;
-  }
-}
-
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
   const bool fa = dtype_is_floating(a), fb = dtype_is_floating(b);

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "import/archive.h"
+#include "import/tensor_data.h"
 #include "kiln/export/import_pt2.h"
 #include "kiln/export/ir.h"
 
@@ -40,8 +41,6 @@ const json* member(const json& j, const char* key);
 /// The member `key`, or a kInvalidBundle error naming `where` and the field.
 const json& need(const json& j, const char* key, const std::string& where);
 
-/// PyTorch ScalarType code (serde schema) -> DType; nullopt for complex / float8 / unknown.
-std::optional<DType> dtype_from_torch(std::int64_t code);
 /// PyTorch's promotion of two tensor dtypes (bool < integers < floating, wider wins).
 DType promote_types(DType a, DType b);
 
@@ -66,6 +65,10 @@ struct Scope {
   std::set<sym::Expr, sym::ExprLess> asserted;      // asserts already added
 };
 
+/// Why output `index` with this OutputSpec cannot be imported ("buffer 'total' is mutated
+/// by the graph (output 0, BUFFER_MUTATION): stateful programs are not supported yet").
+std::string non_user_output_message(const json& spec, std::size_t index);
+
 class Importer;
 using Handler = std::function<void(Importer&)>;
 /// The aten op table (aten.cpp), keyed by packet name ("aten.add"); the handler sees the
@@ -78,6 +81,8 @@ void register_shape(HandlerTable& t);        // aten_shape.cpp
 
 class Importer {
  public:
+  /// The archive schema major version read (torch/_export/serde/schema.py SCHEMA_VERSION).
+  static constexpr std::int64_t kSchemaMajor = 8;
   ir::Program program;
 
   // ---- building ---------------------------------------------------------------------
@@ -158,7 +163,10 @@ class Importer {
  private:
   friend struct ImporterAccess;
   void read_archive(const std::string& path);
-  void load_tensors(const std::string& config_suffix, const std::string& folder, std::map<std::string, int>& out);
+  void check_schema_version();
+  /// Rejects (kUnsupported) every non-user output and every in-place write to a graph input
+  /// or through a view read later (mutations.cpp).
+  void check_mutations();
   void create_symbols();
   sym::Expr parse_sym(const std::string& srepr);
   Shape tensor_shape(const json& meta);

@@ -8,11 +8,14 @@
 //   ep->save("model.kiln");
 //
 // What is read (see docs/IMPORT.md for the op table):
-//  * `*/models/*.json`: the serialized ExportedProgram (torch/_export/serde/schema.py,
-//    schema 8.x): graph, signature, range_constraints; both the training IR and the core
-//    ATen IR (after run_decompositions());
-//  * `*/data/weights/*` and `*/data/constants/*` per their `*_config.json` (dtype, sizes,
-//    strides, storage offset; made C-contiguous); pickled entries are refused.
+//  * `*/models/*.json` (PyTorch >= 2.7) or `serialized_exported_program.json` (the legacy
+//    layout of PyTorch <= 2.6): the serialized ExportedProgram (torch/_export/serde/schema.py,
+//    schema 8.x, PyTorch 2.6 to 2.11): graph, signature, range_constraints; both the training
+//    IR and the core ATen IR (after run_decompositions());
+//  * `*/data/weights/*` and `*/data/constants/*` per their `*_config.json`, or the legacy
+//    `serialized_state_dict.pt` / `serialized_constants.pt` (torch.save zips read by a
+//    restricted unpickler that executes nothing): dtype, sizes, strides, storage offset,
+//    range-checked and made C-contiguous; PT2 entries with use_pickle are refused.
 // Symbols: every backed symbol of range_constraints (`s77`) becomes a backed Kiln symbol
 // with that range and the example value as hint; unbacked symbols (`u0`) become unbacked
 // symbols bound by the node that produces them (bindings are recomputed from the output
@@ -22,12 +25,15 @@
 // `file:line` (the innermost frame outside torch), `nn_module_stack` its module path.
 //
 // Errors (never a partial program):
-//   kInvalidBundle  not a zip, no model json, malformed json, a missing or ill-typed field,
-//                   a weight file of the wrong size (the message names the field / entry);
+//   kInvalidBundle  a missing or non-regular file (FIFO, directory, device: never read), not
+//                   a zip, no model json, malformed json, a missing or ill-typed field, a
+//                   schema major other than 8, a member over its size cap, a tensor view
+//                   outside its storage, a pickle global or opcode outside the allow-list
+//                   (the message names the member / tensor / global; docs/IMPORT.md, Limits);
 //   kUnsupported    aten ops (or arguments) Kiln cannot express: ONE error listing every
-//                   unsupported op with its count;
-//   kUsage          bad options (unknown symbol in --dim, malformed predicate);
-//   kIoError        the archive cannot be read.
+//                   unsupported op with its count; a mutated buffer, parameter or input, or
+//                   any non-user output (stateful and training programs), named;
+//   kUsage          bad options (unknown symbol in --dim, malformed predicate).
 #pragma once
 
 #include <string>

@@ -4,6 +4,8 @@
 //   conv_direct_rows), where a GEMM would have too few rows to fill its micro-kernel;
 //   depthwise convolutions take it too, 4 channels per tile;
 // - depthwise 1x1 (or over 64 taps): a direct loop per plane;
+// - 3x3 stride-1 ungrouped convolutions with enough channels and tiles (winograd_profitable):
+//   Winograd F(4x4, 3x3) (conv_winograd.h);
 // - otherwise im2col + matmul_f32 per (image, group), tiled over output rows so the column
 //   buffer stays small; 1x1 stride-1 unpadded convolutions skip im2col.
 // f32 (f16/bf16 via f32).
@@ -11,11 +13,14 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <string_view>
 
 #include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/conv_winograd.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/simd.h"
 #include "backends/cpu/kernels/window.h"
@@ -138,6 +143,25 @@ Status conv_group(const float* x, const float* w, const float* bias, float* y, c
 // micro-kernel a third empty and pays for im2col), at 64 133 vs 95, at 128 on par, at 256
 // GEMM wins 118 vs 67 (the direct tile's input rows no longer fit in L1).
 constexpr std::int64_t kDirectMaxOut = 64;
+
+// KILN_CONV_WINOGRAD=0 turns the Winograd path off (to compare speed, or to rule out its
+// larger rounding error); read once.
+bool winograd_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("KILN_CONV_WINOGRAD");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+}
+
+// The Winograd shape of g, when g is a 3x3 stride-1 dilation-1 ungrouped convolution.
+bool winograd_shape(const ConvGeometry& g, WinogradShape& s) {
+  if (!winograd_enabled() || g.kh != 3 || g.kw != 3 || g.groups != 1) return false;
+  if (g.stride[0] != 1 || g.stride[1] != 1 || g.dilation[0] != 1 || g.dilation[1] != 1) return false;
+  s = WinogradShape{.n = g.in.batch, .c = g.in.channels, .h = g.in.height, .w = g.in.width, .k = g.out_channels,
+                    .pad_h = g.padding[0], .pad_w = g.padding[1], .oh = g.oh, .ow = g.ow};
+  return true;
+}
 
 bool use_direct(const ConvGeometry& g) {
   return g.group_out() <= kDirectMaxOut && g.kh * g.kw <= 64 && g.kh * g.kw > 1;
@@ -347,6 +371,11 @@ Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   if (out[0].numel() == 0) return Status::Ok();
   const float* bp = bias != nullptr ? bias->as<float>() : nullptr;
   const bool relu = ctx.fused_activation() == FusedActivation::kRelu;
+  if (WinogradShape ws; winograd_shape(g, ws) && winograd_profitable(ws)) {
+    KILN_RETURN_IF_ERROR(conv_winograd_f32(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), ws, ctx.pool(), relu));
+    if (!relu) apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
+    return Status::Ok();
+  }
   if (use_direct(g)) return conv_direct(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.pool(), relu);
   KILN_RETURN_IF_ERROR(conv_f32(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.pool()));
   apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());

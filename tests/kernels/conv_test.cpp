@@ -140,14 +140,16 @@ TEST(WinogradConv, CostRuleWantsChannelsAndTiles) {
   EXPECT_FALSE(kernels::winograd_profitable(shape_of(1, 512, 7, 7, 512, 1, 1)));
   EXPECT_TRUE(kernels::winograd_profitable(shape_of(8, 512, 7, 7, 512, 1, 1)));
   EXPECT_FALSE(kernels::winograd_profitable(shape_of(1, 16, 96, 96, 16, 1, 1)));  // thin: the direct path
+  EXPECT_FALSE(kernels::winograd_profitable(shape_of(1, 32, 28, 28, 32, 1, 1)));
+  EXPECT_FALSE(kernels::winograd_profitable(shape_of(1, 64, 28, 28, 32, 1, 1)));
   EXPECT_FALSE(kernels::winograd_profitable(shape_of(1, 3, 224, 224, 64, 1, 1)));
 }
 
 TEST(WinogradConv, Conv2dKernelTakesItForWideLayers) {
-  // Through cpu_kernel(OpKind::Conv2d): 48 -> 40 channels on 2 x 18 x 21 (30 tiles), bias.
+  // Through cpu_kernel(OpKind::Conv2d): 72 -> 65 channels on 2 x 18 x 21 (30 tiles), bias.
   // The result is bit-identical to conv_winograd_f32's, so the kernel took that path.
   std::mt19937 rng(16);
-  const WinogradShape s = shape_of(2, 48, 18, 21, 40, 1, 1);
+  const WinogradShape s = shape_of(2, 72, 18, 21, 65, 1, 1);
   ASSERT_TRUE(kernels::winograd_profitable(s));
   Tensor x = Tensor::random(DType::kF32, {s.n, s.c, s.h, s.w}, rng, -1.0, 1.0);
   Tensor w = Tensor::random(DType::kF32, {s.k, s.c, 3, 3}, rng, -1.0, 1.0);

@@ -41,7 +41,7 @@ struct WinogradShape {
 };
 
 /// The cost rule: whether Winograd beats the im2col GEMM / direct paths for `s`: at least
-/// 32 input and output channels (to feed the 36 GEMMs), at least 32 tiles over the batch
+/// 64 input and output channels (to feed the 36 GEMMs), at least 32 tiles over the batch
 /// (to pay for transforming and packing the weights on every call), buffers <= 256 MiB.
 bool winograd_profitable(const WinogradShape& s);
 

@@ -1,6 +1,6 @@
 // conv2d's Winograd F(4x4, 3x3) path (conv_winograd.h) against a naive reference
 // convolution in double over randomized shapes, its cost rule, and the conv2d kernel
-// taking it for layers with many channels.
+// taking it for layers with many channels; a fused relu on every conv2d path.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -167,6 +167,66 @@ TEST(WinogradConv, Conv2dKernelTakesItForWideLayers) {
   const Reference r = reference(xf, wf, &bf, s, false);
   for (std::size_t i = 0; i < r.y.size(); ++i) {
     ASSERT_LT(std::abs(direct[i] - r.y[i]), kRelativeBound * r.scale[i]) << "at " << i;
+  }
+}
+
+// A context that asks the kernel to apply a fused relu (as the executor does for conv2d ->
+// relu).
+class ReluContext : public TestContext {
+ public:
+  FusedActivation fused_activation() const override { return FusedActivation::kRelu; }
+};
+
+TEST(Conv2dKernel, AppliesFusedReluOnEveryPath) {
+  struct Case {
+    Shape x, w;
+    std::int64_t stride, pad, groups;
+    const char* path;
+  };
+  const std::vector<Case> cases = {
+      {{1, 8, 9, 11}, {16, 8, 3, 3}, 1, 1, 1, "direct"},
+      {{2, 72, 17, 13}, {80, 72, 3, 3}, 1, 1, 1, "winograd"},
+      {{1, 24, 9, 9}, {130, 24, 3, 3}, 2, 1, 1, "im2col + SGEMM, 3x3 stride 2"},
+      {{2, 40, 7, 5}, {129, 40, 1, 1}, 1, 0, 1, "1x1 GEMM over the planes"},
+      {{1, 36, 9, 9}, {132, 36, 1, 1}, 2, 0, 1, "1x1 stride 2 (im2col)"},
+      {{2, 6, 5, 7}, {6, 1, 1, 1}, 1, 0, 6, "depthwise 1x1"},
+  };
+  std::mt19937 rng(17);
+  for (const Case& c : cases) {
+    const std::int64_t n = c.x[0], ch = c.x[1], h = c.x[2], wd = c.x[3], o = c.w[0], cg = c.w[1], k = c.w[2];
+    const std::int64_t oh = (h + 2 * c.pad - k) / c.stride + 1, ow = (wd + 2 * c.pad - k) / c.stride + 1;
+    Tensor x = Tensor::random(DType::kF32, c.x, rng, -1.0, 1.0);
+    Tensor w = Tensor::random(DType::kF32, c.w, rng, -1.0, 1.0);
+    Tensor b = Tensor::random(DType::kF32, {o}, rng, -1.0, 1.0);
+    std::vector<double> want(static_cast<std::size_t>(n * o * oh * ow));
+    for (std::int64_t img = 0; img < n; ++img) {
+      for (std::int64_t oc = 0; oc < o; ++oc) {
+        const std::int64_t g = oc / (o / c.groups);
+        for (std::int64_t y = 0; y < oh; ++y) {
+          for (std::int64_t xx = 0; xx < ow; ++xx) {
+            double sum = b.at(oc);
+            for (std::int64_t ci = 0; ci < cg; ++ci) {
+              for (std::int64_t i = 0; i < k; ++i) {
+                for (std::int64_t j = 0; j < k; ++j) {
+                  const std::int64_t iy = y * c.stride - c.pad + i, ix = xx * c.stride - c.pad + j;
+                  if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+                  sum += x.at(((img * ch + g * cg + ci) * h + iy) * wd + ix) * w.at(((oc * cg + ci) * k + i) * k + j);
+                }
+              }
+            }
+            want[static_cast<std::size_t>(((img * o + oc) * oh + y) * ow + xx)] = std::max(sum, 0.0);
+          }
+        }
+      }
+    }
+    Tensor out(DType::kF32, {n, o, oh, ow});
+    std::vector<TensorView> ov{out.view()};
+    ReluContext ctx;
+    const Status st = run_views(OpKind::Conv2d, {x.view(), w.view(), b.view()}, ov,
+                                AttrList().ints({c.stride, c.stride}).ints({c.pad, c.pad}).ints({1, 1}).i(c.groups), &ctx);
+    ASSERT_TRUE(st.ok()) << c.path << ": " << st.message();
+    EXPECT_TRUE(all_close(out, want, 1e-4, 1e-4)) << c.path;
+    EXPECT_TRUE(out.canary_intact()) << c.path;
   }
 }
 

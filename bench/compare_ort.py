@@ -13,7 +13,7 @@ alike). Both outputs are checked against the case's golden output.
 ONNX Runtime is a benchmark-only dependency, never needed by the build or CI:
 
     mkdir -p /work/.ort && (cd /work/.ort && npm install --ignore-scripts onnxruntime-node)
-    python3 bench/compare_ort.py --kiln build/dev/bin/kiln --ort-dir /work/.ort --threads 2 --rounds 5 \
+    /usr/bin/python3 bench/compare_ort.py --kiln build/dev/bin/kiln --ort-dir /work/.ort --threads 2 --rounds 5 \
         ../shared/fixtures/torch_export_perf/{resnet18,mobilenet_v2}
 """
 import argparse, json, os, subprocess, sys, tempfile, time

@@ -130,6 +130,17 @@ TEST(WinogradConv, StaysAccurateWithManyChannels) {
   }
 }
 
+TEST(WinogradConv, HandlesRowsWiderThanItsRowBuffer) {
+  // Over 1024 padded columns the input transform reads the plane with bounds checks instead
+  // of through its zero-padded row copy; both ISAs, padding 0 to 2.
+  std::mt19937 rng(18);
+  ThreadPool pool(2);
+  for (std::int64_t pad : {0, 1, 2}) {
+    const WinogradShape s = shape_of(1, 3, 6, 1030 + pad, 5, pad, pad);
+    EXPECT_LT(winograd_relative_error(s, true, true, rng, pool), kRelativeBound) << "pad=" << pad;
+  }
+}
+
 TEST(WinogradConv, CostRuleWantsChannelsAndTiles) {
   // resnet18's 3x3 stages at 224x224: 64@56 (196 tiles) and 128@28 (49) take it; 256@14
   // (16) and 512@7 (4) have too few tiles to pay for transforming and packing the weights

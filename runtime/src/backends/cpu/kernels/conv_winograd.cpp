@@ -1,8 +1,7 @@
-// Winograd F(4x4, 3x3) convolution (conv_winograd.h); the tile transforms are
-// SimdKernels::winograd_input / winograd_output (conv_winograd.inc).
+// Winograd F(4x4, 3x3) convolution (conv_winograd.h); the transforms are
+// SimdKernels::winograd_weights / winograd_input / winograd_output (conv_winograd.inc).
 #include "backends/cpu/kernels/conv_winograd.h"
 
-#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <new>
@@ -31,12 +30,12 @@ std::int64_t matrix_stride(std::int64_t floats) {
 }  // namespace
 
 bool winograd_profitable(const WinogradShape& s) {
-  // Measured with bench/conv_bench.cpp (AVX2, 2 threads, docs/PERFORMANCE.md). Below 64
-  // channels the direct path runs at 120-150 GFLOP/s and the 36 GEMMs are thin (M = 32
-  // fills the 6x16 micro-kernel poorly): not measurably faster on this machine, so kept.
-  // Each of the 36 GEMMs packs its K x C slice of the transformed weights on every call,
-  // which costs about as much as the multiplies at 16 tiles: resnet18's 256@14 (16 tiles)
-  // ran 8.1 -> 10.9 ms with Winograd, 128@28 (49 tiles) 7.7 -> 4.7 ms, 64@56 5.8 -> 4.0 ms.
+  // Measured with bench/conv_bench.cpp (AVX2, single-thread CPU time, docs/PERFORMANCE.md).
+  // Below 64 channels the direct path runs near peak and the 36 GEMMs are thin (M = 32
+  // fills the 6x16 micro-kernel poorly): no measurable gain, so it keeps them. Each of
+  // the 36 GEMMs packs its K x C slice of the transformed weights on every call, which
+  // costs about as much as the multiplies at 16 tiles: resnet18's 256@14 (16 tiles) went
+  // 2.95 -> 3.64 ms with Winograd, 128@28 (49 tiles) 2.76 -> 1.61 ms, 64@56 2.52 -> 1.31 ms.
   if (s.c < 64 || s.k < 64) return false;
   if (s.tiles() < 32) return false;
   const double floats = kTransformed * (static_cast<double>(s.k) * s.c + static_cast<double>(s.c + s.k) * s.tiles());

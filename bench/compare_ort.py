@@ -58,6 +58,14 @@ def export_onnx(model_name, pt2, onnx_path, example):
     return module
 
 
+def run(cmd):
+    """stdout of cmd; on failure, exits naming the command and showing its stderr."""
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"failed (exit {r.returncode}): {' '.join(cmd)}\n{r.stderr.strip()}")
+    return r.stdout
+
+
 def errors(got, want):
     d = np.abs(got.astype(np.float64) - want.astype(np.float64))
     return float(d.max()), bool(np.allclose(got, want, rtol=1e-4, atol=1e-5))
@@ -73,7 +81,7 @@ for d in args.fixtures:
     pt2 = archive_path(d)
     onnx_path = os.path.join(work, name + ".onnx")
     bundle = os.path.join(work, name + ".kiln")
-    subprocess.run([args.kiln, "import", pt2, "-o", bundle], check=True, capture_output=True)
+    run([args.kiln, "import", pt2, "-o", bundle])
     for case in man["valid"]:
         if len(man["inputs"]) != 1:
             sys.exit(f"{name}: only single-input models are supported")
@@ -83,8 +91,7 @@ for d in args.fixtures:
         module = export_onnx(model_name, pt2, onnx_path, torch.from_numpy(x))
         torch_err, _ = errors(module(torch.from_numpy(x)).numpy(), want)
         out_dir = os.path.join(work, name + ".out")
-        subprocess.run([args.kiln, "run", bundle, "--input", f"x={x_file}", "--output-dir", out_dir], check=True,
-                       capture_output=True)
+        run([args.kiln, "run", bundle, "--input", f"x={x_file}", "--output-dir", out_dir])
         kiln_err, kiln_ok = errors(np.load(os.path.join(out_dir, "out0.npy")), want)
         kiln_cmd = [args.kiln, "bench", bundle, "--threads", str(args.threads), "--iters", str(args.iters),
                     "--warmup", str(args.warmup), "--json", "--input", f"x={x_file}"]
@@ -93,8 +100,8 @@ for d in args.fixtures:
                    "--warmup", str(args.warmup)]
         kiln_ms, ort_ms, ort = [], [], None
         for r in range(args.rounds):
-            o = json.loads(subprocess.run(ort_cmd, check=True, capture_output=True, text=True).stdout)
-            k = json.loads(subprocess.run(kiln_cmd, check=True, capture_output=True, text=True).stdout)
+            o = json.loads(run(ort_cmd))
+            k = json.loads(run(kiln_cmd))
             ort = o
             ort_ms.append(o["median_ms"])
             kiln_ms.append(k["median_ms"])

@@ -52,7 +52,14 @@ function percentile(sorted, q) {
 
 const args = parseArgs(process.argv.slice(2));
 const require = createRequire(path.join(path.resolve(args.ortDir), "node_modules", "x.js"));
-const ort = require("onnxruntime-node");
+let ort;
+try {
+  ort = require("onnxruntime-node");
+} catch (e) {
+  console.error(`onnxruntime-node is not installed under ${args.ortDir} ` +
+                `(cd ${args.ortDir} && npm install --ignore-scripts onnxruntime-node): ${e.message.split("\n")[0]}`);
+  process.exit(2);
+}
 const session = await ort.InferenceSession.create(args.model, {
   executionProviders: ["cpu"],
   graphOptimizationLevel: "all",

@@ -17,6 +17,9 @@ import argparse, json, os, statistics, subprocess, sys, tempfile, time
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pt2_weights import archive_state  # noqa: E402
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--kiln", required=True)
 ap.add_argument("--threads", type=int, default=2)
@@ -37,32 +40,6 @@ if args.generate:
     ns = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
     exec(compile(src, args.generate, "exec"), ns)
     classes = {"mlp": ns["MLP"], "convnet": ns["ConvNet"], "decoder": ns["Decoder"]}
-
-
-# torch.export serde ScalarType codes (torch/_export/serde/schema.py) -> NumPy dtypes.
-ARCHIVE_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 7: np.float32, 8: np.float64, 12: np.bool_}
-
-
-def archive_state(pt2):
-    """The state_dict stored in a .pt2 (raw little-endian tensors per the weights config)."""
-    import zipfile
-    z = zipfile.ZipFile(pt2)
-    state = {}
-    for kind in ("weights", "constants"):
-        cfg_name = next((n for n in z.namelist() if n.endswith(f"data/{kind}/model_{kind}_config.json")), None)
-        if cfg_name is None:
-            continue
-        base = cfg_name.rsplit("/", 1)[0]
-        for name, entry in json.loads(z.read(cfg_name))["config"].items():
-            meta = entry["tensor_meta"]
-            sizes = [d["as_int"] for d in meta["sizes"]]
-            strides = [d["as_int"] for d in meta["strides"]]
-            dt = ARCHIVE_DTYPES[meta["dtype"]]
-            raw = np.frombuffer(z.read(base + "/" + entry["path_name"]), dtype=dt)
-            arr = np.lib.stride_tricks.as_strided(raw[meta["storage_offset"]["as_int"]:], sizes,
-                                                  [s * raw.itemsize for s in strides]).copy()
-            state[name] = torch.from_numpy(arr)
-    return state
 
 
 def torch_module(name, ep):

@@ -1,13 +1,21 @@
-// conv2d throughput: Kiln's conv2d kernel (whatever path it picks: the direct AVX2
-// convolution up to 64 output channels per group, im2col + SGEMM above) against im2col +
+// conv2d throughput: Kiln's conv2d kernel (whatever path it picks: Winograd F(4x4, 3x3) for
+// 3x3 stride-1 layers with enough channels and tiles, the direct AVX2 convolution up to 64
+// output channels per group, im2col + SGEMM above) against im2col +
 // OpenBLAS sgemm, the classic CPU lowering (PyTorch's slow_conv2d), on the same inputs.
 //
 //   kiln_conv_bench --benchmark_min_time=0.5 --benchmark_repetitions=3
 //
-// Reports GFLOP/s as "GFLOP=x/s" (2 * N * O * OH * OW * C/groups * KH * KW per call, wall-clock). The
-// shapes are the 3x3 convolutions of the convnet fixture (16 and 32 channels) and of
-// ResNet-style stages (64 to 256 channels). Numbers are noisy on a shared machine: repeat
-// and take the best.
+// KILN_CONV_WINOGRAD=0 gives the paths without Winograd; alternate the two in one run:
+//
+//   for r in 1 2 3; do for wg in 0 1; do
+//     KILN_CONV_WINOGRAD=$wg kiln_conv_bench --benchmark_filter='BM_KilnConv2d/case:[4-7]/threads:2'
+//   done; done
+//
+// Reports GFLOP/s as "GFLOP=x/s" (2 * N * O * OH * OW * C/groups * KH * KW per call, wall-clock;
+// for Winograd the direct convolution's count, i.e. an effective rate). The shapes are the 3x3
+// convolutions of the convnet fixture (16 and 32 channels) and of resnet18's stages at
+// 224x224 (64@56, 128@28, 256@14, 512@7). Numbers are noisy on a shared machine: repeat and
+// take the best.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -36,7 +44,7 @@ struct Case {
 };
 
 // Indexed by benchmark argument.
-constexpr std::array<Case, 7> kCases = {{
+constexpr std::array<Case, 8> kCases = {{
     {3, 16, 32, 32, 16, 3, 1},   // convnet block at 64 px, batch 3
     {2, 16, 48, 48, 16, 3, 1},   // convnet block at 96 px, batch 2
     {3, 3, 64, 64, 16, 3, 2},    // convnet stem
@@ -44,6 +52,7 @@ constexpr std::array<Case, 7> kCases = {{
     {1, 64, 56, 56, 64, 3, 1},   // ResNet stage 1
     {1, 128, 28, 28, 128, 3, 1}, // stage 2
     {1, 256, 14, 14, 256, 3, 1}, // stage 3
+    {1, 512, 7, 7, 512, 3, 1},   // stage 4 (resnet18's layer4.1.conv1)
 }};
 
 std::int64_t out_size(std::int64_t in, std::int64_t k, std::int64_t s) { return (in + 2 * (k / 2) - k) / s + 1; }

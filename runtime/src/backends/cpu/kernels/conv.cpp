@@ -4,18 +4,25 @@
 //   conv_direct_rows), where a GEMM would have too few rows to fill its micro-kernel;
 //   depthwise convolutions take it too, 4 channels per tile;
 // - depthwise 1x1 (or over 64 taps): a direct loop per plane;
-// - otherwise im2col + matmul_f32 per (image, group), tiled over output rows so the column
-//   buffer stays small; 1x1 stride-1 unpadded convolutions skip im2col.
+// - 3x3 stride-1 ungrouped convolutions with enough channels and tiles (winograd_profitable):
+//   Winograd F(4x4, 3x3) (conv_winograd.h);
+// - otherwise im2col + the packed SGEMM per (image, group), tiled over output rows so the
+//   column buffer stays small, bias and activation in the SGEMM's epilogue; 1x1 stride-1
+//   unpadded convolutions skip im2col (the GEMM reads the NCHW planes).
 // f32 (f16/bf16 via f32).
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <string_view>
 
+#include "backends/cpu/gemm/gemm.h"
 #include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/conv_winograd.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/simd.h"
 #include "backends/cpu/kernels/window.h"
@@ -100,35 +107,60 @@ void depthwise_plane(const float* src, const float* wk, float bias, float* dst, 
   }
 }
 
-// One (image, group): im2col tiles + GEMM, then the bias.
+// One GEMM block of conv_group: dst[out][cols] = act(wg * src + bias) on the packed SGEMM
+// with the bias and activation in its epilogue (no extra passes over the output); if the
+// SGEMM cannot allocate, matmul_f32's fallback loops and separate passes.
+void conv_gemm(const ConvGeometry& g, const float* wg, const float* src, std::int64_t cols, const float* bias,
+               GemmActivation act, float* dst, std::int64_t ld, ThreadPool* pool) {
+  const std::int64_t rows = g.group_out(), patch = g.patch();
+  GemmParams p;
+  p.m = rows;
+  p.n = cols;
+  p.k = patch;
+  p.a = wg;
+  p.lda = patch;
+  p.b = src;
+  p.ldb = cols;
+  p.c = dst;
+  p.ldc = ld;
+  p.bias = bias;
+  p.bias_kind = bias != nullptr ? GemmBias::kPerRow : GemmBias::kNone;
+  p.activation = act;
+  if (patch > 0 && sgemm(p, pool).ok()) return;
+  matmul_f32(rows, cols, patch, wg, patch, src, cols, false, dst, ld, pool);
+  for (std::int64_t o = 0; o < rows; ++o) {
+    float* row = dst + o * ld;
+    if (bias != nullptr) {
+      for (std::int64_t i = 0; i < cols; ++i) row[i] += bias[o];
+    }
+    apply_activation(act, row, cols);
+  }
+}
+
+// One (image, group): im2col tiles (none for unpadded stride-1 1x1 convolutions: the GEMM
+// reads the NCHW planes directly) + GEMM with the bias and activation fused.
 Status conv_group(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g, std::int64_t n,
-                  std::int64_t grp, float* col, std::int64_t tile, ThreadPool* pool) {
+                  std::int64_t grp, float* col, std::int64_t tile, GemmActivation act, ThreadPool* pool) {
   const std::int64_t spatial = g.oh * g.ow;
   const std::int64_t patch = g.patch();
   const std::int64_t in_plane = g.in.height * g.in.width;
   const float* src = x + (n * g.in.channels + grp * g.group_in()) * in_plane;
   const float* wg = w + grp * g.group_out() * patch;
+  const float* bg = bias != nullptr ? bias + grp * g.group_out() : nullptr;
   float* dst = y + (n * g.out_channels + grp * g.group_out()) * spatial;
   if (g.group_in() == 1 && g.group_out() == 1) {
-    depthwise_plane(src, wg, bias != nullptr ? bias[grp] : 0.0f, dst, g);
+    depthwise_plane(src, wg, bg != nullptr ? *bg : 0.0f, dst, g);
+    apply_activation(act, dst, spatial);
     return Status::Ok();
   }
   if (col == nullptr) {
-    matmul_f32(g.group_out(), spatial, patch, wg, patch, src, spatial, false, dst, spatial, pool);
-  } else {
-    for (std::int64_t oh0 = 0; oh0 < g.oh; oh0 += tile) {
-      const std::int64_t oh1 = std::min(g.oh, oh0 + tile);
-      const std::int64_t cols = (oh1 - oh0) * g.ow;
-      im2col(src, g, oh0, oh1, col);
-      matmul_f32(g.group_out(), cols, patch, wg, patch, col, cols, false, dst + oh0 * g.ow, spatial, pool);
-    }
+    conv_gemm(g, wg, src, spatial, bg, act, dst, spatial, pool);
+    return Status::Ok();
   }
-  if (bias != nullptr) {
-    for (std::int64_t o = 0; o < g.group_out(); ++o) {
-      const float b = bias[grp * g.group_out() + o];
-      float* plane = dst + o * spatial;
-      for (std::int64_t i = 0; i < spatial; ++i) plane[i] += b;
-    }
+  for (std::int64_t oh0 = 0; oh0 < g.oh; oh0 += tile) {
+    const std::int64_t oh1 = std::min(g.oh, oh0 + tile);
+    im2col(src, g, oh0, oh1, col);
+    conv_gemm(g, wg, col, (oh1 - oh0) * g.ow, bg, act, dst + oh0 * g.ow, spatial, pool);
   }
   return Status::Ok();
 }
@@ -138,6 +170,25 @@ Status conv_group(const float* x, const float* w, const float* bias, float* y, c
 // micro-kernel a third empty and pays for im2col), at 64 133 vs 95, at 128 on par, at 256
 // GEMM wins 118 vs 67 (the direct tile's input rows no longer fit in L1).
 constexpr std::int64_t kDirectMaxOut = 64;
+
+// KILN_CONV_WINOGRAD=0 turns the Winograd path off (to compare speed, or to rule out its
+// larger rounding error); read once.
+bool winograd_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("KILN_CONV_WINOGRAD");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+}
+
+// The Winograd shape of g, when g is a 3x3 stride-1 dilation-1 ungrouped convolution.
+bool winograd_shape(const ConvGeometry& g, WinogradShape& s) {
+  if (!winograd_enabled() || g.kh != 3 || g.kw != 3 || g.groups != 1) return false;
+  if (g.stride[0] != 1 || g.stride[1] != 1 || g.dilation[0] != 1 || g.dilation[1] != 1) return false;
+  s = WinogradShape{.n = g.in.batch, .c = g.in.channels, .h = g.in.height, .w = g.in.width, .k = g.out_channels,
+                    .pad_h = g.padding[0], .pad_w = g.padding[1], .oh = g.oh, .ow = g.ow};
+  return true;
+}
 
 bool use_direct(const ConvGeometry& g) {
   return g.group_out() <= kDirectMaxOut && g.kh * g.kw <= 64 && g.kh * g.kw > 1;
@@ -256,7 +307,8 @@ Status conv_direct(const float* x, const float* w, const float* bias, float* y, 
   return Status::Ok();
 }
 
-Status conv_f32(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g, ThreadPool& pool) {
+Status conv_f32(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g, GemmActivation act,
+                ThreadPool& pool) {
   const std::int64_t patch = g.patch();
   const bool depthwise = g.group_in() == 1 && g.group_out() == 1;
   const bool direct = depthwise || (g.kh == 1 && g.kw == 1 && g.stride[0] == 1 && g.stride[1] == 1 &&
@@ -283,7 +335,7 @@ Status conv_f32(const float* x, const float* w, const float* bias, float* y, con
         return;
       }
       for (std::int64_t it = begin; it < end; ++it) {
-        (void)conv_group(x, w, bias, y, g, it / g.groups, it % g.groups, col.get(), tile, nullptr);
+        (void)conv_group(x, w, bias, y, g, it / g.groups, it % g.groups, col.get(), tile, act, nullptr);
       }
     });
     return failed ? no_memory() : Status::Ok();
@@ -291,7 +343,7 @@ Status conv_f32(const float* x, const float* w, const float* bias, float* y, con
   std::unique_ptr<float[]> col = make_col();
   if (!direct && col == nullptr) return no_memory();
   for (std::int64_t it = 0; it < items; ++it) {
-    KILN_RETURN_IF_ERROR(conv_group(x, w, bias, y, g, it / g.groups, it % g.groups, col.get(), tile, &pool));
+    KILN_RETURN_IF_ERROR(conv_group(x, w, bias, y, g, it / g.groups, it % g.groups, col.get(), tile, act, &pool));
   }
   return Status::Ok();
 }
@@ -347,10 +399,13 @@ Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   if (out[0].numel() == 0) return Status::Ok();
   const float* bp = bias != nullptr ? bias->as<float>() : nullptr;
   const bool relu = ctx.fused_activation() == FusedActivation::kRelu;
+  if (WinogradShape ws; winograd_shape(g, ws) && winograd_profitable(ws)) {
+    KILN_RETURN_IF_ERROR(conv_winograd_f32(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), ws, ctx.pool(), relu));
+    if (!relu) apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
+    return Status::Ok();
+  }
   if (use_direct(g)) return conv_direct(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.pool(), relu);
-  KILN_RETURN_IF_ERROR(conv_f32(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.pool()));
-  apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
-  return Status::Ok();
+  return conv_f32(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.fused_activation(), ctx.pool());
 }
 
 }  // namespace kiln::cpu::kernels

@@ -61,6 +61,19 @@ struct SimdKernels {
   float (*row_sq_dev)(const float* x, float mean, std::int64_t n);
   /// Output rows [oy0, oy1) of every output channel of one direct convolution.
   void (*conv_direct_rows)(const ConvDirectArgs& args, std::int64_t oy0, std::int64_t oy1);
+  /// Winograd F(4x4, 3x3) input transform of every 6x6 tile of one [h][w] channel plane
+  /// (conv_winograd.inc): tile (ty, tx) reads rows 4ty - pad_h .. +5 and columns 4tx - pad_w
+  /// .. +5 (zeros outside) and writes B^T d B element xi (0..35) to
+  /// v[xi * xi_stride + ty * tiles_w + tx].
+  void (*winograd_input)(const float* plane, std::int64_t h, std::int64_t w, std::int64_t pad_h, std::int64_t pad_w,
+                         std::int64_t tiles_h, std::int64_t tiles_w, float* v, std::int64_t xi_stride);
+  /// The output transform of one output channel: out[oh][ow] = A^T m A + bias over each
+  /// tile's products m[xi * xi_stride + ty * tiles_w + tx], max(., 0) when relu.
+  void (*winograd_output)(const float* m, std::int64_t xi_stride, std::int64_t tiles_h, std::int64_t tiles_w,
+                          float* out, std::int64_t oh, std::int64_t ow, float bias, bool relu);
+  /// The weight transform U = G g G^T of one output channel's `channels` 3x3 kernels
+  /// (w[c * 9 + 3 * row + column]): element xi of channel c goes to u[xi * xi_stride + c].
+  void (*winograd_weights)(const float* w, std::int64_t channels, float* u, std::int64_t xi_stride);
 };
 
 /// The table for this CPU (AVX2+FMA when available).

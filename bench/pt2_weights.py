@@ -1,0 +1,35 @@
+"""The state_dict stored in a torch.export .pt2 archive, read without torch.export.
+
+The archive keeps each parameter and buffer as raw little-endian bytes (data/weights/weight_N,
+data/constants/...) described by model_{weights,constants}_config.json, so an older PyTorch
+(Debian 12's 1.13) can load the same weights into the original nn.Module.
+"""
+import json
+import zipfile
+
+import numpy as np
+
+# torch.export serde ScalarType codes (torch/_export/serde/schema.py) -> NumPy dtypes.
+ARCHIVE_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 7: np.float32, 8: np.float64, 12: np.bool_}
+
+
+def archive_state(pt2):
+    """{name: torch.Tensor} for every weight and constant tensor of the archive `pt2`."""
+    import torch
+    z = zipfile.ZipFile(pt2)
+    state = {}
+    for kind in ("weights", "constants"):
+        cfg_name = next((n for n in z.namelist() if n.endswith(f"data/{kind}/model_{kind}_config.json")), None)
+        if cfg_name is None:
+            continue
+        base = cfg_name.rsplit("/", 1)[0]
+        for name, entry in json.loads(z.read(cfg_name))["config"].items():
+            meta = entry["tensor_meta"]
+            sizes = [d["as_int"] for d in meta["sizes"]]
+            strides = [d["as_int"] for d in meta["strides"]]
+            dt = ARCHIVE_DTYPES[meta["dtype"]]
+            raw = np.frombuffer(z.read(base + "/" + entry["path_name"]), dtype=dt)
+            arr = np.lib.stride_tricks.as_strided(raw[meta["storage_offset"]["as_int"]:], sizes,
+                                                  [s * raw.itemsize for s in strides]).copy()
+            state[name] = torch.from_numpy(arr)
+    return state

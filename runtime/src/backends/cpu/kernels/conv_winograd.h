@@ -1,0 +1,53 @@
+// Winograd F(4x4, 3x3) convolution for 3x3, stride-1, dilation-1, ungrouped conv2d (NCHW),
+// the path conv.cpp takes for layers with enough channels (winograd_profitable).
+//
+// Per call: the weights are transformed (U = G g G^T, 36 values per (output, input)
+// channel pair), every 6x6 input tile (stride 4) of every channel (V = B^T d B), then 36
+// independent GEMMs M[xi] = U[xi] [K x C] * V[xi] [C x tiles] on the packed SGEMM, one
+// per pool task, and the output transform Y = A^T M A + bias (+ relu) per output channel.
+// 4x4 outputs cost 36 multiplies per channel pair instead of 144 (4x fewer), at the price
+// of the transforms and a larger rounding error: the transforms scale tile values by up to
+// 10 (B^T) and 19 (A^T) around the rounding of the products. With inputs in [-1, 1] the
+// error stays below 1.7e-6 x (|bias| + sum |w| of the output channel) in
+// tests/kernels/conv_test.cpp (AVX2 1.4e-6, baseline 1.6e-6, no FMA);
+// on resnet18 (layer1 and layer2 take this path) the max |diff| to the golden is 5.7e-6
+// with it and 4.8e-6 without; the worst element uses 11% of its tolerance (rtol 1e-4,
+// atol 1e-5). KILN_CONV_WINOGRAD=0 turns the path off.
+//
+// The weight transform (and the GEMM's packing of it) is redone on every call: the
+// executor has no hook yet to prepare conv2d weights at load, which is why the cost rule
+// wants many tiles per weight.
+#pragma once
+
+#include <cstdint>
+
+#include "kiln/runtime/status.h"
+
+namespace kiln::cpu {
+class ThreadPool;
+}
+
+namespace kiln::cpu::kernels {
+
+/// A 3x3 stride-1 dilation-1 groups-1 conv2d: x [n][c][h][w] -> y [n][k][oh][ow] with
+/// oh = h + 2 pad_h - 2, ow = w + 2 pad_w - 2.
+struct WinogradShape {
+  std::int64_t n = 0, c = 0, h = 0, w = 0, k = 0;
+  std::int64_t pad_h = 0, pad_w = 0;
+  std::int64_t oh = 0, ow = 0;
+  std::int64_t tiles_h() const { return (oh + 3) / 4; }
+  std::int64_t tiles_w() const { return (ow + 3) / 4; }
+  std::int64_t tiles() const { return n * tiles_h() * tiles_w(); }
+};
+
+/// The cost rule: whether Winograd beats the im2col GEMM / direct paths for `s`: at least
+/// 64 input and output channels (to feed the 36 GEMMs), at least 32 tiles over the batch
+/// (to pay for transforming and packing the weights on every call), buffers <= 256 MiB.
+bool winograd_profitable(const WinogradShape& s);
+
+/// y = conv2d(x, w, bias) (+ relu) through F(4x4, 3x3). bias may be null. Errors:
+/// kUnavailable when the transform buffers cannot be allocated (y untouched).
+Status conv_winograd_f32(const float* x, const float* w, const float* bias, float* y, const WinogradShape& s,
+                         ThreadPool& pool, bool relu);
+
+}  // namespace kiln::cpu::kernels

@@ -4,6 +4,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "bundle/fb_count.h"
 #include "kiln/format/dtype.h"
 #include "kiln/format/kiln_generated.h"
 
@@ -14,11 +15,6 @@ constexpr std::uint32_t kNotBound = std::numeric_limits<std::uint32_t>::max();
 constexpr std::uint32_t kBoundAtStart = 0;  // bound_at is node index + 1; 0 = at start
 
 Status invalid(const std::string& message) { return Status(StatusCode::kInvalidBundle, message); }
-
-template <typename V>
-std::uint32_t count(const V* vec) {
-  return vec == nullptr ? 0 : vec->size();
-}
 
 // The FlatBuffers Verifier checks the alignment of a vector's length field only, so a
 // vector of 8-byte elements (long, double, ExprToken) may start 4 bytes off; reading it

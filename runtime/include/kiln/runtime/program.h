@@ -101,10 +101,11 @@ class Program {
   std::vector<NodePlacement> placement(std::uint32_t graph) const;
 
   const Bundle& bundle() const { return *bundle_; }
-  struct Impl;
-  const Impl& impl() const { return *impl_; }
+
+  struct Impl;  // executor/program_impl.h
 
  private:
+  friend struct ProgramInternals;
   Program() = default;
   std::unique_ptr<Bundle> bundle_;
   std::unique_ptr<Impl> impl_;

@@ -22,7 +22,7 @@
 // results rounded back, as PyTorch's CPU kernels compute half types in float).
 #pragma once
 
-#include "backends/cpu/kernel.h"
+#include "kernel/kernel.h"
 
 namespace kiln::cpu::kernels {
 

@@ -52,6 +52,12 @@ Status Session::Impl::store_output(Frame& f, std::uint32_t n, std::size_t k, con
 
 Status Session::Impl::run_control_flow(Frame& f, std::uint32_t n) {
   const NodeInfo& ni = f.info->nodes[n];
+  struct CallScope {  // names this node when the run's node budget runs out inside it
+    std::vector<const NodeInfo*>& calls;
+    ~CallScope() { calls.pop_back(); }
+  };
+  calls.push_back(&ni);
+  CallScope scope{calls};
   auto arg_of = [&](std::uint32_t v) -> Result<CallArg> {
     const ValueInfo& vi = f.info->values[v];
     CallArg a;
@@ -89,6 +95,7 @@ Status Session::Impl::run_control_flow(Frame& f, std::uint32_t n) {
   std::vector<CallArg> results(ni.outputs.size());
   std::vector<std::unique_ptr<std::uint8_t[]>> keep(ni.outputs.size());
   auto keep_sink = [&](std::size_t k, const CallArg& value) -> Status {
+    if (!value.is_int) KILN_RETURN_IF_ERROR(reserve(value.t.nbytes(), 0, f, static_cast<std::int32_t>(ni.outputs[k])));
     KILN_ASSIGN_OR_RETURN(results[k], owned_copy(value, keep[k]));
     return Status::Ok();
   };
@@ -135,6 +142,7 @@ Status Session::Impl::run_control_flow(Frame& f, std::uint32_t n) {
         break;
       }
       auto body_sink = [&](std::size_t k, const CallArg& value) -> Status {
+        if (!value.is_int) KILN_RETURN_IF_ERROR(reserve(value.t.nbytes(), 0, f, static_cast<std::int32_t>(ni.outputs[k])));
         KILN_ASSIGN_OR_RETURN(next_args[k], owned_copy(value, next[k]));
         return Status::Ok();
       };

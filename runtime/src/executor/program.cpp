@@ -221,7 +221,6 @@ void partition(const fb::Program& p, std::uint32_t g, const backend::Backend& ac
     for (std::uint32_t v : ni.inputs) in_dt.push_back(info.values[v].dtype);
     for (std::uint32_t v : ni.outputs) out_dt.push_back(info.values[v].dtype);
     if (ok) {
-      const auto* node = graph->nodes()->Get(n);
       NodeAttrs attrs;
       ok = read_attrs(p, *graph->nodes()->Get(n), std::nullopt, attrs).ok();
       ok = ok && acc.supports(ni.op, in_dt, out_dt, attrs.values);

@@ -4,7 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <cstdio>
+#include <iterator>
 #include <new>
+
+#include <unistd.h>
 
 #include "executor/memory_plan.h"
 #include "executor/session_impl.h"
@@ -66,6 +70,7 @@ class KernelCtx final : public KernelContext {
 Session::Impl::Impl(const Program& program_, SessionOptions o)
     : program(program_), p(program_.bundle().program()), prog(ProgramInternals::of(program_)), pool(o.threads < 1 ? 1 : o.threads),
       options(o) {
+  memory_limit = o.max_memory_bytes > 0 ? o.max_memory_bytes : default_max_memory_bytes();
   plans.resize(count(p.graphs()));
   arenas.resize(count(p.graphs()));
   for (std::uint32_t s = 0; s < count(p.symbols()); ++s) {
@@ -88,15 +93,83 @@ Result<RunResult> Session::run(std::span<const HostValue> inputs) {
 }
 Status Session::run(std::span<const HostValue> inputs, RunResult& result) { return impl_->run(inputs, result); }
 
-Result<std::uint8_t*> Session::Impl::arena_for(std::uint32_t g, std::uint64_t bytes) {
-  Arena& a = arenas[g];
+std::uint64_t default_max_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return std::uint64_t{8} << 30;
+  return static_cast<std::uint64_t>(pages) / 4 * 3 * static_cast<std::uint64_t>(page);
+}
+
+// ---------------------------------------------------------------------------------------
+// Memory and the node budget
+
+namespace {
+
+// "512 B", "4.0 KiB", "12.0 GiB": binary units (as --max-memory's suffixes), one decimal.
+std::string human_bytes(std::uint64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(bytes) / 1024.0;
+  std::size_t u = 0;
+  while (v >= 1024.0 && u + 1 < std::size(kUnits)) v /= 1024.0, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[u]);
+  return buf;
+}
+
+}  // namespace
+
+std::uint64_t Session::Impl::bytes_in_use() const {
+  std::uint64_t total = heap_live + outputs_live;
+  for (const Arena& a : arenas) total += a.capacity;
+  return total;
+}
+
+Status Session::Impl::reserve(std::uint64_t bytes, std::uint64_t freed, const Frame& f, std::int32_t value) const {
+  const std::uint64_t held = bytes_in_use() - std::min(freed, bytes_in_use());
+  if (bytes <= memory_limit && held <= memory_limit - bytes) return Status::Ok();
+  // Who asks: the inputs (or symbols) the value's shape mentions, and its producer.
+  std::string who, node;
+  if (value >= 0) {
+    const ValueInfo& vi = f.info->values[static_cast<std::size_t>(value)];
+    for (std::uint32_t sym : vi.symbols) {
+      const std::string name = !bound_from[sym].empty() ? "input " + bound_from[sym] : "symbol " + p.symbols()->Get(sym)->name()->str();
+      who += (who.empty() ? "" : ", ") + name + " = " + std::to_string(symbols[sym]);
+    }
+    if (vi.producer >= 0) {
+      const NodeInfo& ni = f.info->nodes[static_cast<std::size_t>(vi.producer)];
+      node = " for node '" + std::string(op_info(ni.op).name) + "'" + location(p, ni.debug);
+    }
+  }
+  if (who.empty()) who = graph_name(f.graph_id);
+  const std::string needs = bytes == UINT64_MAX ? "more than " + human_bytes(UINT64_MAX) : human_bytes(bytes);
+  const std::string in_use = held > 0 ? " (" + human_bytes(held) + " already in use)" : "";
+  return bad_input(who + " needs " + needs + node + in_use + ", over the memory limit " + human_bytes(memory_limit) + " (--max-memory)");
+}
+
+Status Session::Impl::count_nodes(const Frame& f, std::uint32_t n, std::uint32_t nodes) {
+  nodes_executed += nodes;
+  if (nodes_executed <= options.max_nodes_executed) return Status::Ok();
+  std::string where;
+  if (!calls.empty()) {
+    const NodeInfo& call = *calls.back();
+    where = " inside " + std::string(op_info(call.op).name) + location(p, call.debug);
+  } else {
+    where = " in " + graph_name(f.graph_id) + ", node " + std::to_string(n);
+  }
+  return bad_input("the run executed more than " + std::to_string(options.max_nodes_executed) +
+                   " nodes (its budget, SessionOptions::max_nodes_executed)" + where);
+}
+
+Result<std::uint8_t*> Session::Impl::arena_for(const Frame& f, std::uint64_t bytes) {
+  Arena& a = arenas[f.graph_id];
   if (a.capacity < bytes || a.base == nullptr) {
+    KILN_RETURN_IF_ERROR(reserve(bytes, a.capacity, f, f.plan->largest));
     a.storage.reset();
     a.capacity = 0;
     a.base = nullptr;
-    if (bytes > SIZE_MAX - kArenaAlignment) return out_of_memory(bytes, "the arena of " + graph_name(g));
+    if (bytes > SIZE_MAX - kArenaAlignment) return out_of_memory(bytes, "the arena of " + graph_name(f.graph_id));
     a.storage.reset(new (std::nothrow) std::uint8_t[bytes + kArenaAlignment]);
-    if (a.storage == nullptr) return out_of_memory(bytes, "the arena of " + graph_name(g));
+    if (a.storage == nullptr) return out_of_memory(bytes, "the arena of " + graph_name(f.graph_id));
     a.capacity = bytes;
     const auto addr = reinterpret_cast<std::uintptr_t>(a.storage.get());
     a.base = a.storage.get() + ((kArenaAlignment - addr % kArenaAlignment) % kArenaAlignment);
@@ -105,6 +178,7 @@ Result<std::uint8_t*> Session::Impl::arena_for(std::uint32_t g, std::uint64_t by
 }
 
 Result<void*> Session::Impl::heap_alloc(Frame& f, std::uint32_t v, std::size_t bytes) {
+  KILN_RETURN_IF_ERROR(reserve(bytes, f.heap_size[v], f, static_cast<std::int32_t>(v)));
   heap_live -= f.heap_size[v];  // a value re-sized (a loop carry) frees its old bytes
   f.heap[v].reset();
   f.heap_size[v] = 0;
@@ -164,7 +238,12 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
         shape[d] = *size;
       }
       f.views[v] = make_view(vi.dtype, {shape.data(), rank}, nullptr);
-      KILN_ASSIGN_OR_RETURN(f.views[v].data, heap_alloc(f, v, f.views[v].nbytes()));
+      const std::optional<std::uint64_t> bytes = checked_nbytes(vi.dtype, f.views[v].dims());
+      if (!bytes || *bytes > SIZE_MAX) {  // cannot be had, whatever the limit
+        KILN_RETURN_IF_ERROR(reserve(UINT64_MAX, 0, f, static_cast<std::int32_t>(v)));
+        return bad_input("node " + std::to_string(n) + ": output " + std::to_string(k) + " does not fit in memory" + location(p, ni.debug));
+      }
+      KILN_ASSIGN_OR_RETURN(f.views[v].data, heap_alloc(f, v, static_cast<std::size_t>(*bytes)));
     }
     out[k] = f.views[v];
   }
@@ -307,7 +386,7 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
   f.heap.resize(f.views.size());
   f.heap_size.assign(f.views.size(), 0);
   HeapRelease release{*this, f};
-  KILN_ASSIGN_OR_RETURN(std::uint8_t* base, arena_for(plan->graph, plan->arena_bytes));
+  KILN_ASSIGN_OR_RETURN(std::uint8_t* base, arena_for(f, plan->arena_bytes));
   arena_used[plan->graph] = std::max(arena_used[plan->graph], plan->arena_bytes);
   if (entry) {
     stats.arena_bytes = plan->arena_bytes;
@@ -327,6 +406,7 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
     const NodeInfo& ni = f.info->nodes[n];
     if (ni.segment >= 0 && !plan->segment_on_cpu[static_cast<std::size_t>(ni.segment)]) {
       const Segment& seg = f.info->segments[static_cast<std::size_t>(ni.segment)];
+      KILN_RETURN_IF_ERROR(count_nodes(f, n, seg.last - seg.first + 1));
       KILN_RETURN_IF_ERROR(run_segment(f, static_cast<std::uint32_t>(ni.segment)));
       if (!plan->segment_on_cpu[static_cast<std::size_t>(ni.segment)]) {
         for (std::uint32_t m = seg.first; m <= seg.last; ++m) KILN_RETURN_IF_ERROR(check_asserts(f, m + 1));
@@ -335,6 +415,7 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
       }
       // prepare() refused the segment: fall through to the CPU kernels.
     }
+    KILN_RETURN_IF_ERROR(count_nodes(f, n, 1));
     KILN_RETURN_IF_ERROR(run_node(f, n));
     if (!f.info->bindings_of[n].empty() || ni.hop || std::find(ni.kernel_allocates.begin(), ni.kernel_allocates.end(), true) != ni.kernel_allocates.end()) {
       KILN_RETURN_IF_ERROR(bind_node(f, n));
@@ -350,6 +431,10 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
       out.is_int = true;
     } else {
       out.t = f.views[v];
+      if (entry) {  // the copy handed to the caller
+        KILN_RETURN_IF_ERROR(reserve(out.t.nbytes(), 0, f, static_cast<std::int32_t>(v)));
+        outputs_live += out.t.nbytes();
+      }
     }
     KILN_RETURN_IF_ERROR(sink(k, out));
   }
@@ -359,6 +444,9 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
 Status Session::Impl::run(std::span<const HostValue> inputs, RunResult& result) {
   stats = RunStats{};
   heap_live = heap_peak = 0;
+  nodes_executed = 0;
+  outputs_live = 0;
+  calls.clear();
   arena_used.assign(arenas.size(), 0);
   const auto* sig = p.signature()->inputs();
   if (inputs.size() != count(sig)) {

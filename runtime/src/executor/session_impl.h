@@ -111,6 +111,10 @@ struct Session::Impl {
   std::vector<std::uint32_t> backed_symbols;
   std::uint64_t heap_live = 0, heap_peak = 0;  // tensors sized at run time, this run
   std::vector<std::uint64_t> arena_used;       // per graph id: the largest arena this run used
+  std::uint64_t memory_limit = 0;              // options.max_memory_bytes, or the default
+  std::uint64_t outputs_live = 0;              // bytes of outputs copied to the caller, this run
+  std::int64_t nodes_executed = 0;             // this run, against options.max_nodes_executed
+  std::vector<const NodeInfo*> calls;          // the control-flow nodes running now, outermost first
 
   // One graph call in progress.
   struct Frame {
@@ -150,9 +154,18 @@ struct Session::Impl {
   Status run_graph(std::uint32_t called, std::span<const CallArg> args, bool entry, OutputSink sink, std::string* variant);
   Status run_node(Frame& f, std::uint32_t n);
   Status run_segment(Frame& f, std::uint32_t s);
-  Result<std::uint8_t*> arena_for(std::uint32_t g, std::uint64_t bytes);
+  Result<std::uint8_t*> arena_for(const Frame& f, std::uint64_t bytes);
   // Heap bytes for value v of frame f (freeing what v held before: a re-sized loop carry).
   Result<void*> heap_alloc(Frame& f, std::uint32_t v, std::size_t bytes);
+
+  // Limits (session.cpp). Bytes held now: arenas and heap tensors.
+  std::uint64_t bytes_in_use() const;
+  // Ok when `bytes` more (after freeing `freed`) stay within the memory limit; else
+  // kInvalidInput naming the inputs whose values imply the size of value `value` of frame
+  // `f` (-1: none known), its producing node, the bytes and the limit.
+  Status reserve(std::uint64_t bytes, std::uint64_t freed, const Frame& f, std::int32_t value) const;
+  // Counts `nodes` more executed nodes against the run budget.
+  Status count_nodes(const Frame& f, std::uint32_t n, std::uint32_t nodes);
 
   // control_flow.cpp
   Status run_control_flow(Frame& f, std::uint32_t n);

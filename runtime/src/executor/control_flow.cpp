@@ -95,7 +95,7 @@ Status Session::Impl::run_control_flow(Frame& f, std::uint32_t n) {
   std::vector<CallArg> results(ni.outputs.size());
   std::vector<std::unique_ptr<std::uint8_t[]>> keep(ni.outputs.size());
   auto keep_sink = [&](std::size_t k, const CallArg& value) -> Status {
-    if (!value.is_int) KILN_RETURN_IF_ERROR(reserve(value.t.nbytes(), 0, f, static_cast<std::int32_t>(ni.outputs[k])));
+    if (!value.is_int) KILN_RETURN_IF_ERROR(reserve(value.t.nbytes(), 0, f, static_cast<std::int32_t>(ni.outputs[k]), false));
     KILN_ASSIGN_OR_RETURN(results[k], owned_copy(value, keep[k]));
     return Status::Ok();
   };
@@ -142,7 +142,7 @@ Status Session::Impl::run_control_flow(Frame& f, std::uint32_t n) {
         break;
       }
       auto body_sink = [&](std::size_t k, const CallArg& value) -> Status {
-        if (!value.is_int) KILN_RETURN_IF_ERROR(reserve(value.t.nbytes(), 0, f, static_cast<std::int32_t>(ni.outputs[k])));
+        if (!value.is_int) KILN_RETURN_IF_ERROR(reserve(value.t.nbytes(), 0, f, static_cast<std::int32_t>(ni.outputs[k]), false));
         KILN_ASSIGN_OR_RETURN(next_args[k], owned_copy(value, next[k]));
         return Status::Ok();
       };

@@ -124,7 +124,7 @@ std::uint64_t Session::Impl::bytes_in_use() const {
   return total;
 }
 
-Status Session::Impl::reserve(std::uint64_t bytes, std::uint64_t freed, const Frame& f, std::int32_t value) const {
+Status Session::Impl::reserve(std::uint64_t bytes, std::uint64_t freed, const Frame& f, std::int32_t value, bool name_symbols) const {
   const std::uint64_t held = bytes_in_use() - std::min(freed, bytes_in_use());
   if (bytes <= memory_limit && held <= memory_limit - bytes) return Status::Ok();
   // Who asks: the inputs (or symbols) the value's shape mentions, and its producer.
@@ -132,6 +132,7 @@ Status Session::Impl::reserve(std::uint64_t bytes, std::uint64_t freed, const Fr
   if (value >= 0) {
     const ValueInfo& vi = f.info->values[static_cast<std::size_t>(value)];
     for (std::uint32_t sym : vi.symbols) {
+      if (!name_symbols || !bound[sym]) continue;
       const std::string name = !bound_from[sym].empty() ? "input " + bound_from[sym] : "symbol " + p.symbols()->Get(sym)->name()->str();
       who += (who.empty() ? "" : ", ") + name + " = " + std::to_string(symbols[sym]);
     }

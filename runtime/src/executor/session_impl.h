@@ -162,8 +162,9 @@ struct Session::Impl {
   std::uint64_t bytes_in_use() const;
   // Ok when `bytes` more (after freeing `freed`) stay within the memory limit; else
   // kInvalidInput naming the inputs whose values imply the size of value `value` of frame
-  // `f` (-1: none known), its producing node, the bytes and the limit.
-  Status reserve(std::uint64_t bytes, std::uint64_t freed, const Frame& f, std::int32_t value) const;
+  // `f` (-1: none known; not named when `f`'s symbols are not the current ones, as in a
+  // callee's output sink), its producing node, the bytes and the limit.
+  Status reserve(std::uint64_t bytes, std::uint64_t freed, const Frame& f, std::int32_t value, bool name_symbols = true) const;
   // Counts `nodes` more executed nodes against the run budget.
   Status count_nodes(const Frame& f, std::uint32_t n, std::uint32_t nodes);
 

@@ -256,5 +256,62 @@ TEST(Limits, EndlessLoopRunsOutOfTheNodeBudget) {
   }
 }
 
+// y = cond(p, x): both branches exp(x); the branch's result is copied out of its arena.
+ir::Program cond_program() {
+  ir::Program p;
+  p.name = "cond";
+  const int s0 = *p.env.create_backed_symbol("n", {1, 1 << 20}, 4);
+  const Expr S0 = Expr::symbol(s0);
+  ir::Graph main;
+  main.name = "main";
+  const int pred = main.add_value({ir::ValueKind::kTensor, DType::kBool, {}, {}, -1, "p"});
+  const int x = main.add_value({ir::ValueKind::kTensor, DType::kF32, {S0}, {}, -1, "x"});
+  const int y = main.add_value({ir::ValueKind::kTensor, DType::kF32, {S0}, {}, -1, "y"});
+  main.inputs = {pred, x};
+  main.outputs = {y};
+  main.nodes.push_back({OpKind::Cond, {pred, x}, {y}, {}, {1, 2}, meta(70)});
+  p.graphs = {main};
+  for (const char* name : {"then", "else"}) {
+    ir::Graph b;
+    b.name = name;
+    const int a = b.add_value({ir::ValueKind::kTensor, DType::kF32, {S0}, {}, -1, "a"});
+    const int e = b.add_value({ir::ValueKind::kTensor, DType::kF32, {S0}, {}, -1, "e"});
+    b.inputs = {a};
+    b.outputs = {e};
+    b.nodes.push_back({OpKind::Exp, {a}, {e}, {}, {}, meta(71)});
+    p.graphs.push_back(std::move(b));
+  }
+  p.inputs.push_back({"p", false, DType::kBool, {}, ir::Dynamism::kStatic, 0, {}});
+  p.inputs.push_back({"x", false, DType::kF32, {S0}, ir::Dynamism::kStatic, 0, {}});
+  p.outputs.push_back({"y", false, DType::kF32, {S0}, {}});
+  return p;
+}
+
+TEST(Limits, ControlFlowResultCopiesCountAgainstTheLimit) {
+  auto program = load(cond_program());
+  ASSERT_NE(program, nullptr);
+  HostTensor pred;
+  pred.dtype = DType::kBool;
+  pred.data = {1};
+  const std::vector<HostValue> inputs = {HostValue::of(pred), floats(std::vector<float>(1000, 1.0f))};
+  Session roomy(*program, {.max_memory_bytes = 1 << 20});
+  auto r = roomy.run(inputs);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  // main's arena (y, 4032 bytes) fits, the branch's (4032 more) does not.
+  Session tight(*program, {.max_memory_bytes = 6000});
+  r = tight.run(inputs);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
+  EXPECT_EQ(r.status().message(),
+            "input x.size(0) = 1000 needs 3.9 KiB for node 'exp' (limits.cpp:71) (3.9 KiB already in use), over the memory limit 5.9 KiB "
+            "(--max-memory)");
+  // Both arenas fit; the copy of the branch's result (4000 more) does not.
+  Session copy(*program, {.max_memory_bytes = 10000});
+  r = copy.run(inputs);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
+  EXPECT_EQ(r.status().message(), "main needs 3.9 KiB for node 'cond' (limits.cpp:70) (7.9 KiB already in use), over the memory limit 9.8 KiB (--max-memory)");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "max_memory.h"
 
 namespace kiln::cli {
 namespace {
@@ -20,6 +21,7 @@ struct BenchOptions {
   std::string backend = "cpu";
   int warmup = 5, iters = 50, threads = 1;
   bool profile = false, json = false;
+  std::uint64_t max_memory = 0;  // --max-memory; 0 = the runtime default
 };
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
@@ -42,6 +44,7 @@ Command add_bench(CLI::App& app) {
   app.add_option("--iters", o->iters, "Timed runs (default 50)")->check(CLI::Range(1, 1000000));
   app.add_option("--threads", o->threads, "Worker threads (default 1)")->check(CLI::Range(1, 256));
   app.add_flag("--profile", o->profile, "Per-op time table");
+  add_max_memory_option(app, o->max_memory);
   app.add_flag("--json", o->json, "Print one JSON object on stdout");
   app.footer("Example:\n  kiln bench model.kiln --input x=x.npy --iters 100 --json");
   return [o]() {
@@ -54,7 +57,7 @@ Command add_bench(CLI::App& app) {
     args.insert(args.end(), o->inputs.begin(), o->inputs.end());
     auto inputs = parse_inputs((*program)->bundle().program(), args);
     if (!inputs.ok()) return report_error(inputs.status(), o->json);
-    Session session(**program, {.threads = o->threads, .profile = o->profile});
+    Session session(**program, {.threads = o->threads, .profile = o->profile, .max_memory_bytes = o->max_memory});
     std::string variant;
     RunResult result;
     std::map<std::pair<std::string, std::string>, std::pair<double, int>> per_op;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "max_memory.h"
 #include "kiln/format/kiln_generated.h"
 #include "kiln/runtime/npy.h"
 #include "kiln/runtime/program.h"
@@ -20,6 +21,7 @@ struct RunOptions {
   std::string output_dir = ".";
   std::string backend = "cpu";
   int threads = 1;
+  std::uint64_t max_memory = 0;  // --max-memory; 0 = the runtime default
   bool json = false;
 };
 
@@ -98,6 +100,7 @@ Command add_run(CLI::App& app) {
   app.add_option("-o,--output-dir", o->output_dir, "Where to write out<i>.npy (default: .)");
   app.add_option("--backend", o->backend, "cpu, vulkan or auto");
   app.add_option("--threads", o->threads, "Worker threads (default 1)")->check(CLI::Range(1, 256));
+  add_max_memory_option(app, o->max_memory);
   app.add_flag("--json", o->json, "Print one JSON object on stdout");
   app.footer("Example:\n  kiln run model.kiln --input x=x.npy --input n=3 --output-dir out/");
   return [o]() {
@@ -108,7 +111,7 @@ Command add_run(CLI::App& app) {
     args.insert(args.end(), o->inputs.begin(), o->inputs.end());
     auto inputs = parse_inputs((*program)->bundle().program(), args);
     if (!inputs.ok()) return report_error(inputs.status(), o->json);
-    Session session(**program, {.threads = o->threads});
+    Session session(**program, {.threads = o->threads, .max_memory_bytes = o->max_memory});
     auto result = session.run(*inputs);
     if (!result.ok()) return report_error(result.status(), o->json);
     std::error_code ec;

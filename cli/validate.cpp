@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "max_memory.h"
 #include "kiln/format/kiln_generated.h"
 
 namespace kiln::cli {
@@ -17,6 +18,7 @@ using json = nlohmann::ordered_json;
 struct ValidateOptions {
   std::string path;
   std::string backend = "cpu";
+  std::uint64_t max_memory = 0;  // --max-memory; 0 = the runtime default
   bool json = false;
 };
 
@@ -69,6 +71,7 @@ Command add_validate(CLI::App& app) {
   auto o = std::make_shared<ValidateOptions>();
   app.add_option("bundle", o->path, "The .kiln bundle")->required();
   app.add_option("--backend", o->backend, "cpu, vulkan or auto");
+  add_max_memory_option(app, o->max_memory);
   app.add_flag("--json", o->json, "Print one JSON object on stdout");
   app.footer("Example:\n  kiln validate model.kiln --json");
   return [o]() {
@@ -77,7 +80,7 @@ Command add_validate(CLI::App& app) {
     if (!program.ok()) return report_error(program.status(), o->json);
     const Bundle& b = (*program)->bundle();
     const fb::Program& p = b.program();
-    Session session(**program);
+    Session session(**program, {.max_memory_bytes = o->max_memory});
     json tests = json::array();
     bool all_passed = true;
     const std::uint32_t n_tests = p.self_tests() ? p.self_tests()->size() : 0;

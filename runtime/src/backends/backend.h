@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/cpu/kernel.h"
+#include "kernel/kernel.h"
 #include "kiln/format/dtype.h"
 #include "kiln/format/ops.h"
 #include "kiln/runtime/status.h"

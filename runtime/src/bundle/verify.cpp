@@ -1,9 +1,11 @@
 #include "bundle/verify.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <unordered_set>
 
+#include "bundle/fb_count.h"
 #include "kiln/format/dtype.h"
 #include "kiln/format/kiln_generated.h"
 
@@ -14,11 +16,6 @@ constexpr std::uint32_t kNotBound = std::numeric_limits<std::uint32_t>::max();
 constexpr std::uint32_t kBoundAtStart = 0;  // bound_at is node index + 1; 0 = at start
 
 Status invalid(const std::string& message) { return Status(StatusCode::kInvalidBundle, message); }
-
-template <typename V>
-std::uint32_t count(const V* vec) {
-  return vec == nullptr ? 0 : vec->size();
-}
 
 // The FlatBuffers Verifier checks the alignment of a vector's length field only, so a
 // vector of 8-byte elements (long, double, ExprToken) may start 4 bytes off; reading it
@@ -428,6 +425,10 @@ Status Verifier::check_node(const fb::Graph& graph, std::uint32_t n, const std::
       return invalid(aw + ": graph " + std::to_string(a->i()) + " does not exist");
     }
   }
+  if (count(node->attrs()) > 0 && p_.op_names()->Get(node->op())->string_view() == "while_loop") {
+    const auto* a = node->attrs()->Get(0);
+    if (a->kind() == fb::AttrKind::Int && a->i() < 0) return invalid(ow + ": max_iterations " + std::to_string(a->i()) + " is negative");
+  }
   for (std::uint32_t k = 0; k < count(node->subgraphs()); ++k) {
     const std::uint32_t g = node->subgraphs()->Get(k);
     if (g >= n_graphs_ || g == p_.entry_graph()) return invalid(ow + ": subgraph " + std::to_string(g) + " is not a callable graph");
@@ -509,10 +510,25 @@ Status Verifier::check_graph(std::uint32_t g) {
   return Status::Ok();
 }
 
-// Subgraph calls must form a DAG (no recursion). Iterative DFS: depth is attacker-chosen.
+// Subgraph calls must form a DAG (no recursion) no deeper than kMaxSubgraphDepth.
+// Iterative DFS: depth is attacker-chosen.
 Status Verifier::check_call_graph() {
   enum : std::uint8_t { kWhite, kGrey, kBlack };
   std::vector<std::uint8_t> color(n_graphs_, kWhite);
+  std::vector<std::uint32_t> height(n_graphs_, 0);  // levels of calls below a finished graph
+  auto finish = [&](std::uint32_t g) -> Status {
+    const auto* nodes = p_.graphs()->Get(g)->nodes();
+    for (std::uint32_t n = 0; n < count(nodes); ++n) {
+      const auto* subs = nodes->Get(n)->subgraphs();
+      for (std::uint32_t k = 0; k < count(subs); ++k) height[g] = std::max(height[g], height[subs->Get(k)] + 1);
+    }
+    if (height[g] > kMaxSubgraphDepth) {
+      return invalid(graph_where(g) + ": subgraph calls nest " + std::to_string(height[g]) + " deep, above the limit of " +
+                     std::to_string(kMaxSubgraphDepth));
+    }
+    color[g] = kBlack;
+    return Status::Ok();
+  };
   struct Frame {
     std::uint32_t graph, node, sub;
   };
@@ -524,7 +540,7 @@ Status Verifier::check_call_graph() {
       Frame& f = stack.back();
       const auto* nodes = p_.graphs()->Get(f.graph)->nodes();
       if (f.node >= count(nodes)) {
-        color[f.graph] = kBlack;
+        KILN_RETURN_IF_ERROR(finish(f.graph));
         stack.pop_back();
         continue;
       }

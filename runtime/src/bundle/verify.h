@@ -1,6 +1,7 @@
 // Semantic verification of a program that already passed the FlatBuffers Verifier.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "kiln/format/file_format.h"
@@ -12,6 +13,10 @@ struct Program;
 }
 
 namespace kiln {
+
+/// The deepest nesting of subgraph calls (cond / while_loop / invoke_subgraph) a verified
+/// bundle may have: the executor recurses once per level.
+inline constexpr std::uint32_t kMaxSubgraphDepth = 64;
 
 /// Checks every index, ordering, typing and reference rule of docs/FORMAT.md ("Semantic
 /// rules"). Fills `expr_info` (one entry per expression). Returns kInvalidBundle naming the

@@ -8,12 +8,10 @@
 #include "backends/cpu/kernel.h"
 #include "executor/program_impl.h"
 #include "kiln/format/kiln_generated.h"
+#include "kiln/runtime/expr.h"
 
 namespace kiln {
 namespace {
-
-template <typename V>
-std::uint32_t count(const V* v) { return v == nullptr ? 0 : v->size(); }
 
 bool attr_matches(fb::AttrKind kind, const AttrSpec& spec) {
   if (kind == fb::AttrKind::None) return spec.optional;
@@ -223,24 +221,9 @@ void partition(const fb::Program& p, std::uint32_t g, const backend::Backend& ac
     for (std::uint32_t v : ni.inputs) in_dt.push_back(info.values[v].dtype);
     for (std::uint32_t v : ni.outputs) out_dt.push_back(info.values[v].dtype);
     if (ok) {
-      const auto* node = graph->nodes()->Get(n);
-      std::vector<cpu::AttrValue> attrs;
-      std::vector<std::vector<std::int64_t>> ints;
-      std::vector<std::vector<double>> floats;
-      ints.reserve(count(node->attrs()));
-      floats.reserve(count(node->attrs()));
-      for (std::uint32_t k = 0; k < count(node->attrs()); ++k) {
-        const auto* a = node->attrs()->Get(k);
-        cpu::AttrValue v;
-        v.type = static_cast<AttrType>(a->kind());
-        v.i = a->i();
-        v.f = a->f();
-        if (a->s()) v.s = a->s()->string_view();
-        if (a->ints()) ints.emplace_back(a->ints()->begin(), a->ints()->end()), v.ints = ints.back();
-        if (a->floats()) floats.emplace_back(a->floats()->begin(), a->floats()->end()), v.floats = floats.back();
-        attrs.push_back(v);
-      }
-      ok = acc.supports(ni.op, in_dt, out_dt, attrs);
+      NodeAttrs attrs;
+      ok = read_attrs(p, *graph->nodes()->Get(n), std::nullopt, attrs).ok();
+      ok = ok && acc.supports(ni.op, in_dt, out_dt, attrs.values);
     }
     if (!ok) {
       open = -1;
@@ -288,6 +271,39 @@ Status pack_weights(const fb::Program& p, const Bundle& bundle, Program::Impl& i
 }
 
 }  // namespace
+
+Status read_attrs(const fb::Program& p, const fb::Node& node, std::optional<std::span<const std::int64_t>> symbols, NodeAttrs& out) {
+  const std::uint32_t na = count(node.attrs());
+  out.values.clear();
+  out.ints.clear();
+  out.floats.clear();
+  // Spans point into the inner vectors, whose buffers stay put when the outer ones grow.
+  out.ints.reserve(na);
+  out.floats.reserve(na);
+  for (std::uint32_t k = 0; k < na; ++k) {
+    const auto* a = node.attrs()->Get(k);
+    AttrValue v;
+    v.type = static_cast<AttrType>(a->kind());
+    v.i = a->i();
+    v.f = a->f();
+    if (a->s()) v.s = a->s()->string_view();
+    if (a->ints()) out.ints.emplace_back(a->ints()->begin(), a->ints()->end()), v.ints = out.ints.back();
+    if (a->floats()) out.floats.emplace_back(a->floats()->begin(), a->floats()->end()), v.floats = out.floats.back();
+    if (symbols && (a->kind() == fb::AttrKind::Expr || a->kind() == fb::AttrKind::Exprs)) {
+      std::vector<std::int64_t> values;
+      for (std::uint32_t e = 0; e < count(a->exprs()); ++e) {
+        auto x = evaluate_expr(p, a->exprs()->Get(e), *symbols);
+        if (!x.ok()) return x.status();
+        values.push_back(*x);
+      }
+      if (a->kind() == fb::AttrKind::Expr) v.i = values.empty() ? 0 : values[0];
+      out.ints.push_back(std::move(values));
+      v.ints = out.ints.back();
+    }
+    out.values.push_back(v);
+  }
+  return Status::Ok();
+}
 
 Program::~Program() = default;
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +15,8 @@
 #include "backends/backend.h"
 #include "backends/cpu/gemm/gemm.h"
 #include "backends/cpu/kernel.h"
+#include "bundle/fb_count.h"
+#include "kernel/kernel.h"
 #include "kiln/format/kiln_generated.h"
 #include "kiln/format/ops.h"
 #include "kiln/runtime/program.h"
@@ -71,6 +75,19 @@ struct GraphInfo {
   std::vector<Segment> segments;
 };
 
+// A node's attributes as kernels take them (AttrValue), with storage for their spans.
+struct NodeAttrs {
+  std::vector<AttrValue> values;
+  std::vector<std::vector<std::int64_t>> ints;
+  std::vector<std::vector<double>> floats;
+};
+
+/// Converts `node`'s attributes (the one place fb::Attr becomes AttrValue). With `symbols`,
+/// expression attributes are evaluated (kExpr into `i`, kExprs into `ints`); a failed
+/// evaluation is returned. Without, they keep their type and carry no values (enough for
+/// Backend::supports).
+Status read_attrs(const fb::Program& p, const fb::Node& node, std::optional<std::span<const std::int64_t>> symbols, NodeAttrs& out);
+
 struct Program::Impl {
   std::vector<OpKind> kinds;           // per Program.op_names index
   std::vector<cpu::KernelFn> kernels;  // per Program.op_names index
@@ -78,6 +95,11 @@ struct Program::Impl {
   std::map<std::pair<std::uint32_t, bool>, cpu::PackedB> packed;  // (constant, transposed) -> packed
   std::unique_ptr<backend::Backend> accelerator;  // null: CPU only
   std::string backend_notice;                     // why `auto` fell back to the CPU
+};
+
+/// The executor's way into a Program's internals (Program::Impl is not public API).
+struct ProgramInternals {
+  static const Program::Impl& of(const Program& program) { return *program.impl_; }
 };
 
 }  // namespace kiln

@@ -101,10 +101,11 @@ class Program {
   std::vector<NodePlacement> placement(std::uint32_t graph) const;
 
   const Bundle& bundle() const { return *bundle_; }
-  struct Impl;
-  const Impl& impl() const { return *impl_; }
+
+  struct Impl;  // executor/program_impl.h
 
  private:
+  friend struct ProgramInternals;
   Program() = default;
   std::unique_ptr<Bundle> bundle_;
   std::unique_ptr<Impl> impl_;
@@ -117,7 +118,22 @@ struct SessionOptions {
   /// The most iterations a while_loop may run (a loop's own max_iterations attribute, when
   /// present, wins); more is a kInvalidInput error rather than a hang.
   std::int64_t max_loop_iterations = 1'000'000;
+  /// The most bytes of tensor memory one run may hold: planned arenas, tensors sized at run
+  /// time (data-dependent sizes, item() values), control-flow results and while_loop
+  /// carries, and the outputs copied to the caller. Checked before each allocation; more is
+  /// kInvalidInput naming the input values that imply the size, the node, the bytes
+  /// needed and the limit (rather than an out-of-memory abort). 0 = default_max_memory_bytes().
+  std::uint64_t max_memory_bytes = 0;
+  /// The most nodes one run may execute, counting every node of every subgraph call and
+  /// loop iteration; more ends the run with kInvalidInput naming the budget and the
+  /// control-flow node it ran out in. Bounds the time of loops that never end and of calls
+  /// that multiply (subgraphs that each call the next one twice).
+  std::int64_t max_nodes_executed = 100'000'000;
 };
+
+/// SessionOptions::max_memory_bytes when 0: three quarters of the physical memory (8 GiB
+/// when the system does not say).
+std::uint64_t default_max_memory_bytes();
 
 /// What the last run() did.
 struct RunStats {

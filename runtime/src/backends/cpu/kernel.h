@@ -1,62 +1,13 @@
-// The CPU kernel interface: one function per op in codegen/ops.def.
-//
-// The executor (and export's eager mode) evaluates every output shape from the bundle's
-// symbolic expressions, allocates the outputs, evaluates expression attributes to integers,
-// and then calls the kernel. Kernels never trust those shapes: the bundle is hostile input,
-// so each kernel first checks that its inputs and outputs are consistent (ranks, dims,
-// dtypes, attribute values) and returns a Status naming the op and the mismatch
-// ("[matmul] a.shape[1]=63 != b.shape[0]=64") instead of reading or writing out of bounds.
-//
-// Data-dependent ops (nonzero, masked_select) cannot know their output size in advance:
-// the caller passes their outputs unallocated (data == nullptr) and the kernel calls
-// KernelContext::allocate_output once it knows the size.
+// The CPU kernel table and CPU-only kernel helpers. The interface every kernel is called
+// with (TensorView, AttrValue, KernelContext, KernelFn) is backend-neutral:
+// kernel/kernel.h.
 #pragma once
 
-#include <array>
-#include <cstdint>
-#include <span>
-#include <string_view>
-
 #include "backends/cpu/gemm/gemm.h"
-#include "kiln/format/dtype.h"
+#include "kernel/kernel.h"
 #include "kiln/format/ops.h"
-#include "kiln/runtime/status.h"
 
 namespace kiln::cpu {
-
-inline constexpr int kMaxRank = 8;
-
-/// A dense, C-contiguous tensor the caller owns. Must outlive the kernel call.
-struct TensorView {
-  DType dtype = DType::kF32;
-  int rank = 0;
-  std::array<std::int64_t, kMaxRank> shape{};
-  void* data = nullptr;
-
-  std::int64_t numel() const {
-    std::int64_t n = 1;
-    for (int i = 0; i < rank; ++i) n *= shape[i];
-    return n;
-  }
-  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
-  std::span<const std::int64_t> dims() const { return {shape.data(), static_cast<std::size_t>(rank)}; }
-  template <typename T>
-  T* as() const { return static_cast<T*>(data); }
-};
-
-/// One attribute after expression evaluation. Expressions (AttrType::kExpr/kExprs) arrive
-/// evaluated: kExpr as `i`, kExprs as `ints`. Absent optional attributes have type kNone.
-struct AttrValue {
-  AttrType type = AttrType::kNone;
-  std::int64_t i = 0;
-  double f = 0.0;
-  std::string_view s;
-  std::span<const std::int64_t> ints;
-  std::span<const double> floats;
-};
-
-class ThreadPool;
-class PackedB;
 
 /// An activation the executor fused into the node before it (a linear followed by a relu
 /// whose input nothing else reads): that node's kernel applies it to its own result (linear:
@@ -71,30 +22,6 @@ bool kernel_fuses(OpKind op, FusedActivation act);
 void apply_activation(FusedActivation act, float* y, std::int64_t n);
 /// "relu", "gelu", "gelu_tanh", "silu" ("" for kNone): how profiles name a fused node.
 const char* activation_name(FusedActivation act);
-
-class KernelContext {
- public:
-  virtual ~KernelContext() = default;
-  /// Allocates output `index` (whose view the kernel received with data == nullptr) with
-  /// the given shape and fills in `out`. Only data-dependent kernels call this.
-  virtual Result<TensorView> allocate_output(int index, DType dtype,
-                                             std::span<const std::int64_t> shape) = 0;
-  /// Threads the kernel may use (1 = run inline). Never null.
-  virtual ThreadPool& pool() = 0;
-  /// Input `index` (a constant weight) packed once at load for the SGEMM (gemm/gemm.h):
-  /// linear's weight as op(B) = W^T, matmul's constant 2-D B as is. Null when not packed;
-  /// kernels then pack per call.
-  virtual const PackedB* packed_b(int index) const {
-    (void)index;
-    return nullptr;
-  }
-  /// The activation to apply to the output (see FusedActivation); kNone unless the
-  /// executor fused one into a kernel for which kernel_fuses() holds.
-  virtual FusedActivation fused_activation() const { return FusedActivation::kNone; }
-};
-
-using KernelFn = Status (*)(KernelContext& ctx, std::span<const TensorView> inputs,
-                            std::span<TensorView> outputs, std::span<const AttrValue> attrs);
 
 /// The CPU kernel for `op`, or nullptr if this build has none (higher-order ops are run by
 /// the executor itself and have no kernel).

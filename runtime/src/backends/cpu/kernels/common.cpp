@@ -147,41 +147,6 @@ std::int64_t dims_product(const TensorView& v, int begin, int end) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Attributes
-
-namespace {
-
-const char* type_name(AttrType t) {
-  switch (t) {
-    case AttrType::kNone: return "none";
-    case AttrType::kInt: return "int";
-    case AttrType::kFloat: return "float";
-    case AttrType::kBool: return "bool";
-    case AttrType::kString: return "string";
-    case AttrType::kInts: return "ints";
-    case AttrType::kFloats: return "floats";
-    case AttrType::kExpr: return "expr";
-    case AttrType::kExprs: return "exprs";
-    case AttrType::kDType: return "dtype";
-    case AttrType::kGraph: return "graph";
-  }
-  return "unknown";
-}
-
-}  // namespace
-
-Status attr_error(std::string_view op, Attrs attrs, std::size_t index, std::string_view name, AttrType expected) {
-  if (index >= attrs.size()) {
-    return invalid(op, "missing attribute '", name, "' (#", index, "; got ", attrs.size(), " attributes)");
-  }
-  const AttrValue& a = attrs[index];
-  if (expected == AttrType::kDType && (a.type == AttrType::kDType || a.type == AttrType::kInt)) {
-    return invalid(op, "attribute '", name, "'=", a.i, " is not a dtype");
-  }
-  return invalid(op, "attribute '", name, "' has type ", type_name(a.type), ", expected ", type_name(expected));
-}
-
-// ---------------------------------------------------------------------------------------
 // f16/bf16 through f32
 
 bool has_half_views(Inputs inputs, Outputs outputs) {

@@ -3,7 +3,7 @@
 // an op added there without a kernel here fails to compile. Higher-order ops (run by the
 // executor) are declared as null kernels.
 //
-// Contract (kernel.h): each kernel validates the input/output counts, every view (dtype,
+// Contract (kernel/kernel.h): each kernel validates the input/output counts, every view (dtype,
 // rank, dims, data), the dtypes, the shapes (the output shape must equal the one the op
 // computes) and the attributes before touching data, and reports problems as Statuses
 // whose message starts with "[opname] " and names the values:
@@ -22,7 +22,7 @@
 // results rounded back, as PyTorch's CPU kernels compute half types in float).
 #pragma once
 
-#include "backends/cpu/kernel.h"
+#include "kernel/kernel.h"
 
 namespace kiln::cpu::kernels {
 

@@ -1,0 +1,279 @@
+// plan_graph, in named steps: shapes, attributes, accelerator segments, buffers (aliasing
+// and in-place reuse), arena placement.
+#include "executor/plan.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "executor/memory_plan.h"
+#include "kiln/format/kiln_generated.h"
+#include "kiln/runtime/expr.h"
+
+namespace kiln {
+
+std::optional<std::uint64_t> checked_nbytes(DType dtype, std::span<const std::int64_t> shape) {
+  std::uint64_t n = dtype_size(dtype);
+  for (std::int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n)) return std::nullopt;
+  }
+  return n;
+}
+
+namespace {
+
+// Above this a tensor is not placed (offsets and sums stay far from overflow); the
+// executor's memory limit rejects such a plan before anything is allocated.
+constexpr std::uint64_t kUnplannableBytes = std::uint64_t{1} << 60;
+
+struct Planner {
+  const Program& program;
+  const fb::Program& p;
+  const GraphInfo& info;
+  const fb::Graph& graph;
+  std::uint32_t g;
+  std::span<const std::int64_t> symbols;
+  std::span<const std::uint8_t> bound;
+  GraphPlan& plan;
+  std::vector<std::uint64_t> bytes;  // per value with a planned shape
+
+  std::string graph_name() const {
+    return graph.name() && graph.name()->size() ? graph.name()->str() : "graph " + std::to_string(g);
+  }
+  std::string location_of(std::int32_t producer) const {
+    if (producer < 0) return "";
+    const DebugLocation d = debug_location(p, info.nodes[static_cast<std::size_t>(producer)].debug);
+    return d.empty() ? "" : " (" + d.text() + ")";
+  }
+
+  Status plan_shapes();
+  Status plan_attrs();
+  void find_segment_io();
+  std::vector<std::uint8_t> place_segments();
+  void plan_buffers(const std::vector<std::uint8_t>& device_only);
+};
+
+// Shapes: every tensor whose dims mention no symbol bound inside the graph.
+Status Planner::plan_shapes() {
+  const std::size_t nv = info.values.size();
+  bytes.assign(nv, 0);
+  for (std::size_t v = 0; v < nv; ++v) {
+    const ValueInfo& vi = info.values[v];
+    if (vi.kind != fb::ValueKind::Tensor && vi.kind != fb::ValueKind::Constant) continue;
+    bool dyn = false;
+    for (std::uint32_t s : vi.symbols) dyn |= info.bound_inside[s] && !bound[s];
+    if (dyn) {
+      plan.dynamic[v] = 1;
+      plan.views[v].dtype = vi.dtype;
+      continue;
+    }
+    TensorView& view = plan.views[v];
+    view.dtype = vi.dtype;
+    view.rank = static_cast<int>(count(vi.shape));
+    for (int d = 0; d < view.rank; ++d) {
+      auto size = evaluate_expr(p, vi.shape->Get(static_cast<std::uint32_t>(d)), symbols);
+      if (!size.ok()) return size.status();
+      if (*size < 0) {
+        return Status(StatusCode::kInvalidInput, "value " + std::to_string(v) + " of " + graph_name() + " would have a negative size " +
+                                                     std::to_string(*size) + " (" + expr_to_string(p, vi.shape->Get(static_cast<std::uint32_t>(d))) +
+                                                     ")" + location_of(vi.producer));
+      }
+      view.shape[static_cast<std::size_t>(d)] = *size;
+    }
+    bytes[v] = checked_nbytes(vi.dtype, view.dims()).value_or(std::numeric_limits<std::uint64_t>::max());
+    if (vi.kind == fb::ValueKind::Constant) {
+      view.data = const_cast<std::uint8_t*>(program.bundle().constant_data(vi.constant).data());
+    }
+  }
+  return Status::Ok();
+}
+
+// Expression attributes over symbols known now (the others are evaluated per call).
+Status Planner::plan_attrs() {
+  const std::size_t nn = info.nodes.size();
+  for (std::size_t n = 0; n < nn; ++n) {
+    const auto* node = graph.nodes()->Get(static_cast<std::uint32_t>(n));
+    bool ready = true;
+    for (std::uint32_t k = 0; k < count(node->attrs()) && ready; ++k) {
+      const auto* a = node->attrs()->Get(k);
+      if (a->kind() != fb::AttrKind::Expr && a->kind() != fb::AttrKind::Exprs) continue;
+      for (std::uint32_t e = 0; e < count(a->exprs()); ++e) {
+        const auto* ref = p.exprs()->Get(a->exprs()->Get(e));
+        for (std::uint32_t t = ref->start(); t < ref->start() + ref->length(); ++t) {
+          const auto* tok = p.expr_tokens()->Get(t);
+          if (tok->op() == fb::ExprOp::Sym && info.bound_inside[static_cast<std::size_t>(tok->value())]) ready = false;
+        }
+      }
+    }
+    if (!ready) continue;
+    KILN_RETURN_IF_ERROR(read_attrs(p, *node, symbols, plan.attrs[n]));
+    plan.attrs_ready[n] = 1;
+  }
+  return Status::Ok();
+}
+
+// Per accelerator segment, its host-side inputs (values read by the segment and defined
+// outside it) and outputs (values defined in it and read after it, or returned).
+void Planner::find_segment_io() {
+  const std::size_t ns = info.segments.size();
+  plan.segment_inputs.resize(ns);
+  plan.segment_outputs.resize(ns);
+  for (std::size_t s = 0; s < ns; ++s) {
+    const Segment& seg = info.segments[s];
+    auto inside = [&](std::int32_t producer) {
+      return producer >= static_cast<std::int32_t>(seg.first) && producer <= static_cast<std::int32_t>(seg.last);
+    };
+    auto& ins = plan.segment_inputs[s];
+    for (std::uint32_t n = seg.first; n <= seg.last; ++n) {
+      for (std::uint32_t v : info.nodes[n].inputs) {
+        const ValueInfo& vi = info.values[v];
+        if (!inside(vi.producer) && vi.kind != fb::ValueKind::Constant && vi.kind != fb::ValueKind::None &&
+            std::find(ins.begin(), ins.end(), v) == ins.end()) {
+          ins.push_back(v);
+        }
+      }
+      for (std::uint32_t v : info.nodes[n].outputs) {
+        const ValueInfo& vi = info.values[v];
+        if (vi.graph_output || vi.last_use > static_cast<std::int32_t>(seg.last)) plan.segment_outputs[s].push_back(v);
+      }
+    }
+  }
+}
+
+// A segment runs on the device only when all its shapes and attributes are static here.
+// Returns per value whether it lives on the device only (produced and consumed inside one
+// device segment): it needs no host bytes.
+std::vector<std::uint8_t> Planner::place_segments() {
+  const std::size_t ns = info.segments.size();
+  plan.segment_on_cpu.assign(ns, 0);
+  plan.prepared.resize(ns);
+  std::vector<std::uint8_t> device_only(info.values.size(), 0);
+  for (std::size_t s = 0; s < ns; ++s) {
+    const Segment& seg = info.segments[s];
+    for (std::uint32_t n = seg.first; n <= seg.last; ++n) {
+      for (std::uint32_t v : info.nodes[n].inputs) plan.segment_on_cpu[s] |= plan.dynamic[v];
+      for (std::uint32_t v : info.nodes[n].outputs) plan.segment_on_cpu[s] |= plan.dynamic[v];
+      plan.segment_on_cpu[s] |= !plan.attrs_ready[n];
+    }
+    if (plan.segment_on_cpu[s]) continue;
+    for (std::uint32_t n = seg.first; n <= seg.last; ++n) {
+      for (std::uint32_t v : info.nodes[n].outputs) {
+        const ValueInfo& vi = info.values[v];
+        if (!vi.graph_output && vi.last_use <= static_cast<std::int32_t>(seg.last)) device_only[v] = 1;
+      }
+    }
+  }
+  return device_only;
+}
+
+// Buffers: tensors produced by nodes with planned shapes, merged when a node may write its
+// output over a dying input (elementwise) or share its input's bytes (reshape); then placed
+// into the arena.
+void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only) {
+  struct Buffer {
+    std::uint64_t bytes = 0;
+    std::int32_t first = 0, last = 0;
+  };
+  const std::size_t nv = info.values.size(), nn = info.nodes.size();
+  std::vector<Buffer> buffers;
+  std::vector<std::int32_t> buffer_of(nv, -1);
+  auto external = [&](std::uint32_t v) {  // bytes owned by the caller or the bundle
+    const ValueInfo& vi = info.values[v];
+    return vi.graph_input || vi.kind == fb::ValueKind::Constant || plan.alias[v] >= 0;
+  };
+  auto same_shape = [&](std::uint32_t a, std::uint32_t b) {
+    const TensorView &x = plan.views[a], &y = plan.views[b];
+    return x.dtype == y.dtype && x.rank == y.rank && std::equal(x.shape.begin(), x.shape.begin() + x.rank, y.shape.begin());
+  };
+  // The input buffer a reshape/identity output may share, or the external value it aliases.
+  auto try_alias = [&](const NodeInfo& ni, std::uint32_t v, std::int32_t last) {
+    if (!ni.alias_ok || ni.inputs.empty() || ni.segment >= 0) return false;
+    const std::uint32_t u = ni.inputs[0];
+    if (plan.dynamic[u] || bytes[u] != bytes[v] || info.values[u].kind == fb::ValueKind::None) return false;
+    if (buffer_of[u] >= 0) {
+      buffer_of[v] = buffer_of[u];
+      Buffer& b = buffers[static_cast<std::size_t>(buffer_of[v])];
+      b.last = std::max(b.last, last);
+      return true;
+    }
+    if (!external(u)) return false;
+    plan.alias[v] = plan.alias[u] >= 0 ? plan.alias[u] : static_cast<std::int32_t>(u);
+    return true;
+  };
+  // An elementwise output written over an input whose buffer dies at this node.
+  auto try_in_place = [&](const NodeInfo& ni, std::uint32_t v, std::size_t n, std::int32_t last) {
+    if (!ni.inplace_ok || ni.segment >= 0) return false;
+    for (std::uint32_t u : ni.inputs) {
+      const std::int32_t b = buffer_of[u];
+      if (b < 0 || buffers[static_cast<std::size_t>(b)].last != static_cast<std::int32_t>(n) || !same_shape(u, v)) continue;
+      bool clash = false;  // another operand reading the same bytes through a different shape
+      for (std::uint32_t w : ni.inputs) clash |= w != u && buffer_of[w] == b && !same_shape(w, v);
+      if (clash) continue;
+      buffer_of[v] = b;
+      buffers[static_cast<std::size_t>(b)].last = last;
+      return true;
+    }
+    return false;
+  };
+  bool oversized = false;
+  for (std::size_t n = 0; n < nn; ++n) {
+    const NodeInfo& ni = info.nodes[n];
+    for (std::size_t k = 0; k < ni.outputs.size(); ++k) {
+      const std::uint32_t v = ni.outputs[k];
+      const ValueInfo& vi = info.values[v];
+      if (vi.kind != fb::ValueKind::Tensor || plan.dynamic[v] || ni.kernel_allocates[k] || device_only[v]) continue;
+      const std::int32_t last = std::max(vi.last_use, static_cast<std::int32_t>(n));
+      if (try_alias(ni, v, last) || try_in_place(ni, v, n, last)) continue;
+      buffer_of[v] = static_cast<std::int32_t>(buffers.size());
+      buffers.push_back({bytes[v], static_cast<std::int32_t>(n), last});
+      if (plan.largest < 0 || bytes[v] > plan.largest_bytes) plan.largest = static_cast<std::int32_t>(v), plan.largest_bytes = bytes[v];
+      oversized |= bytes[v] >= kUnplannableBytes;
+    }
+  }
+  for (std::size_t n = 0; n < nn; ++n) {
+    for (std::uint32_t v : info.nodes[n].outputs) {
+      if (info.values[v].kind == fb::ValueKind::Tensor && !plan.dynamic[v]) {
+        plan.naive_bytes = std::min(plan.naive_bytes + std::min(bytes[v], kUnplannableBytes), std::numeric_limits<std::uint64_t>::max());
+      }
+    }
+  }
+  if (oversized) {  // never allocated: the memory limit rejects the plan
+    plan.arena_bytes = std::numeric_limits<std::uint64_t>::max();
+    return;
+  }
+  std::vector<BufferRequest> requests;
+  requests.reserve(buffers.size());
+  for (const Buffer& b : buffers) requests.push_back({b.bytes, b.first, b.last});
+  const MemoryPlan mp = plan_memory(requests);
+  for (std::size_t v = 0; v < nv; ++v) {
+    if (buffer_of[v] >= 0) plan.offset[v] = static_cast<std::int64_t>(mp.offsets[static_cast<std::size_t>(buffer_of[v])]);
+  }
+  plan.arena_bytes = mp.arena_bytes;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint32_t g, std::span<const std::int64_t> symbols,
+                                              std::span<const std::uint8_t> bound) {
+  const Program::Impl& prog = ProgramInternals::of(program);
+  const fb::Program& p = program.bundle().program();
+  auto plan = std::make_unique<GraphPlan>();
+  plan->graph = g;
+  plan->symbols.assign(symbols.begin(), symbols.end());
+  plan->bound.assign(bound.begin(), bound.end());
+  const GraphInfo& info = prog.graphs[g];
+  const std::size_t nv = info.values.size(), nn = info.nodes.size();
+  plan->views.assign(nv, TensorView{});
+  plan->offset.assign(nv, -1);
+  plan->alias.assign(nv, -1);
+  plan->dynamic.assign(nv, 0);
+  plan->attrs.resize(nn);
+  plan->attrs_ready.assign(nn, 0);
+  Planner planner{program, p, info, *p.graphs()->Get(g), g, symbols, bound, *plan, {}};
+  KILN_RETURN_IF_ERROR(planner.plan_shapes());
+  KILN_RETURN_IF_ERROR(planner.plan_attrs());
+  planner.find_segment_io();
+  planner.plan_buffers(planner.place_segments());
+  return plan;
+}
+
+}  // namespace kiln

@@ -1,0 +1,54 @@
+// Planning one graph call for one input signature (shape time, before any kernel runs):
+// every static shape and expression attribute evaluated, the inputs and outputs of each
+// accelerator segment found, reshapes aliased to their inputs, elementwise outputs written
+// over dying inputs, and the remaining tensors placed into one arena (memory_plan.h).
+// Pure: reads the program and the symbol values, allocates no tensor memory, runs nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "executor/program_impl.h"
+#include "kernel/kernel.h"
+
+namespace kiln {
+
+/// Everything one graph call needs for one input signature.
+struct GraphPlan {
+  std::uint32_t graph = 0;            // the graph that runs (a specialization for the entry)
+  std::string variant;                // entry only: "generic" or the specialization's label
+  std::vector<std::int64_t> symbols;  // symbol values after binding the inputs
+  std::vector<std::uint8_t> bound;
+  std::vector<TensorView> views;      // per value: the planned shape; data: constants only
+  std::vector<std::int64_t> offset;   // per value: arena offset, -1 if not in the arena
+  std::vector<std::int32_t> alias;    // per value: a value outside the arena whose bytes it shares
+  std::vector<std::uint8_t> dynamic;  // per value: sized at run time
+  std::vector<NodeAttrs> attrs;       // per node: evaluated attributes
+  std::vector<std::uint8_t> attrs_ready;
+  std::vector<std::uint8_t> segment_on_cpu;  // per accelerator segment: shapes not static
+  std::vector<std::unique_ptr<backend::PreparedSegment>> prepared;
+  std::vector<std::vector<std::uint32_t>> segment_inputs, segment_outputs;  // per segment: host-side values
+  /// The arena the planned tensors need (saturates at UINT64_MAX when a tensor's size does
+  /// not fit in 64 bits), and what they would take without reuse.
+  std::uint64_t arena_bytes = 0, naive_bytes = 0;
+  /// The planned tensor with the most bytes, -1 if none: what a memory-limit error names.
+  std::int32_t largest = -1;
+  std::uint64_t largest_bytes = 0;
+};
+
+/// Bytes of a tensor of `dtype` and `shape`, or nullopt when that does not fit in 64 bits
+/// (or a dim is negative).
+std::optional<std::uint64_t> checked_nbytes(DType dtype, std::span<const std::int64_t> shape);
+
+/// Plans graph `g` of `program` with the given symbol values (`bound[s]`: symbol s has a
+/// value; the others are bound inside the graph, by the nodes that produce them). Fails
+/// with kInvalidInput when a shape evaluates negative or an expression overflows.
+Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint32_t g, std::span<const std::int64_t> symbols,
+                                              std::span<const std::uint8_t> bound);
+
+}  // namespace kiln

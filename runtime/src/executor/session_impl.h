@@ -1,0 +1,176 @@
+// Internal state of a Session, shared by the files that run a bundle:
+//   bind.cpp          binding and checking a call's inputs, choosing the variant, asserts,
+//                     symbols bound by nodes (once per signature, and after binding nodes);
+//   plan.cpp          plan_graph: shapes, attributes, segments, memory (once per signature);
+//   session.cpp       the run loop: run_graph, run_node, run_segment, Session::run;
+//   control_flow.cpp  cond, while_loop and invoke_subgraph nodes.
+//
+// Every graph call (the entry graph, and each subgraph a control-flow node calls) goes
+// through run_graph. Its inputs form a *signature* (dtypes, ranks, dims, int values): the
+// first time a signature is seen, the inputs are bound and checked, the variant chosen,
+// and the call planned (GraphPlan); later calls with the same signature restore that state
+// and go straight to the kernels. Tensors whose sizes depend on unbacked symbols are sized
+// at run time, on the heap.
+//
+// Memory sized from input values or data is allocated without throwing: running out is a
+// Status, never a terminate (the runtime builds with -fno-exceptions).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/cpu/thread_pool.h"
+#include "executor/plan.h"
+#include "executor/program_impl.h"
+#include "kernel/kernel.h"
+#include "kiln/format/kiln_generated.h"
+#include "kiln/runtime/expr.h"
+#include "kiln/runtime/program.h"
+
+namespace kiln {
+
+inline Status bad_input(const std::string& m) { return Status(StatusCode::kInvalidInput, m); }
+
+// Allocation of `bytes` for `what` failed (kUnavailable, as when no device memory is left).
+inline Status out_of_memory(std::uint64_t bytes, const std::string& what) {
+  return Status(StatusCode::kUnavailable, "out of memory: " + std::to_string(bytes) + " bytes for " + what);
+}
+
+// The expression ids of a shape; a 0-d tensor's shape vector may be absent.
+inline std::span<const std::uint32_t> dims_of(const flatbuffers::Vector<std::uint32_t>* shape) {
+  if (shape == nullptr) return {};
+  return {shape->data(), shape->size()};
+}
+
+inline TensorView make_view(DType dtype, std::span<const std::int64_t> shape, void* data) {
+  TensorView v;
+  v.dtype = dtype;
+  v.rank = static_cast<int>(shape.size());
+  for (std::size_t i = 0; i < shape.size() && i < kMaxRank; ++i) v.shape[i] = shape[i];
+  v.data = data;
+  return v;
+}
+
+// " (model.cpp:12, fc)" for a debug entry, "" without one.
+inline std::string location(const fb::Program& p, std::uint32_t debug) {
+  const DebugLocation d = debug_location(p, debug);
+  return d.empty() ? "" : " (" + d.text() + ")";
+}
+
+// One input or output of a graph call: an int or a tensor view (not owned).
+struct CallArg {
+  bool is_int = false;
+  std::int64_t i = 0;
+  TensorView t;
+};
+
+// `value` with its tensor bytes copied into `storage` (a callee's result that must outlive
+// the callee's memory: cond/invoke_subgraph outputs, while_loop carries). Fails when the
+// bytes cannot be allocated.
+Result<CallArg> owned_copy(const CallArg& value, std::unique_ptr<std::uint8_t[]>& storage);
+
+struct SignatureKey {
+  std::vector<std::int64_t> words;
+  bool operator==(const SignatureKey&) const = default;
+};
+struct SignatureHash {
+  std::size_t operator()(const SignatureKey& k) const {
+    std::uint64_t h = 1469598103934665603ull;
+    for (std::int64_t w : k.words) h = (h ^ static_cast<std::uint64_t>(w)) * 1099511628211ull;
+    return static_cast<std::size_t>(h);
+  }
+};
+
+// Receives a graph call's outputs while the callee's memory is still alive.
+using OutputSink = cpu::FunctionRef<Status(std::size_t index, const CallArg& value)>;
+
+struct Session::Impl {
+  const Program& program;
+  const fb::Program& p;
+  const Program::Impl& prog;
+  cpu::ThreadPool pool;
+  SessionOptions options;
+  std::vector<std::int64_t> symbols;
+  std::vector<std::uint8_t> bound;
+  std::vector<std::string> bound_from;  // "x.size(0)" per symbol, for messages
+  RunStats stats;
+  // Per called graph id: plans by signature, and the arena its frames use.
+  std::vector<std::unordered_map<SignatureKey, std::unique_ptr<GraphPlan>, SignatureHash>> plans;
+  struct Arena {
+    std::unique_ptr<std::uint8_t[]> storage;
+    std::uint64_t capacity = 0;
+    std::uint8_t* base = nullptr;
+  };
+  std::vector<Arena> arenas;  // per graph id that runs
+  SignatureKey scratch_key;
+  std::vector<std::uint32_t> backed_symbols;
+  std::uint64_t heap_live = 0, heap_peak = 0;  // tensors sized at run time, this run
+  std::vector<std::uint64_t> arena_used;       // per graph id: the largest arena this run used
+  std::uint64_t memory_limit = 0;              // options.max_memory_bytes, or the default
+  std::uint64_t outputs_live = 0;              // bytes of outputs copied to the caller, this run
+  std::int64_t nodes_executed = 0;             // this run, against options.max_nodes_executed
+  std::vector<const NodeInfo*> calls;          // the control-flow nodes running now, outermost first
+
+  // One graph call in progress.
+  struct Frame {
+    GraphPlan* plan = nullptr;
+    const GraphInfo* info = nullptr;
+    const fb::Graph* graph = nullptr;
+    std::uint32_t graph_id = 0;
+    std::vector<TensorView> views;
+    std::vector<std::unique_ptr<std::uint8_t[]>> heap;  // per value, when sized at run time
+    std::vector<std::size_t> heap_size;                 // bytes of heap[v]
+  };
+  // Takes a frame's heap tensors off heap_live when the frame ends (they are freed then).
+  struct HeapRelease {
+    Impl& impl;
+    Frame& f;
+    ~HeapRelease() {
+      for (std::size_t b : f.heap_size) impl.heap_live -= b;
+    }
+  };
+
+  Impl(const Program& program_, SessionOptions o);
+
+  Result<std::int64_t> eval(std::uint32_t expr) const { return evaluate_expr(p, expr, symbols); }
+  std::string graph_name(std::uint32_t g) const;
+
+  // bind.cpp
+  Status bind_entry(std::span<const CallArg> args);
+  Status solve_derived(std::span<const std::uint32_t> shape_exprs, const CallArg& arg, const std::string& name);
+  Status check_entry_ranges_and_dims(std::span<const CallArg> args);
+  Status bind_subgraph(std::uint32_t g, std::span<const CallArg> args);
+  Result<std::uint32_t> choose_variant(std::string& label);
+  Status check_asserts(const Frame& f, std::size_t slot);
+  Status bind_node(Frame& f, std::uint32_t n);
+
+  // session.cpp
+  Status run(std::span<const HostValue> inputs, RunResult& result);
+  Status run_graph(std::uint32_t called, std::span<const CallArg> args, bool entry, OutputSink sink, std::string* variant);
+  Status run_node(Frame& f, std::uint32_t n);
+  Status run_segment(Frame& f, std::uint32_t s);
+  Result<std::uint8_t*> arena_for(const Frame& f, std::uint64_t bytes);
+  // Heap bytes for value v of frame f (freeing what v held before: a re-sized loop carry).
+  Result<void*> heap_alloc(Frame& f, std::uint32_t v, std::size_t bytes);
+
+  // Limits (session.cpp). Bytes held now: arenas and heap tensors.
+  std::uint64_t bytes_in_use() const;
+  // Ok when `bytes` more (after freeing `freed`) stay within the memory limit; else
+  // kInvalidInput naming the inputs whose values imply the size of value `value` of frame
+  // `f` (-1: none known; not named when `f`'s symbols are not the current ones, as in a
+  // callee's output sink), its producing node, the bytes and the limit.
+  Status reserve(std::uint64_t bytes, std::uint64_t freed, const Frame& f, std::int32_t value, bool name_symbols = true) const;
+  // Counts `nodes` more executed nodes against the run budget.
+  Status count_nodes(const Frame& f, std::uint32_t n, std::uint32_t nodes);
+
+  // control_flow.cpp
+  Status run_control_flow(Frame& f, std::uint32_t n);
+  Status store_output(Frame& f, std::uint32_t n, std::size_t k, const CallArg& value);
+};
+
+}  // namespace kiln

@@ -1,0 +1,100 @@
+// The backend-neutral kernel interface: the views, attributes and context every kernel
+// (CPU today, an accelerator's lowering too) is called with. One function per op in
+// codegen/ops.def; backends/cpu/kernel.h declares the CPU table and CPU-only helpers.
+//
+// The executor (and export's eager mode) evaluates every output shape from the bundle's
+// symbolic expressions, allocates the outputs, evaluates expression attributes to integers,
+// and then calls the kernel. Kernels never trust those shapes: the bundle is hostile input,
+// so each kernel first checks that its inputs and outputs are consistent (ranks, dims,
+// dtypes, attribute values) and returns a Status naming the op and the mismatch
+// ("[matmul] a.shape[1]=63 != b.shape[0]=64") instead of reading or writing out of bounds.
+//
+// Data-dependent ops (nonzero, masked_select) cannot know their output size in advance:
+// the caller passes their outputs unallocated (data == nullptr) and the kernel calls
+// KernelContext::allocate_output once it knows the size.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "kiln/format/dtype.h"
+#include "kiln/format/ops.h"
+#include "kiln/runtime/status.h"
+
+namespace kiln {
+
+namespace cpu {
+class ThreadPool;
+class PackedB;
+enum class GemmActivation : std::uint8_t;  // backends/cpu/gemm/gemm.h
+}  // namespace cpu
+
+inline constexpr int kMaxRank = 8;
+
+/// A dense, C-contiguous tensor the caller owns. Must outlive the kernel call.
+struct TensorView {
+  DType dtype = DType::kF32;
+  int rank = 0;
+  std::array<std::int64_t, kMaxRank> shape{};
+  void* data = nullptr;
+
+  std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= shape[i];
+    return n;
+  }
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
+  std::span<const std::int64_t> dims() const { return {shape.data(), static_cast<std::size_t>(rank)}; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data); }
+};
+
+/// One attribute after expression evaluation. Expressions (AttrType::kExpr/kExprs) arrive
+/// evaluated: kExpr as `i`, kExprs as `ints`. Absent optional attributes have type kNone.
+struct AttrValue {
+  AttrType type = AttrType::kNone;
+  std::int64_t i = 0;
+  double f = 0.0;
+  std::string_view s;
+  std::span<const std::int64_t> ints;
+  std::span<const double> floats;
+};
+
+/// What a kernel may ask of its caller.
+class KernelContext {
+ public:
+  virtual ~KernelContext() = default;
+  /// Allocates output `index` (whose view the kernel received with data == nullptr) with
+  /// the given shape and fills in `out`. Only data-dependent kernels call this. Fails
+  /// (never throws) when the bytes cannot be had.
+  virtual Result<TensorView> allocate_output(int index, DType dtype,
+                                             std::span<const std::int64_t> shape) = 0;
+  /// Threads the kernel may use (1 = run inline). Never null.
+  virtual cpu::ThreadPool& pool() = 0;
+  /// Input `index` (a constant weight) packed once at load for the SGEMM
+  /// (backends/cpu/gemm/gemm.h): linear's weight as op(B) = W^T, matmul's constant 2-D B
+  /// as is. Null when not packed; kernels then pack per call.
+  virtual const cpu::PackedB* packed_b(int index) const {
+    (void)index;
+    return nullptr;
+  }
+  /// The activation to apply to the output (cpu::FusedActivation); kNone unless the
+  /// executor fused one into a kernel for which cpu::kernel_fuses() holds.
+  virtual cpu::GemmActivation fused_activation() const;
+};
+
+using KernelFn = Status (*)(KernelContext& ctx, std::span<const TensorView> inputs,
+                            std::span<TensorView> outputs, std::span<const AttrValue> attrs);
+
+// The names the CPU kernels (and code written before this header existed) use.
+namespace cpu {
+using kiln::AttrValue;
+using kiln::KernelContext;
+using kiln::KernelFn;
+using kiln::kMaxRank;
+using kiln::TensorView;
+}  // namespace cpu
+
+}  // namespace kiln

@@ -1,0 +1,113 @@
+// plan_graph on its own (shape time, no kernels run): shapes from symbol values, buffers
+// shared by reshapes and elementwise ops writing over dying inputs, values sized at run
+// time left out of the arena, and negative sizes rejected naming the value.
+#include <gtest/gtest.h>
+
+#include "executor/plan.h"
+#include "kiln/export/serialize.h"
+#include "kiln/runtime/program.h"
+
+namespace kiln {
+namespace {
+
+using sym::Expr;
+
+ir::NodeMeta meta(std::uint32_t line) { return ir::NodeMeta{{"plan.cpp", line, 1}, "", ""}; }
+
+std::shared_ptr<const Program> load(const ir::Program& p) {
+  auto bytes = serialize_bundle(p);
+  EXPECT_TRUE(bytes.ok()) << bytes.status().message();
+  if (!bytes.ok()) return nullptr;
+  auto bundle = Bundle::from_bytes(*bytes);
+  EXPECT_TRUE(bundle.ok()) << bundle.status().message();
+  if (!bundle.ok()) return nullptr;
+  auto program = Program::load(std::move(bundle).value());
+  EXPECT_TRUE(program.ok()) << program.status().message();
+  return program.ok() ? *program : nullptr;
+}
+
+// x: f32[n] -> b = x + x -> c = reshape(b) -> d = relu(c) -> e = exp(d); r = reshape(x);
+// outputs e and r.
+struct Chain {
+  ir::Program program;
+  int x = 0, b = 0, c = 0, d = 0, e = 0, r = 0;
+};
+
+Chain chain_program(Expr size_of_b) {
+  Chain out;
+  ir::Program& p = out.program;
+  p.name = "chain";
+  const int s0 = *p.env.create_backed_symbol("n", {1, 1 << 20}, 8);
+  const Expr S0 = Expr::symbol(s0);
+  ir::Graph g;
+  g.name = "main";
+  out.x = g.add_value({ir::ValueKind::kTensor, DType::kF32, {S0}, {}, -1, "x"});
+  out.b = g.add_value({ir::ValueKind::kTensor, DType::kF32, {size_of_b}, {}, -1, "b"});
+  out.c = g.add_value({ir::ValueKind::kTensor, DType::kF32, {S0}, {}, -1, "c"});
+  out.d = g.add_value({ir::ValueKind::kTensor, DType::kF32, {S0}, {}, -1, "d"});
+  out.e = g.add_value({ir::ValueKind::kTensor, DType::kF32, {S0}, {}, -1, "e"});
+  out.r = g.add_value({ir::ValueKind::kTensor, DType::kF32, {S0}, {}, -1, "r"});
+  g.inputs = {out.x};
+  g.outputs = {out.e, out.r};
+  g.nodes.push_back({OpKind::Add, {out.x, out.x}, {out.b}, {}, {}, meta(1)});
+  g.nodes.push_back({OpKind::Reshape, {out.b}, {out.c}, {std::vector<Expr>{S0}}, {}, meta(2)});
+  g.nodes.push_back({OpKind::Relu, {out.c}, {out.d}, {}, {}, meta(3)});
+  g.nodes.push_back({OpKind::Exp, {out.d}, {out.e}, {}, {}, meta(4)});
+  g.nodes.push_back({OpKind::Reshape, {out.x}, {out.r}, {std::vector<Expr>{S0}}, {}, meta(5)});
+  p.graphs = {g};
+  p.inputs.push_back({"x", false, DType::kF32, {S0}, ir::Dynamism::kStatic, 0, {}});
+  p.outputs.push_back({"e", false, DType::kF32, {S0}, {}});
+  p.outputs.push_back({"r", false, DType::kF32, {S0}, {}});
+  return out;
+}
+
+TEST(PlanGraph, ReshapesAndElementwiseOpsShareOneBuffer) {
+  Chain chain = chain_program(Expr::symbol(0));
+  auto program = load(chain.program);
+  ASSERT_NE(program, nullptr);
+  const std::vector<std::int64_t> symbols = {100};
+  const std::vector<std::uint8_t> bound = {1};
+  auto plan = plan_graph(*program, 0, symbols, bound);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const GraphPlan& gp = **plan;
+  EXPECT_EQ(gp.views[static_cast<std::size_t>(chain.e)].rank, 1);
+  EXPECT_EQ(gp.views[static_cast<std::size_t>(chain.e)].shape[0], 100);
+  // b, its reshape c, relu(c) and exp(d) all live in b's 400 bytes.
+  const std::int64_t at = gp.offset[static_cast<std::size_t>(chain.b)];
+  ASSERT_GE(at, 0);
+  for (int v : {chain.c, chain.d, chain.e}) EXPECT_EQ(gp.offset[static_cast<std::size_t>(v)], at) << "value " << v;
+  EXPECT_EQ(gp.arena_bytes, 448u);  // 400 rounded up to kArenaAlignment
+  EXPECT_EQ(gp.naive_bytes, 5u * 400u);
+  // A reshape of the caller's input shares the caller's bytes, outside the arena.
+  EXPECT_EQ(gp.offset[static_cast<std::size_t>(chain.r)], -1);
+  EXPECT_EQ(gp.alias[static_cast<std::size_t>(chain.r)], chain.x);
+  EXPECT_EQ(gp.largest, chain.b);
+  EXPECT_EQ(gp.largest_bytes, 400u);
+}
+
+TEST(PlanGraph, NegativeSizeNamesTheValueAndItsExpression) {
+  Chain chain = chain_program(Expr::symbol(0) - Expr::constant(10));
+  auto program = load(chain.program);
+  ASSERT_NE(program, nullptr);
+  const std::vector<std::int64_t> symbols = {3};
+  const std::vector<std::uint8_t> bound = {1};
+  auto plan = plan_graph(*program, 0, symbols, bound);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidInput);
+  EXPECT_EQ(plan.status().message(), "value 1 of main would have a negative size -7 (s0 - 10) (plan.cpp:1)");
+}
+
+TEST(PlanGraph, SizesThatDoNotFitIn64BitsSaturateTheArena) {
+  Chain chain = chain_program(Expr::symbol(0) * Expr::constant(std::int64_t{1} << 40));
+  auto program = load(chain.program);
+  ASSERT_NE(program, nullptr);
+  const std::vector<std::int64_t> symbols = {std::int64_t{1} << 21};  // 2^61 floats
+  const std::vector<std::uint8_t> bound = {1};
+  auto plan = plan_graph(*program, 0, symbols, bound);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ((*plan)->arena_bytes, UINT64_MAX);  // never allocated: the session's memory limit rejects it
+  EXPECT_EQ((*plan)->largest, chain.b);
+}
+
+}  // namespace
+}  // namespace kiln

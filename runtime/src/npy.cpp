@@ -223,9 +223,11 @@ Result<HostTensor> parse_npy(std::span<const std::uint8_t> bytes, const std::str
   if (!known) return bad(name, "dtype " + quoted(h.descr) + " is not supported (little-endian f32, f16, f64, i64, i32, i16, i8, u8, bool)");
   if (h.fortran_order && !limits.allow_fortran_order) return bad(name, "Fortran-order arrays are not supported (use C order)");
   std::uint64_t numel = 1, nbytes = 0;
+  // Every running product stays <= 2^63-1, so HostTensor::numel() (int64, left to right)
+  // cannot overflow either, even for shapes like (2^62, 2, 0).
   for (std::int64_t d : h.shape) {
-    if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel)) {
-      return bad(name, "shape " + shape_text(h.shape) + " has more than 2^64 elements");
+    if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel) || numel > static_cast<std::uint64_t>(INT64_MAX)) {
+      return bad(name, "shape " + shape_text(h.shape) + " has more than 2^63-1 elements");
     }
   }
   if (__builtin_mul_overflow(numel, dtype_size(t.dtype), &nbytes)) {

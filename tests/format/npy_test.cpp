@@ -74,10 +74,14 @@ TEST(Npy, TruncationIsNamed) {
 }
 
 TEST(Npy, HugeShapesAreRefusedWithoutOverflow) {
+  EXPECT_EQ(error_of(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2305843009213693952), }", 0)),
+            "t.npy: shape (2, 2305843009213693952) of f32 needs more than 2^64 bytes");
   EXPECT_EQ(error_of(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 4611686018427387904), }", 0)),
-            "t.npy: shape (2, 4611686018427387904) of f32 needs more than 2^64 bytes");
+            "t.npy: shape (2, 4611686018427387904) has more than 2^63-1 elements");
   EXPECT_EQ(error_of(npy("{'descr': '|u1', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", 0)),
-            "t.npy: shape (4294967296, 4294967296) has more than 2^64 elements");
+            "t.npy: shape (4294967296, 4294967296) has more than 2^63-1 elements");
+  EXPECT_EQ(error_of(npy("{'descr': '|u1', 'fortran_order': False, 'shape': (4611686018427387904, 2, 0), }", 0)),
+            "t.npy: shape (4611686018427387904, 2, 0) has more than 2^63-1 elements");
   EXPECT_EQ(error_of(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (9223372036854775808,), }", 0)),
             "t.npy: dimension 9223372036854775808 of the shape is larger than 2^63-1");
   EXPECT_EQ(error_of(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999999999999,), }", 0)),

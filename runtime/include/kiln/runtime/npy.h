@@ -6,8 +6,9 @@
 //     once, see file_io.h) no larger than NpyLimits::max_file_bytes;
 //   - the header is at most NpyLimits::max_header_bytes (NumPy writes < 64 KiB) and must be
 //     a dict with 'descr', 'fortran_order' and 'shape';
-//   - the shape has at most 8 dims, each a non-negative integer, and its element count and
-//     byte size must not overflow 64 bits and must equal the data that follows exactly.
+//   - the shape has at most 8 dims, each a non-negative integer; its element count (every
+//     running product, left to right) must stay below 2^63, its byte size must not overflow
+//     64 bits, and the data that follows must be exactly that size.
 #pragma once
 
 #include <cstdint>

@@ -241,7 +241,6 @@ Status BundleWriter::write(const std::string& path, const fb::ProgramT& program)
   // ".NAME.tmp.PID.XXXXXX": removed by the SIGINT/SIGTERM handler, or as stale by the next
   // writer once PID is dead (file_io.h).
   remove_stale_temporaries(path);
-  install_cleanup_handler();
   std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()) + ".XXXXXX")).string();
   const int fd = mkstemp(tmp.data());
   if (fd < 0) return io_error("cannot create a temporary file for", path);

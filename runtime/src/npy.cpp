@@ -331,7 +331,6 @@ Status write_npy_file(const std::string& path, const HostTensor& tensor) {
 Status write_npy(const std::string& path, const HostTensor& tensor) {
   KILN_RETURN_IF_ERROR(check_output_target(path));
   remove_stale_temporaries(path);
-  install_cleanup_handler();
   const std::string tmp = temporary_name(path);
   const int slot = register_temporary(tmp);
   int error = write_all(tmp, encode_npy(tensor));

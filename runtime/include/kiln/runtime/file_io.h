@@ -56,8 +56,11 @@ Result<std::vector<std::uint8_t>> read_regular_file(const std::string& path, std
 /// when it is absent or a regular file.
 Status check_output_target(const std::string& path);
 
-/// Installs (once) the SIGINT/SIGTERM handler that unlinks registered temporaries (files,
-/// or empty-after-cleanup folders) and then re-raises the signal with its default action.
+/// Installs (once) the SIGINT/SIGTERM/SIGHUP handler that unlinks registered temporaries
+/// (files first, then folders) and then re-raises the signal with its default action. A
+/// signal that is ignored stays ignored. For programs such as `kiln` (its main() calls it):
+/// the writers in this library only register their temporaries and never install handlers
+/// themselves, so an embedding program's own signal handling is left alone.
 void install_cleanup_handler();
 
 /// Registers a temporary for the handler; returns a slot for unregister_temporary, or -1

@@ -102,6 +102,24 @@ TEST_F(Hardening, IntInputFromANpyFileRunsLikeTheInteger) {
   EXPECT_TRUE(contains(b.out, "kiln: error: input n = 1 (s1) is outside the range [2, inf]")) << b.out;
 }
 
+// Self-test manifests take the same int inputs: a 0-d u8 array for n.
+TEST_F(Hardening, SelfTestManifestTakesIntInputsFromNpy) {
+  ASSERT_EQ(kiln_cmd("run " + dyn_int() + " --input " + x_input() + " --input n=3 -o " + path("golden")).code, 0);
+  HostTensor n;
+  n.dtype = DType::kU8;
+  n.data = {3};
+  fs::create_directories(path("u8case"));
+  ASSERT_TRUE(write_npy(path("u8case/n.npy"), n).ok());
+  std::ofstream(path("u8case/manifest.json")) << R"({"valid": [{"name": "u8", "inputs": {"x": ")" << fixture("dyn_int/cases/valid0.in.x.npy")
+                                              << R"(", "n": "n.npy"}, "outputs": [")" << path("golden/out0.npy") << R"(", ")"
+                                              << path("golden/out1.npy") << R"("]}]})";
+  const Cmd i = kiln_cmd("import " + fixture("dyn_int/model.pt2") + " -o " + path("u8.kiln") + " --self-test-dir " + path("u8case"));
+  ASSERT_EQ(i.code, 0) << i.out;
+  const Cmd v = kiln_cmd("validate " + path("u8.kiln"));
+  EXPECT_EQ(v.code, 0) << v.out;
+  EXPECT_TRUE(contains(v.out, "self-test u8: passed")) << v.out;
+}
+
 TEST_F(Hardening, IntInputFromAFloatOrLongerArrayIsRefused) {
   const Cmd f = kiln_cmd("run " + dyn_int() + " --input " + x_input() + " --input n=" + fixture("dyn_int/cases/valid0.in.x.npy"));
   EXPECT_EQ(f.code, 3) << f.out;

@@ -38,6 +38,8 @@ namespace kiln::cli {
 /// `use_mmap` false (`--no-mmap`) reads the file into memory instead of mapping it.
 Result<std::shared_ptr<const Program>> open_program(const std::string& path, bool verify_segments, const std::string& backend = "cpu",
                                                     bool use_mmap = true);
+/// `status` prefixed with "PATH: " unless its message already starts with it.
+Status with_path(const Status& status, const std::string& path);
 /// Adds `--no-mmap` (sets `*no_mmap`) to a subcommand that opens a bundle.
 void add_no_mmap_flag(CLI::App& app, bool* no_mmap);
 /// Parses `NAME=FILE.npy`, `NAME=INT` or positional values into signature order.

@@ -625,15 +625,15 @@ Command add_inspect(CLI::App& app) {
     // Metadata only: zstd segments are not decompressed (a bomb costs nothing here).
     const LoadOptions load{.use_mmap = !opts->no_mmap, .decompress_segments = false};
     auto bundle = Bundle::open(opts->path, load);
-    if (!bundle.ok()) return report_error(bundle.status().with_context(opts->path), opts->json);
+    if (!bundle.ok()) return report_error(with_path(bundle.status(), opts->path), opts->json);
     // The structural checks run/validate make when they load the program (node arities,
     // attribute kinds, control-flow calling conventions); an op this build lacks is shown,
     // not an error.
     if (auto program = Program::load(std::move(bundle).value(), {.prepack_weights = false}); !program.ok()) {
-      if (program.status().code() != StatusCode::kUnsupported) return report_error(program.status().with_context(opts->path), opts->json);
+      if (program.status().code() != StatusCode::kUnsupported) return report_error(with_path(program.status(), opts->path), opts->json);
     }
     bundle = Bundle::open(opts->path, load);
-    if (!bundle.ok()) return report_error(bundle.status().with_context(opts->path), opts->json);
+    if (!bundle.ok()) return report_error(with_path(bundle.status(), opts->path), opts->json);
     if (opts->dot->count() > 0) {
       std::ostringstream dot;
       write_dot(dot, (*bundle)->program());

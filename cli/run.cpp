@@ -158,16 +158,20 @@ Result<std::vector<HostValue>> parse_inputs(const fb::Program& p, const std::vec
 Result<std::shared_ptr<const Program>> open_program(const std::string& path, bool verify_segments, const std::string& backend,
                                                     bool use_mmap) {
   auto bundle = Bundle::open(path, {.verify_segment_checksums = verify_segments, .use_mmap = use_mmap});
-  if (!bundle.ok()) return bundle.status().with_context(path);
+  if (!bundle.ok()) return with_path(bundle.status(), path);
   ProgramOptions options;
   options.backend = backend;
   const char* validation = std::getenv("KILN_VULKAN_VALIDATION");
   options.validation = validation != nullptr && std::string(validation) == "1";
   if (const char* cache = std::getenv("KILN_PIPELINE_CACHE")) options.pipeline_cache_path = cache;
   auto program = Program::load(std::move(bundle).value(), options);
-  if (!program.ok()) return program.status().with_context(path);
+  if (!program.ok()) return with_path(program.status(), path);
   if (!(*program)->backend_notice().empty()) std::cerr << "kiln: note: " << (*program)->backend_notice() << "\n";
   return *program;
+}
+
+Status with_path(const Status& status, const std::string& path) {
+  return status.message().rfind(path + ": ", 0) == 0 ? status : status.with_context(path);
 }
 
 void add_no_mmap_flag(CLI::App& app, bool* no_mmap) {

@@ -155,9 +155,11 @@ TEST_F(Hardening, FifosDirectoriesAndDevicesAreRefusedWithoutHanging) {
     for (const char* cmd : {"inspect ", "run ", "validate "}) {
       const Cmd r = kiln_cmd(cmd + bundle);
       EXPECT_EQ(r.code, 2) << cmd << bundle << ": " << r.out;
+      EXPECT_TRUE(contains(r.out, "kiln: error: " + bundle + ": is a")) << r.out;  // the path once
       EXPECT_TRUE(contains(r.out, ", not a regular file")) << r.out;
     }
   }
+  EXPECT_EQ(kiln_cmd("run /dev/zero").out, "kiln: error: /dev/zero: is a character device, not a regular file\n");
   for (const std::string& npy : {fifo, std::string("/dev/zero"), dir_.string()}) {
     const Cmd r = kiln_cmd("run " + dyn_int() + " --input x=" + npy + " --input n=2");
     EXPECT_EQ(r.code, 3) << npy << ": " << r.out;

@@ -22,6 +22,7 @@ struct BenchOptions {
   int warmup = 5, iters = 50, threads = 1;
   bool profile = false, json = false;
   std::uint64_t max_memory = 0;  // --max-memory; 0 = the runtime default
+  bool no_mmap = false;
 };
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
@@ -46,11 +47,12 @@ Command add_bench(CLI::App& app) {
   app.add_flag("--profile", o->profile, "Per-op time table");
   add_max_memory_option(app, o->max_memory);
   app.add_flag("--json", o->json, "Print one JSON object on stdout");
+  add_no_mmap_flag(app, &o->no_mmap);
   app.footer("Example:\n  kiln bench model.kiln --input x=x.npy --iters 100 --json");
   return [o]() {
     KILN_RETURN_IF_ERROR_CLI(check_backend(o->backend), o->json);
     const auto t_load = Clock::now();
-    auto program = open_program(o->path, /*verify_segments=*/false, o->backend);
+    auto program = open_program(o->path, /*verify_segments=*/false, o->backend, !o->no_mmap);
     if (!program.ok()) return report_error(program.status(), o->json);
     const double load_ms = ms_since(t_load);
     std::vector<std::string> args = o->positional;
@@ -94,10 +96,10 @@ Command add_bench(CLI::App& app) {
       j["profile"] = prof;
     }
     if (o->json) {
-      std::cout << j.dump(2) << "\n";
+      std::cout << dump_json(j) << "\n";
       return 0;
     }
-    std::printf("%s: variant %s, %s backend, %d threads\n", o->path.c_str(), variant.c_str(), (*program)->backend_name().c_str(), o->threads);
+    std::printf("%s: variant %s, %s backend, %d threads\n", printable(o->path).c_str(), printable(variant).c_str(), (*program)->backend_name().c_str(), o->threads);
     std::printf("latency   median %.3f ms   p10 %.3f ms   p90 %.3f ms   (%d runs)\n", median, p10, p90, o->iters);
     const RunStats& st = session.last_stats();
     std::printf("load      %.3f ms\npeak      %llu bytes of tensors (planned arena %llu bytes; %llu without reuse)\n", load_ms,
@@ -110,7 +112,7 @@ Command add_bench(CLI::App& app) {
     if (o->profile) {
       std::printf("\n%-22s %-34s %10s %8s\n", "op", "source", "ms/run", "share");
       for (const auto& [avg, row] : rows) {
-        std::printf("%-22s %-34s %10.4f %7.1f%%\n", row["op"].get<std::string>().c_str(), row["source"].get<std::string>().c_str(), avg,
+        std::printf("%-22s %-34s %10.4f %7.1f%%\n", printable(row["op"].get<std::string>()).c_str(), printable(row["source"].get<std::string>()).c_str(), avg,
                     100.0 * avg / median);
       }
     }

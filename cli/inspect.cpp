@@ -16,6 +16,7 @@
 #include "kiln/format/ops.h"
 #include "kiln/runtime/bundle.h"
 #include "kiln/runtime/expr.h"
+#include "kiln/runtime/file_io.h"
 
 namespace kiln::cli {
 namespace {
@@ -534,12 +535,20 @@ struct InspectOptions {
   std::string backend = "cpu";
   CLI::Option* dot = nullptr;
   std::string dot_path;  // "" or "-": stdout
+  bool no_mmap = false;
 };
 
 // Writes `text` to `path` atomically (a temporary file, then rename): nothing partial is
 // left on failure.
 Status write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  KILN_RETURN_IF_ERROR(check_output_target(path));
+  remove_stale_temporaries(path);
+  const std::string tmp = temporary_name(path);
+  const int slot = register_temporary(tmp);
+  struct Unregister {
+    int slot;
+    ~Unregister() { unregister_temporary(slot); }
+  } unregister{slot};
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!(f << text) || !f.flush()) {
@@ -606,38 +615,51 @@ Command add_inspect(CLI::App& app) {
                              "Write the graphs as Graphviz DOT to FILE (stdout when omitted or '-') instead of the summary")
                   ->expected(0, 1)
                   ->type_name("FILE");
+  add_no_mmap_flag(app, &opts->no_mmap);
   app.footer("Examples:\n  kiln inspect model.kiln --graph\n  kiln inspect model.kiln --placement --backend vulkan\n"
              "  kiln inspect model.kiln --dot model.dot && dot -Tsvg model.dot -o model.svg");
   return [opts]() {
     // `kiln inspect --dot model.kiln`: CLI11 gives the one path to --dot; it is the bundle.
     if (opts->path.empty() && opts->dot->count() > 0 && !opts->dot_path.empty()) std::swap(opts->path, opts->dot_path);
     if (opts->path.empty()) return report_error(Status(StatusCode::kUsage, "inspect: a BUNDLE is required"), opts->json);
-    auto bundle = Bundle::open(opts->path);
-    if (!bundle.ok()) return report_error(bundle.status().with_context(opts->path), opts->json);
+    // Metadata only: zstd segments are not decompressed (a bomb costs nothing here).
+    const LoadOptions load{.use_mmap = !opts->no_mmap, .decompress_segments = false};
+    auto bundle = Bundle::open(opts->path, load);
+    if (!bundle.ok()) return report_error(with_path(bundle.status(), opts->path), opts->json);
+    // The structural checks run/validate make when they load the program (node arities,
+    // attribute kinds, control-flow calling conventions); an op this build lacks is shown,
+    // not an error.
+    if (auto program = Program::load(std::move(bundle).value(), {.prepack_weights = false}); !program.ok()) {
+      if (program.status().code() != StatusCode::kUnsupported) return report_error(with_path(program.status(), opts->path), opts->json);
+    }
+    bundle = Bundle::open(opts->path, load);
+    if (!bundle.ok()) return report_error(with_path(bundle.status(), opts->path), opts->json);
     if (opts->dot->count() > 0) {
       std::ostringstream dot;
       write_dot(dot, (*bundle)->program());
       if (opts->dot_path.empty() || opts->dot_path == "-") {
-        std::cout << dot.str();
+        std::cout << printable(dot.str());
         return 0;
       }
-      KILN_RETURN_IF_ERROR_CLI(write_text_file(opts->dot_path, dot.str()), opts->json);
+      KILN_RETURN_IF_ERROR_CLI(write_text_file(opts->dot_path, printable(dot.str())), opts->json);
       std::cerr << "wrote " << opts->dot_path << "\n";
       return 0;
     }
     json j = bundle_json(**bundle, opts->path, opts->graph);
     if (opts->placement) {
       KILN_RETURN_IF_ERROR_CLI(check_backend(opts->backend), opts->json);
-      auto program = open_program(opts->path, false, opts->backend);
+      auto program = open_program(opts->path, false, opts->backend, !opts->no_mmap);
       if (!program.ok()) return report_error(program.status(), opts->json);
       j["placement"] = placement_json(**program);
     }
     if (opts->json) {
-      std::cout << j.dump(2) << "\n";
+      std::cout << dump_json(j) << "\n";
       return 0;
     }
-    print_human(std::cout, **bundle, j, opts->graph);
-    if (j.contains("placement")) print_placement(std::cout, j["placement"]);
+    std::ostringstream text;
+    print_human(text, **bundle, j, opts->graph);
+    if (j.contains("placement")) print_placement(text, j["placement"]);
+    std::cout << printable(text.str());
     return 0;
   };
 }

@@ -1,4 +1,10 @@
 // kiln run BUNDLE --input NAME=FILE.npy|INT ... [--output-dir DIR] [--threads N] [--json]
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -8,6 +14,7 @@
 #include "commands.h"
 #include "max_memory.h"
 #include "kiln/format/kiln_generated.h"
+#include "kiln/runtime/file_io.h"
 #include "kiln/runtime/npy.h"
 #include "kiln/runtime/program.h"
 
@@ -23,12 +30,93 @@ struct RunOptions {
   int threads = 1;
   std::uint64_t max_memory = 0;  // --max-memory; 0 = the runtime default
   bool json = false;
+  bool no_mmap = false;
 };
 
-bool is_integer(const std::string& s) {
-  if (s.empty()) return false;
-  for (std::size_t i = (s[0] == '-' ? 1 : 0); i < s.size(); ++i) if (!std::isdigit(static_cast<unsigned char>(s[i]))) return false;
-  return s != "-";
+// "-12" or "34": the whole text is an optional '-' and digits.
+bool looks_like_integer(const std::string& s) {
+  const std::size_t start = !s.empty() && s[0] == '-' ? 1 : 0;
+  if (s.size() == start) return false;
+  for (std::size_t i = start; i < s.size(); ++i) if (!std::isdigit(static_cast<unsigned char>(s[i]))) return false;
+  return true;
+}
+
+// One value for input `spec`: an integer literal, or a .npy file (a tensor, or one integer
+// or bool element for an int input).
+Result<HostValue> read_input(const fb::InputSpec& spec, const std::string& value) {
+  const std::string name = spec.name() ? spec.name()->str() : "";
+  const bool wants_int = spec.kind() == fb::InputKind::Int;
+  if (looks_like_integer(value)) {
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (ec != std::errc() || end != value.data() + value.size()) {
+      return Status(StatusCode::kInvalidInput, "input '" + name + "': " + value +
+                                                   " is outside the int64 range [-9223372036854775808, 9223372036854775807]");
+    }
+    return HostValue::integer(v);
+  }
+  auto t = read_npy(value);
+  if (!t.ok()) {
+    if (wants_int) {
+      return Status(StatusCode::kInvalidInput, "input '" + name + "' takes an integer (or a .npy file holding one): '" + value +
+                                                   "' is neither (" + t.status().message() + ")");
+    }
+    return t.status().with_context("input '" + name + "'");
+  }
+  if (!wants_int) return HostValue::of(std::move(t).value());
+  auto v = npy_scalar_int(*t, value);
+  if (!v.ok()) return v.status().with_context("input '" + name + "'");
+  return HostValue::integer(*v);
+}
+
+// Writes the tensor outputs as one set: every file is first written into a staging folder
+// DIR/.kiln-outputs.tmp.PID, then all are renamed into place with SIGINT/SIGTERM/SIGHUP
+// blocked, so an interrupted run leaves the previous set or the new one, never a mix (only
+// SIGKILL or a power loss in the microseconds between the renames can). The staging folder
+// is removed by the signal handler, or as stale by the next run once PID is dead.
+Status write_output_set(const std::string& dir, const std::vector<std::pair<std::string, const HostTensor*>>& files) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(dir, ec)) && !fs::is_directory(dir, ec)) {
+    return Status(StatusCode::kIoError, "cannot write to '" + dir + "': it exists and is not a directory");
+  }
+  fs::create_directories(dir, ec);
+  if (ec) return Status(StatusCode::kIoError, "cannot create the output folder '" + dir + "': " + ec.message());
+  for (const auto& [name, tensor] : files) KILN_RETURN_IF_ERROR(check_output_target((fs::path(dir) / name).string()));
+  const std::string staging_target = (fs::path(dir) / "kiln-outputs").string();
+  remove_stale_temporaries(staging_target);
+  const std::string staging = (fs::path(dir) / (".kiln-outputs.tmp." + std::to_string(::getpid()))).string();
+  std::vector<int> slots{register_temporary(staging)};
+  if (::mkdir(staging.c_str(), 0700) != 0) {
+    unregister_temporary(slots[0]);
+    return Status(StatusCode::kIoError, "cannot write to '" + dir + "': " + std::strerror(errno));
+  }
+  Status status;
+  for (const auto& [name, tensor] : files) {
+    const std::string staged = staging + "/" + name;
+    slots.push_back(register_temporary(staged));
+    status = write_npy_file(staged, *tensor);
+    if (!status.ok()) {
+      status = Status(status.code(), "cannot write '" + (fs::path(dir) / name).string() + "'" +
+                                         status.message().substr(status.message().rfind(':')));
+      break;
+    }
+  }
+  sigset_t block, old;
+  sigemptyset(&block);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&block, sig);
+  ::sigprocmask(SIG_BLOCK, &block, &old);
+  for (std::size_t i = 0; status.ok() && i < files.size(); ++i) {
+    const std::string target = (fs::path(dir) / files[i].first).string();
+    if (::rename((staging + "/" + files[i].first).c_str(), target.c_str()) != 0) {
+      status = Status(StatusCode::kIoError, "cannot write '" + target + "': " + std::strerror(errno));
+    }
+  }
+  for (const auto& [name, tensor] : files) ::unlink((staging + "/" + name).c_str());
+  ::rmdir(staging.c_str());
+  for (int slot : slots) unregister_temporary(slot);
+  ::sigprocmask(SIG_SETMASK, &old, nullptr);
+  return status;
 }
 
 }  // namespace
@@ -57,13 +145,9 @@ Result<std::vector<HostValue>> parse_inputs(const fb::Program& p, const std::vec
       if (index >= n) return Status(StatusCode::kInvalidInput, "too many inputs: the bundle takes " + std::to_string(n));
     }
     if (values[index]) return Status(StatusCode::kInvalidInput, "input '" + sig->Get(static_cast<std::uint32_t>(index))->name()->str() + "' given twice");
-    if (is_integer(value)) {
-      values[index] = HostValue::integer(std::stoll(value));
-    } else {
-      auto t = read_npy(value);
-      if (!t.ok()) return t.status();
-      values[index] = HostValue::of(std::move(t).value());
-    }
+    auto v = read_input(*sig->Get(static_cast<std::uint32_t>(index)), value);
+    if (!v.ok()) return v.status();
+    values[index] = std::move(v).value();
   }
   std::vector<HostValue> out;
   for (std::uint32_t i = 0; i < n; ++i) {
@@ -73,18 +157,28 @@ Result<std::vector<HostValue>> parse_inputs(const fb::Program& p, const std::vec
   return out;
 }
 
-Result<std::shared_ptr<const Program>> open_program(const std::string& path, bool verify_segments, const std::string& backend) {
-  auto bundle = Bundle::open(path, {.verify_segment_checksums = verify_segments});
-  if (!bundle.ok()) return bundle.status().with_context(path);
+Result<std::shared_ptr<const Program>> open_program(const std::string& path, bool verify_segments, const std::string& backend,
+                                                    bool use_mmap) {
+  auto bundle = Bundle::open(path, {.verify_segment_checksums = verify_segments, .use_mmap = use_mmap});
+  if (!bundle.ok()) return with_path(bundle.status(), path);
   ProgramOptions options;
   options.backend = backend;
   const char* validation = std::getenv("KILN_VULKAN_VALIDATION");
   options.validation = validation != nullptr && std::string(validation) == "1";
   if (const char* cache = std::getenv("KILN_PIPELINE_CACHE")) options.pipeline_cache_path = cache;
   auto program = Program::load(std::move(bundle).value(), options);
-  if (!program.ok()) return program.status().with_context(path);
+  if (!program.ok()) return with_path(program.status(), path);
   if (!(*program)->backend_notice().empty()) std::cerr << "kiln: note: " << (*program)->backend_notice() << "\n";
   return *program;
+}
+
+Status with_path(const Status& status, const std::string& path) {
+  return status.message().rfind(path + ": ", 0) == 0 ? status : status.with_context(path);
+}
+
+void add_no_mmap_flag(CLI::App& app, bool* no_mmap) {
+  app.add_flag("--no-mmap", *no_mmap,
+               "Read the bundle into memory instead of mapping it (for files that may be truncated or rewritten in place)");
 }
 
 Status check_backend(const std::string& backend) {
@@ -102,10 +196,11 @@ Command add_run(CLI::App& app) {
   app.add_option("--threads", o->threads, "Worker threads (default 1)")->check(CLI::Range(1, 256));
   add_max_memory_option(app, o->max_memory);
   app.add_flag("--json", o->json, "Print one JSON object on stdout");
+  add_no_mmap_flag(app, &o->no_mmap);
   app.footer("Example:\n  kiln run model.kiln --input x=x.npy --input n=3 --output-dir out/");
   return [o]() {
     KILN_RETURN_IF_ERROR_CLI(check_backend(o->backend), o->json);
-    auto program = open_program(o->path, /*verify_segments=*/true, o->backend);
+    auto program = open_program(o->path, /*verify_segments=*/true, o->backend, !o->no_mmap);
     if (!program.ok()) return report_error(program.status(), o->json);
     std::vector<std::string> args = o->positional;
     args.insert(args.end(), o->inputs.begin(), o->inputs.end());
@@ -114,28 +209,34 @@ Command add_run(CLI::App& app) {
     Session session(**program, {.threads = o->threads, .max_memory_bytes = o->max_memory});
     auto result = session.run(*inputs);
     if (!result.ok()) return report_error(result.status(), o->json);
-    std::error_code ec;
-    std::filesystem::create_directories(o->output_dir, ec);
     nlohmann::ordered_json outs = nlohmann::ordered_json::array();
+    std::vector<std::pair<std::string, const HostTensor*>> files;
     for (std::size_t i = 0; i < result->outputs.size(); ++i) {
       const HostValue& v = result->outputs[i];
       if (v.is_int) {
         outs.push_back({{"index", i}, {"int", v.int_value}});
-        if (!o->json) std::cerr << "output " << i << ": " << v.int_value << "\n";
         continue;
       }
-      const std::string file = (std::filesystem::path(o->output_dir) / ("out" + std::to_string(i) + ".npy")).string();
-      const Status s = write_npy(file, v.tensor);
-      if (!s.ok()) return report_error(s, o->json);
+      const std::string name = "out" + std::to_string(i) + ".npy";
+      files.push_back({name, &v.tensor});
+      const std::string file = (std::filesystem::path(o->output_dir) / name).string();
       outs.push_back({{"index", i}, {"file", file}, {"dtype", std::string(dtype_name(v.tensor.dtype))}, {"shape", v.tensor.shape}});
-      if (!o->json) {
-        std::cerr << "output " << i << ": " << dtype_name(v.tensor.dtype) << "[";
-        for (std::size_t d = 0; d < v.tensor.shape.size(); ++d) std::cerr << (d ? ", " : "") << v.tensor.shape[d];
-        std::cerr << "] -> " << file << "\n";
-      }
     }
-    if (o->json) std::cout << nlohmann::ordered_json{{"variant", result->variant}, {"outputs", outs}}.dump(2) << "\n";
-    else std::cerr << "variant: " << result->variant << "\n";
+    if (!files.empty()) KILN_RETURN_IF_ERROR_CLI(write_output_set(o->output_dir, files), o->json);
+    for (const auto& out : outs) {
+      if (o->json) break;
+      std::cerr << "output " << out["index"].get<std::size_t>() << ": ";
+      if (out.contains("int")) {
+        std::cerr << out["int"].get<std::int64_t>() << "\n";
+        continue;
+      }
+      std::cerr << out["dtype"].get<std::string>() << "[";
+      const auto& shape = out["shape"];
+      for (std::size_t d = 0; d < shape.size(); ++d) std::cerr << (d ? ", " : "") << shape[d].get<std::int64_t>();
+      std::cerr << "] -> " << printable(out["file"].get<std::string>()) << "\n";
+    }
+    if (o->json) std::cout << dump_json({{"variant", result->variant}, {"outputs", outs}}) << "\n";
+    else std::cerr << "variant: " << printable(result->variant) << "\n";
     return 0;
   };
 }

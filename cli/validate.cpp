@@ -20,6 +20,7 @@ struct ValidateOptions {
   std::string backend = "cpu";
   std::uint64_t max_memory = 0;  // --max-memory; 0 = the runtime default
   bool json = false;
+  bool no_mmap = false;
 };
 
 HostValue test_value(const Bundle& b, const fb::TestTensor& t) {
@@ -73,16 +74,18 @@ Command add_validate(CLI::App& app) {
   app.add_option("--backend", o->backend, "cpu, vulkan or auto");
   add_max_memory_option(app, o->max_memory);
   app.add_flag("--json", o->json, "Print one JSON object on stdout");
+  add_no_mmap_flag(app, &o->no_mmap);
   app.footer("Example:\n  kiln validate model.kiln --json");
   return [o]() {
     KILN_RETURN_IF_ERROR_CLI(check_backend(o->backend), o->json);
-    auto program = open_program(o->path, /*verify_segments=*/true, o->backend);
+    auto program = open_program(o->path, /*verify_segments=*/true, o->backend, !o->no_mmap);
     if (!program.ok()) return report_error(program.status(), o->json);
     const Bundle& b = (*program)->bundle();
     const fb::Program& p = b.program();
     Session session(**program, {.max_memory_bytes = o->max_memory});
     json tests = json::array();
     bool all_passed = true;
+    Status first_error;  // the first self-test that could not run: reported with its own code
     const std::uint32_t n_tests = p.self_tests() ? p.self_tests()->size() : 0;
     for (std::uint32_t t = 0; t < n_tests; ++t) {
       const auto* st = p.self_tests()->Get(t);
@@ -93,6 +96,8 @@ Command add_validate(CLI::App& app) {
       bool passed = result.ok();
       if (!result.ok()) {
         tj["error"] = result.status().message();
+        tj["error_code"] = status_code_name(result.status().code());
+        if (first_error.ok()) first_error = result.status().with_context("self-test '" + tj["name"].get<std::string>() + "'");
       } else {
         tj["variant"] = result->variant;
         json outs = json::array();
@@ -110,24 +115,28 @@ Command add_validate(CLI::App& app) {
       tests.push_back(tj);
     }
     if (o->json) {
-      std::cout << json{{"bundle", o->path}, {"verified", true}, {"passed", all_passed}, {"self_tests", tests}}.dump(2) << "\n";
+      std::cout << dump_json({{"bundle", o->path}, {"verified", true}, {"passed", all_passed}, {"self_tests", tests}}) << "\n";
     } else {
-      std::cerr << o->path << ": structure, checksums and kernels verified\n";
+      std::cerr << printable(o->path) << ": structure, checksums and kernels verified\n";
       if (tests.empty()) std::cerr << "no self-tests embedded\n";
       for (const auto& tj : tests) {
-        std::cerr << "self-test " << tj["name"].get<std::string>() << ": " << (tj["passed"].get<bool>() ? "passed" : "FAILED");
-        if (tj.contains("variant")) std::cerr << " (variant " << tj["variant"].get<std::string>() << ")";
-        if (tj.contains("error")) std::cerr << ": " << tj["error"].get<std::string>();
+        std::cerr << "self-test " << printable(tj["name"].get<std::string>()) << ": " << (tj["passed"].get<bool>() ? "passed" : "FAILED");
+        if (tj.contains("variant")) std::cerr << " (variant " << printable(tj["variant"].get<std::string>()) << ")";
+        if (tj.contains("error")) std::cerr << ": " << printable(tj["error"].get<std::string>());
         std::cerr << "\n";
         if (!tj.contains("outputs")) continue;
         for (const auto& oj : tj["outputs"]) {
           std::cerr << "  output " << oj["index"] << ": " << (oj["passed"].get<bool>() ? "ok" : "MISMATCH");
           if (oj.contains("max_abs_diff")) std::cerr << "  max |diff| " << oj["max_abs_diff"].get<double>() << " (" << oj["mismatched"] << " elements out of tolerance)";
-          if (oj.contains("error")) std::cerr << "  " << oj["error"].get<std::string>();
+          if (oj.contains("error")) std::cerr << "  " << printable(oj["error"].get<std::string>());
           if (oj.contains("expected")) std::cerr << "  expected " << oj["expected"] << ", got " << oj["got"];
           std::cerr << "\n";
         }
       }
+    }
+    if (!first_error.ok()) {
+      std::cerr << "kiln: error: validation failed: " << printable(first_error.message()) << "\n";
+      return exit_code(first_error.code());
     }
     if (!all_passed) {
       std::cerr << "kiln: error: validation failed: a self-test output is outside its tolerance\n";

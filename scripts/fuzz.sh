@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Fuzzes the bundle loader and the .pt2 archive reader for a bounded time; exits non-zero if
+# Fuzzes the bundle loader, the .pt2 archive reader and the .npy reader for a bounded time; exits non-zero if
 # libFuzzer finds a crash, a sanitizer error, a leak, a timeout or an out-of-memory.
 #
 #   scripts/fuzz.sh [SECONDS] [extra libFuzzer flags...]      # default 60 s in all
 #
 # Configures and builds the `fuzz` preset (clang, libFuzzer, ASan+UBSan) into build/fuzz,
 # writes the seed bundles (kiln_make_fuzz_seeds), then runs each target for its share of
-# SECONDS (bundle_fuzzer 2/3, archive_fuzzer 1/3) with -rss_limit_mb=2048 -max_len=65536:
+# SECONDS (bundle_fuzzer 1/2, archive_fuzzer 1/3, npy_fuzzer 1/6) with -rss_limit_mb=2048 -max_len=65536:
 #   kiln_bundle_fuzzer  on the generated seeds and fuzz/regressions/bundle_fuzzer;
 #   kiln_archive_fuzzer on fuzz/seeds/archive_fuzzer (pickles, torch.save zips, both .pt2
-#                       layouts) and fuzz/regressions/archive_fuzzer.
+#                       layouts) and fuzz/regressions/archive_fuzzer;
+#   kiln_npy_fuzzer     on fuzz/seeds/npy_fuzzer and fuzz/regressions/npy_fuzzer.
 # fuzz/regressions/<target> holds inputs that once crashed: replayed first, every run. The
 # corpus grows in BUILD/fuzz-corpus/<target> and is reused by the next run; crashing inputs
 # are saved to BUILD/fuzz-artifacts/ (reproduce: BUILD/fuzz/kiln_<target> FILE).
@@ -38,7 +39,7 @@ if [[ "${KILN_FUZZ_SKIP_BUILD:-0}" != 1 ]]; then
       -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF \
       -DKILN_BUILD_SAMPLES=OFF -DKILN_BUILD_CLI=OFF
   fi
-  cmake --build "$build" -j "$jobs" --target kiln_bundle_fuzzer kiln_archive_fuzzer
+  cmake --build "$build" -j "$jobs" --target kiln_bundle_fuzzer kiln_archive_fuzzer kiln_npy_fuzzer
   # Without the seed generator, fuzz from the saved corpus only.
   cmake --build "$build" -j "$jobs" --target kiln_make_fuzz_seeds ||
     echo "fuzz.sh: warning: kiln_make_fuzz_seeds did not build; using the existing corpus only" >&2
@@ -76,7 +77,9 @@ run_fuzzer() {
 }
 
 archive_seconds=$(( seconds / 3 > 0 ? seconds / 3 : 1 ))
-bundle_seconds=$(( seconds - archive_seconds > 0 ? seconds - archive_seconds : 1 ))
+npy_seconds=$(( seconds / 6 > 0 ? seconds / 6 : 1 ))
+bundle_seconds=$(( seconds - archive_seconds - npy_seconds > 0 ? seconds - archive_seconds - npy_seconds : 1 ))
 run_fuzzer bundle_fuzzer "$bundle_seconds" "$seeds" -- "$@"
 run_fuzzer archive_fuzzer "$archive_seconds" "$root/fuzz/seeds/archive_fuzzer" -- "$@"
+run_fuzzer npy_fuzzer "$npy_seconds" "$root/fuzz/seeds/npy_fuzzer" -- "$@"
 echo "fuzz.sh: no crash in ${seconds}s" >&2

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "kiln/export/version.h"
+#include "kiln/runtime/file_io.h"
 
 namespace kiln {
 namespace {
@@ -237,9 +238,17 @@ Status BundleWriter::write(const std::string& path, const fb::ProgramT& program)
   const fs::path target(path);
   fs::path dir = target.parent_path();
   if (dir.empty()) dir = ".";
-  std::string tmp = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+  // ".NAME.tmp.PID.XXXXXX": removed by the SIGINT/SIGTERM handler, or as stale by the next
+  // writer once PID is dead (file_io.h).
+  remove_stale_temporaries(path);
+  std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()) + ".XXXXXX")).string();
   const int fd = mkstemp(tmp.data());
   if (fd < 0) return io_error("cannot create a temporary file for", path);
+  const int slot = register_temporary(tmp);
+  struct Unregister {
+    int slot;
+    ~Unregister() { unregister_temporary(slot); }
+  } unregister{slot};
   FileSink sink(fd, impl_->options.fail_after_bytes_for_testing);
   Status status = impl_->emit(program, &sink, nullptr);
   if (status.ok() && ::fchmod(fd, 0644) != 0) status = io_error("cannot set permissions of", tmp);

@@ -10,6 +10,7 @@
 #include "import/importer.h"
 #include "kiln/export/symbolic/parse.h"
 #include "kiln/export/symbolic/print.h"
+#include "kiln/runtime/file_io.h"
 #include "kiln/runtime/npy.h"
 #include "trace/finalize.h"
 
@@ -151,55 +152,9 @@ Result<ExportedProgram> import_pt2(const std::string& path, const ImportOptions&
 // ---- .npy in either order -----------------------------------------------------------------
 
 Result<HostTensor> read_npy_any_order(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return read_npy(path);
-  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const std::string head(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(bytes.size(), 512)));
-  const std::string key = "'fortran_order': True";
-  const std::size_t at = head.find(key);
-  if (at == std::string::npos) return read_npy(path);
-  const std::string c_order = "'fortran_order':False";
-  std::copy(c_order.begin(), c_order.end(), bytes.begin() + static_cast<std::ptrdiff_t>(at));
-  // Reverse the shape tuple in place: Fortran data of shape S is C data of reversed S.
-  const std::size_t open = head.find('(', head.find("'shape'")), close = head.find(')', open);
-  if (open == std::string::npos || close == std::string::npos) return read_npy(path);
-  std::vector<std::int64_t> dims;
-  for (std::size_t i = open + 1; i < close;) {
-    while (i < close && !std::isdigit(static_cast<unsigned char>(head[i]))) ++i;
-    if (i >= close) break;
-    std::size_t j = i;
-    while (j < close && std::isdigit(static_cast<unsigned char>(head[j]))) ++j;
-    dims.push_back(std::stoll(head.substr(i, j - i)));
-    i = j;
-  }
-  std::string reversed = "(";
-  for (std::size_t k = dims.size(); k-- > 0;) reversed += std::to_string(dims[k]) + (dims.size() == 1 ? "," : k ? ", " : "");
-  reversed += ")";
-  if (reversed.size() != close - open + 1) return read_npy(path);
-  std::copy(reversed.begin(), reversed.end(), bytes.begin() + static_cast<std::ptrdiff_t>(open));
-  auto t = parse_npy(bytes, path);
-  if (!t.ok() || dims.size() < 2) return t;
-  // Transpose (reverse all axes) back to `dims`.
-  HostTensor out;
-  out.dtype = t->dtype;
-  out.shape = dims;
-  out.data.resize(t->data.size());
-  const std::size_t es = dtype_size(t->dtype);
-  const std::size_t r = dims.size();
-  std::vector<std::int64_t> idx(r, 0), src_strides(r, 1);
-  // Source (C order over reversed dims): stride of original axis d is prod(dims[0..d-1]).
-  for (std::size_t d = 1; d < r; ++d) src_strides[d] = src_strides[d - 1] * dims[d - 1];
-  const std::int64_t n = out.numel();
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::int64_t src = 0;
-    for (std::size_t d = 0; d < r; ++d) src += idx[d] * src_strides[d];
-    std::memcpy(out.data.data() + static_cast<std::size_t>(i) * es, t->data.data() + static_cast<std::size_t>(src) * es, es);
-    for (std::size_t d = r; d-- > 0;) {
-      if (++idx[d] < dims[d]) break;
-      idx[d] = 0;
-    }
-  }
-  return out;
+  NpyLimits limits;
+  limits.allow_fortran_order = true;
+  return read_npy(path, limits);
 }
 
 // ---- self-tests --------------------------------------------------------------------------
@@ -223,11 +178,9 @@ Result<ir::TestValue> test_value(const std::string& file, bool is_int, double rt
   auto npy = read_npy_any_order(file);
   if (!npy.ok()) return npy.status();
   if (is_int) {
-    if (npy->numel() != 1 || (npy->dtype != DType::kI64 && npy->dtype != DType::kI32)) {
-      return Status(StatusCode::kUsage, "'" + file + "' must hold one integer for an int input");
-    }
-    t.int_value = npy->dtype == DType::kI64 ? *reinterpret_cast<const std::int64_t*>(npy->data.data())
-                                            : *reinterpret_cast<const std::int32_t*>(npy->data.data());
+    auto v = npy_scalar_int(*npy, file);
+    if (!v.ok()) return Status(StatusCode::kUsage, v.status().message());
+    t.int_value = *v;
     return t;
   }
   t.dtype = npy->dtype;
@@ -268,9 +221,10 @@ Status add_self_test_case(ir::Program& program, const std::string& name, const s
 }
 
 Status add_self_tests_from_manifest(ir::Program& program, const std::string& manifest_path, double rtol, double atol) {
-  std::ifstream f(manifest_path);
-  if (!f) return Status(StatusCode::kIoError, "cannot open '" + manifest_path + "'");
-  const nlohmann::json m = nlohmann::json::parse(f, nullptr, false);
+  // A regular file only (a FIFO or /dev/zero must not hang the import), at most 64 MiB.
+  auto text = read_regular_file(manifest_path, std::uint64_t{64} << 20, StatusCode::kUsage);
+  if (!text.ok()) return text.status();
+  const nlohmann::json m = nlohmann::json::parse(text->begin(), text->end(), nullptr, false);
   if (m.is_discarded() || !m.is_object()) return Status(StatusCode::kUsage, "'" + manifest_path + "' is not valid JSON");
   const std::filesystem::path dir = std::filesystem::path(manifest_path).parent_path();
   const auto valid = m.find("valid");

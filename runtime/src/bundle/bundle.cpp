@@ -14,6 +14,7 @@
 
 #include "bundle/verify.h"
 #include "kiln/format/kiln_generated.h"
+#include "kiln/runtime/file_io.h"
 
 namespace kiln {
 namespace {
@@ -60,30 +61,22 @@ Result<std::unique_ptr<Bundle::Storage>> Bundle::Storage::copy_of(std::span<cons
 }
 
 Result<std::unique_ptr<Bundle::Storage>> Bundle::Storage::map_file(const std::string& path, bool use_mmap) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return invalid("cannot open '" + path + "': " + std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return invalid("'" + path + "' is not a regular file");
-  }
-  const auto size = static_cast<std::uint64_t>(st.st_size);
-  auto s = std::unique_ptr<Storage>(new (std::nothrow) Storage());
+  auto file = open_regular_file(path, StatusCode::kInvalidBundle);
+  if (!file.ok()) return file.status();
+  const std::uint64_t size = file->size();
+  if (size > std::numeric_limits<std::size_t>::max() / 2) return invalid("'" + path + "' is too large to open");
   if (size == 0 || !use_mmap) {
-    std::vector<std::uint8_t> buf(size);
-    std::size_t done = 0;
-    while (done < size) {
-      const ssize_t r = ::read(fd, buf.data() + done, size - done);
-      if (r <= 0) break;
-      done += static_cast<std::size_t>(r);
-    }
-    ::close(fd);
-    if (done != size) return invalid("cannot read '" + path + "'");
-    return copy_of(buf);
+    auto bytes = read_regular_file(path, size, StatusCode::kInvalidBundle);
+    if (!bytes.ok()) return bytes.status();
+    return copy_of(*bytes);
   }
-  void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
+  void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file->fd(), 0);
   if (map == MAP_FAILED) return invalid("cannot map '" + path + "': " + std::strerror(errno));
+  auto s = std::unique_ptr<Storage>(new (std::nothrow) Storage());
+  if (!s) {
+    munmap(map, size);
+    return invalid("out of memory");
+  }
   s->map_ = map;
   s->map_size_ = size;
   s->bytes_ = {static_cast<const std::uint8_t*>(map), size};
@@ -117,7 +110,7 @@ Result<std::unique_ptr<Bundle>> Bundle::from_bytes(std::span<const std::uint8_t>
 Result<std::unique_ptr<Bundle>> Bundle::finish_open(std::unique_ptr<Bundle> bundle,
                                                     const LoadOptions& options) {
   KILN_RETURN_IF_ERROR(bundle->check_frame());
-  KILN_RETURN_IF_ERROR(bundle->load_segments(options.verify_segment_checksums));
+  KILN_RETURN_IF_ERROR(bundle->load_segments(options));
   std::vector<format::SegmentEntry> entries;
   entries.reserve(bundle->segments_.size());
   for (const Segment& s : bundle->segments_) entries.push_back(s.entry);
@@ -188,8 +181,9 @@ Status Bundle::check_frame() {
   return Status::Ok();
 }
 
-Status Bundle::load_segments(bool verify_raw) {
+Status Bundle::load_segments(const LoadOptions& options) {
   const auto& h = header_;
+  std::uint64_t declared = 0;  // bytes all zstd segments decompress to
   const std::uint64_t size = bytes_.size();
   std::uint64_t min_offset = h.segment_table_offset + std::uint64_t{h.segment_count} * format::kSegmentEntrySize;
   segments_.resize(h.segment_count);
@@ -207,9 +201,16 @@ Status Bundle::load_segments(bool verify_raw) {
     const auto stored = bytes_.subspan(e.offset, e.stored_size);
     if (e.compression == format::Compression::kNone) {
       if (e.size != e.stored_size) return invalid(where + ": raw segment size " + std::to_string(e.size) + " != stored size " + std::to_string(e.stored_size));
-      if (verify_raw && format::checksum(stored) != e.checksum) return invalid(where + ": checksum mismatch");
+      if (options.verify_segment_checksums && format::checksum(stored) != e.checksum) return invalid(where + ": checksum mismatch");
       seg.data = stored;
     } else if (e.compression == format::Compression::kZstd) {
+      if (!fits(declared, e.size, options.max_decompressed_bytes)) {
+        return invalid(where + ": decompresses to " + std::to_string(e.size) + " bytes, over the limit of " +
+                       std::to_string(options.max_decompressed_bytes) + " bytes for all zstd segments together" +
+                       (declared ? " (" + std::to_string(declared) + " already)" : std::string()));
+      }
+      declared += e.size;
+      if (!options.decompress_segments) continue;
       if (format::checksum(stored) != e.checksum) return invalid(where + ": checksum mismatch");
       KILN_RETURN_IF_ERROR(decompress(seg, where));
     } else {

@@ -8,7 +8,9 @@
 // Verifier (bounded depth and table count), and then the program's semantics (indices in
 // range, graphs topologically ordered, values defined before use, expressions well-formed
 // over known symbols, no subgraph recursion, dtypes and ranks consistent, segment
-// references valid). zstd segments are decompressed (and checksummed) once at open.
+// references valid). zstd segments are decompressed (and checksummed) once at open, up to
+// LoadOptions::max_decompressed_bytes in total. `open` reads only regular files: a FIFO, a
+// directory or a device is refused without blocking.
 //
 // Cost: opening is proportional to the metadata, not the weights: raw segments are used
 // zero-copy from the mapping and their checksums are checked only when asked
@@ -37,8 +39,18 @@ namespace kiln {
 struct LoadOptions {
   /// Hash every raw segment at open (cost proportional to the weights).
   bool verify_segment_checksums = false;
-  /// Map the file; when false, read it into memory (e.g. for files on pipes).
+  /// Map the file; when false, read it into memory. A mapped file must not be truncated or
+  /// rewritten in place while the Bundle lives (the kernel raises SIGBUS on access to pages
+  /// past the new end); replacing it by rename is safe (the mapping keeps the old inode).
   bool use_mmap = true;
+  /// Decompress zstd segments at open. When false (`kiln inspect`: metadata only), zstd
+  /// segments are neither decompressed nor checksummed and their segment_data() is empty:
+  /// do not call constant_data()/data_ref() on them.
+  bool decompress_segments = true;
+  /// The most bytes all zstd segments may declare together (16 GiB). Declared sizes are
+  /// checked against it and against the frame's own content size before anything is
+  /// allocated, and decompression never writes past the declared size.
+  std::uint64_t max_decompressed_bytes = std::uint64_t{16} << 30;
 };
 
 /// Facts about each expression computed by verification.
@@ -94,7 +106,7 @@ class Bundle {
   static Result<std::unique_ptr<Bundle>> finish_open(std::unique_ptr<Bundle> bundle,
                                                      const LoadOptions& options);
   Status check_frame();
-  Status load_segments(bool verify_raw);
+  Status load_segments(const LoadOptions& options);
   Status decompress(Segment& segment, const std::string& where);
 
   std::unique_ptr<Storage> storage_;

@@ -30,8 +30,8 @@ struct HostTensor {
   DType dtype = DType::kF32;
   Shape shape;
   std::vector<float> data;
-  cpu::TensorView view() {
-    cpu::TensorView v;
+  TensorView view() {
+    TensorView v;
     v.dtype = dtype;
     v.rank = static_cast<int>(shape.size());
     for (std::size_t i = 0; i < shape.size(); ++i) v.shape[i] = shape[i];
@@ -76,9 +76,9 @@ class Constants : public backend::ConstantSource {
   }
 };
 
-class CpuContext : public cpu::KernelContext {
+class CpuContext : public KernelContext {
  public:
-  Result<cpu::TensorView> allocate_output(int, DType, std::span<const std::int64_t>) override {
+  Result<TensorView> allocate_output(int, DType, std::span<const std::int64_t>) override {
     return Status(StatusCode::kInternal, "unused");
   }
   cpu::ThreadPool& pool() override { return pool_; }
@@ -92,7 +92,7 @@ struct OpCase {
   OpKind op;
   HostTensor x, w;
   Shape out_shape;
-  std::vector<cpu::AttrValue> attrs;
+  std::vector<AttrValue> attrs;
   std::vector<std::vector<std::int64_t>> ints;
   double flops = 0;
 };
@@ -107,12 +107,12 @@ OpCase conv_case() {
   c.flops = 2.0 * 64 * 56 * 56 * 64 * 9;
   c.ints = {{1, 1}, {1, 1}, {1, 1}};
   for (auto& v : c.ints) {
-    cpu::AttrValue a;
+    AttrValue a;
     a.type = AttrType::kInts;
     a.ints = v;
     c.attrs.push_back(a);
   }
-  cpu::AttrValue groups;
+  AttrValue groups;
   groups.type = AttrType::kInt;
   groups.i = 1;
   c.attrs.push_back(groups);
@@ -126,11 +126,11 @@ void run_cpu(benchmark::State& state, OpCase c) {
   for (auto d : out.shape) n *= d;
   out.data.resize(static_cast<std::size_t>(n));
   CpuContext ctx;
-  const cpu::TensorView ins[] = {c.x.view(), c.w.view()};
-  cpu::TensorView outs[] = {out.view()};
-  const cpu::KernelFn fn = cpu::cpu_kernel(c.op);
+  const TensorView ins[] = {c.x.view(), c.w.view()};
+  TensorView outs[] = {out.view()};
+  const KernelFn fn = cpu::cpu_kernel(c.op);
   for (auto _ : state) {
-    Status st = fn(ctx, std::span<const cpu::TensorView>(ins), std::span<cpu::TensorView>(outs), c.attrs);
+    Status st = fn(ctx, std::span<const TensorView>(ins), std::span<TensorView>(outs), c.attrs);
     if (!st.ok()) {
       state.SkipWithError(st.to_string().c_str());
       return;
@@ -176,8 +176,8 @@ void run_vulkan(benchmark::State& state, OpCase c) {
   std::int64_t n = 1;
   for (auto d : out.shape) n *= d;
   out.data.resize(static_cast<std::size_t>(n));
-  const cpu::TensorView ins[] = {c.x.view()};
-  const cpu::TensorView outs[] = {out.view()};
+  const TensorView ins[] = {c.x.view()};
+  const TensorView outs[] = {out.view()};
   for (auto _ : state) {
     Status st = (*seg)->run({ins, outs});
     if (!st.ok()) {

@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "kiln/format/dtype.h"
+#include "kiln/format/fb_count.h"
 #include "kiln/format/kiln_generated.h"
 #include "kiln/format/ops.h"
 #include "kiln/runtime/bundle.h"
@@ -22,9 +23,6 @@ namespace kiln::cli {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-template <typename V>
-std::uint32_t count(const V* v) { return v == nullptr ? 0 : v->size(); }
 
 std::string str(const flatbuffers::String* s) { return s == nullptr ? std::string() : s->str(); }
 

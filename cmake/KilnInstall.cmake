@@ -6,7 +6,7 @@
 #   target_link_libraries(app PRIVATE kiln::export)   # tracing + bundle writer (+ runtime)
 #   target_link_libraries(dev PRIVATE kiln::runtime)  # loading and running bundles only
 #
-# Layout under the prefix: lib/libkiln_{schema,runtime,export}.a, include/kiln/...,
+# Layout under the prefix: lib/libkiln_{base,schema,runtime,export}.a, include/kiln/...,
 # bin/kiln, lib/cmake/kiln/{kilnConfig,kilnConfigVersion,kilnTargets}.cmake.
 # The libraries are static, so kilnConfig.cmake finds what they link (FlatBuffers, zstd,
 # xxHash, Threads; libzip and nlohmann-json for export) with the same finders the build
@@ -17,10 +17,11 @@ include(CMakePackageConfigHelpers)
 
 set(KILN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/kiln)
 
+set_target_properties(kiln_base PROPERTIES EXPORT_NAME base)
 set_target_properties(kiln_schema PROPERTIES EXPORT_NAME schema)
 set_target_properties(kiln_runtime PROPERTIES EXPORT_NAME runtime)
 set_target_properties(kiln_warnings PROPERTIES EXPORT_NAME warnings)  # link-only, no flags reach users
-set(_kiln_install_targets kiln_schema kiln_runtime kiln_warnings)
+set(_kiln_install_targets kiln_base kiln_schema kiln_runtime kiln_warnings)
 if(TARGET kiln_export)
   set_target_properties(kiln_export PROPERTIES EXPORT_NAME export)
   list(APPEND _kiln_install_targets kiln_export)
@@ -37,14 +38,18 @@ install(TARGETS ${_kiln_install_targets}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
-# Headers: the public include/ folders as they are, the generated FlatBuffers header, and
-# codegen/ops.def next to kiln/format/ops.h (which includes it by its bare name).
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/schema/include/ ${PROJECT_SOURCE_DIR}/runtime/include/
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
+# Headers: the public include/ folders, the generated FlatBuffers header, and
+# codegen/ops.def next to kiln/format/ops.h (which includes it by its bare name). Left out:
+# kiln/runtime/internal/ (export's eager interface to the runtime's kernels, no API) and
+# kiln/export/testing/ (the format sample, kiln_format_sample, which is not installed).
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/base/include/ ${PROJECT_SOURCE_DIR}/schema/include/
+        ${PROJECT_SOURCE_DIR}/runtime/include/
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h" PATTERN "internal" EXCLUDE)
 install(FILES ${PROJECT_BINARY_DIR}/schema/generated/kiln/format/kiln_generated.h ${PROJECT_SOURCE_DIR}/codegen/ops.def
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/format)
 if(TARGET kiln_export)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/export/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/export/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+          FILES_MATCHING PATTERN "*.h" PATTERN "testing" EXCLUDE)
 endif()
 
 # How the build found zstd decides how the package finds it (a CMake config or pkg-config).

@@ -19,6 +19,7 @@
 #include <span>
 #include <vector>
 
+#include "kiln/format/fb_count.h"
 #include "kiln/format/file_format.h"
 #include "kiln/format/kiln_generated.h"
 #include "kiln/runtime/bundle.h"
@@ -26,6 +27,7 @@
 
 namespace {
 
+using kiln::count;
 using Span = std::span<const std::uint8_t>;
 constexpr std::uint64_t kMaxDecompressed = std::uint64_t{64} << 20;
 constexpr std::size_t kOffFileSize = 16, kOffMetaSum = 56, kOffHeaderSum = 120;
@@ -79,11 +81,6 @@ std::vector<std::uint8_t> reseal(Span bytes) {
   }
   put_u64(out.data() + kOffHeaderSum, kiln::format::checksum(Span(out.data(), kOffHeaderSum)));
   return out;
-}
-
-template <typename V>
-std::uint32_t count(const V* v) {
-  return v == nullptr ? 0 : v->size();
 }
 
 

@@ -167,8 +167,8 @@ TEST(VulkanBackend, PreparedSegmentRerunsWithNewInputsAndSharesWeights) {
     auto want = run_cpu(g);
     ASSERT_TRUE(want.ok());
     std::vector<Tensor> outs = {Tensor(DType::kF32, {2, 3, 20}), Tensor(DType::kF32, {2, 3, 16})};
-    std::vector<cpu::TensorView> in_views = {g.host.at(0).view()};
-    std::vector<cpu::TensorView> out_views = {outs[0].view(), outs[1].view()};
+    std::vector<TensorView> in_views = {g.host.at(0).view()};
+    std::vector<TensorView> out_views = {outs[0].view(), outs[1].view()};
     backend::PreparedSegment& seg = round % 2 == 0 ? **seg1 : **seg2;
     ASSERT_TRUE(seg.run({in_views, out_views}).ok());
     EXPECT_TRUE(outputs_match(outs, *want, 1e-4, 1e-5)) << "round " << round;
@@ -247,9 +247,9 @@ TEST(VulkanBackend, RunChecksTheHostBuffers) {
   auto seg = b->prepare(g.desc, constants);
   ASSERT_TRUE(seg.ok());
   Tensor wrong(DType::kF32, {5}), out(DType::kF32, {4});
-  std::vector<cpu::TensorView> ins = {wrong.view()}, outs = {out.view()};
+  std::vector<TensorView> ins = {wrong.view()}, outs = {out.view()};
   EXPECT_FALSE((*seg)->run({ins, outs}).ok());
-  std::vector<cpu::TensorView> none;
+  std::vector<TensorView> none;
   EXPECT_FALSE((*seg)->run({none, outs}).ok());
 }
 

@@ -112,9 +112,9 @@ std::span<const std::uint8_t> Constants::constant_data(std::uint32_t index) cons
 
 namespace {
 // The CPU reference's context: a real one-thread pool (kernels may ask for it).
-class CpuContext : public cpu::KernelContext {
+class CpuContext : public KernelContext {
  public:
-  Result<cpu::TensorView> allocate_output(int, DType, std::span<const std::int64_t>) override {
+  Result<TensorView> allocate_output(int, DType, std::span<const std::int64_t>) override {
     return Status(StatusCode::kInternal, "data-dependent ops are not part of Vulkan segments");
   }
   cpu::ThreadPool& pool() override {
@@ -133,11 +133,11 @@ Result<std::vector<Tensor>> run_cpu(const Graph& g) {
   }
   for (std::size_t k = 0; k < g.desc.nodes.size(); ++k) {
     const auto& n = g.desc.nodes[k];
-    std::vector<cpu::TensorView> ins, outs;
+    std::vector<TensorView> ins, outs;
     for (std::uint32_t id : n.inputs) ins.push_back(id == backend::kAbsentTensor ? cpu::testing::absent() : values[id].view());
     for (std::uint32_t id : n.outputs) outs.push_back(values[id].view());
     CpuContext ctx;
-    const cpu::KernelFn fn = cpu::cpu_kernel(n.op);
+    const KernelFn fn = cpu::cpu_kernel(n.op);
     if (fn == nullptr) return Status(StatusCode::kInternal, "no CPU kernel");
     KILN_RETURN_IF_ERROR(fn(ctx, ins, outs, g.attrs[k].span()));
   }
@@ -152,7 +152,7 @@ Result<std::vector<Tensor>> run_cpu(const Graph& g) {
 Result<std::vector<Tensor>> run_vulkan(backend::Backend& b, const Graph& g) {
   Constants constants(g);
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::PreparedSegment> seg, b.prepare(g.desc, constants));
-  std::vector<cpu::TensorView> ins(g.desc.num_inputs), outs(g.desc.num_outputs);
+  std::vector<TensorView> ins(g.desc.num_inputs), outs(g.desc.num_outputs);
   std::vector<Tensor> results(g.desc.num_outputs);
   for (std::size_t i = 0; i < g.desc.tensors.size(); ++i) {
     const auto& t = g.desc.tensors[i];

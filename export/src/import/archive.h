@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/runtime/status.h"
+#include "kiln/base/status.h"
 
 namespace kiln::pt2 {
 

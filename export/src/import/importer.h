@@ -1,5 +1,6 @@
 // The .pt2 importer's internals: the Importer walks the serialized graphs and emits
-// ir::Program nodes; aten.cpp maps each aten op with the helpers declared here.
+// ir::Program nodes; aten_elementwise.cpp, aten_nn.cpp and aten_shape.cpp map each aten op
+// with the helpers declared here (importer.cpp builds the table from them).
 #pragma once
 
 #include <cstdint>
@@ -71,8 +72,8 @@ std::string non_user_output_message(const json& spec, std::size_t index);
 
 class Importer;
 using Handler = std::function<void(Importer&)>;
-/// The aten op table (aten.cpp), keyed by packet name ("aten.add"); the handler sees the
-/// overload through Importer::overload().
+/// The aten op table (built in importer.cpp by the register_* functions below), keyed by
+/// packet name ("aten.add"); the handler sees the overload through Importer::overload().
 using HandlerTable = std::unordered_map<std::string, Handler>;
 const HandlerTable& aten_handlers();
 void register_elementwise(HandlerTable& t);  // aten_elementwise.cpp

@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/base/status.h"
 #include "kiln/format/dtype.h"
-#include "kiln/runtime/status.h"
 
 namespace kiln::pt2 {
 

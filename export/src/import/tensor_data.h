@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "import/archive.h"
+#include "kiln/base/status.h"
 #include "kiln/format/dtype.h"
-#include "kiln/runtime/status.h"
 
 namespace kiln::pt2 {
 

@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/base/status.h"
 #include "kiln/export/symbolic/expr.h"
-#include "kiln/runtime/status.h"
 
 namespace kiln::sym::detail {
 

@@ -1,15 +1,15 @@
-// Eager execution: ops on concrete tensors through the runtime's CPU kernels.
+// Eager execution: ops on concrete tensors through the runtime's CPU kernels, by way of
+// the one runtime-internal interface export uses (kiln/runtime/internal/eager.h).
 #include <cstring>
 
-#include "backends/cpu/kernel.h"
-#include "backends/cpu/thread_pool.h"
+#include "kiln/runtime/internal/eager.h"
 #include "trace/context.h"
 
 namespace kiln::detail {
 namespace {
 
-cpu::TensorView view_of(const Tensor& t) {
-  cpu::TensorView v;
+TensorView view_of(const Tensor& t) {
+  TensorView v;
   if (!t.defined()) return v;  // an absent optional input: rank 0, data == nullptr
   v.dtype = t.dtype();
   v.rank = static_cast<int>(t.dim());
@@ -18,26 +18,9 @@ cpu::TensorView view_of(const Tensor& t) {
   return v;
 }
 
-class EagerContext final : public cpu::KernelContext {
- public:
-  explicit EagerContext(std::vector<Tensor>& outputs) : outputs_(outputs) {}
-  Result<cpu::TensorView> allocate_output(int index, DType dtype, std::span<const std::int64_t> shape) override {
-    if (index < 0 || static_cast<std::size_t>(index) >= outputs_.size()) return Status(StatusCode::kInternal, "bad output index");
-    outputs_[static_cast<std::size_t>(index)] = make_eager(dtype, {shape.begin(), shape.end()});
-    return view_of(outputs_[static_cast<std::size_t>(index)]);
-  }
-  cpu::ThreadPool& pool() override {
-    static cpu::ThreadPool single(1);
-    return single;
-  }
-
- private:
-  std::vector<Tensor>& outputs_;
-};
-
 // Attribute storage that outlives the kernel call (AttrValue holds spans).
 struct AttrStorage {
-  std::vector<cpu::AttrValue> values;
+  std::vector<AttrValue> values;
   std::vector<std::vector<std::int64_t>> ints;
   std::vector<std::string> strings;
 };
@@ -46,7 +29,7 @@ void convert(const std::vector<ir::Attr>& attrs, AttrStorage& st, OpKind op, con
   st.ints.reserve(attrs.size());
   st.strings.reserve(attrs.size());
   for (const ir::Attr& a : attrs) {
-    cpu::AttrValue v;
+    AttrValue v;
     std::visit([&](const auto& x) {
       using T = std::decay_t<decltype(x)>;
       if constexpr (std::is_same_v<T, std::int64_t>) { v.type = AttrType::kInt; v.i = x; }
@@ -87,12 +70,11 @@ Tensor make_eager(DType dtype, std::vector<std::int64_t> shape) {
 
 std::vector<Tensor> run_eager(OpKind op, const std::vector<Tensor>& inputs, const std::vector<ir::Attr>& attrs,
                               const std::vector<OutSpec>& outs, const SourceLoc& loc) {
-  const cpu::KernelFn kernel = cpu::cpu_kernel(op);
-  if (kernel == nullptr) op_error(op_name(op), "has no CPU kernel for eager execution", loc, StatusCode::kUnsupported);
-  std::vector<cpu::TensorView> in;
+  if (!eager::has_cpu_kernel(op)) op_error(op_name(op), "has no CPU kernel for eager execution", loc, StatusCode::kUnsupported);
+  std::vector<TensorView> in;
   for (const Tensor& t : inputs) in.push_back(view_of(t));
   std::vector<Tensor> results(outs.size());
-  std::vector<cpu::TensorView> out(outs.size());
+  std::vector<TensorView> out(outs.size());
   for (std::size_t i = 0; i < outs.size(); ++i) {
     if (outs[i].allocated_by_kernel) {
       out[i].dtype = outs[i].dtype;
@@ -109,8 +91,14 @@ std::vector<Tensor> run_eager(OpKind op, const std::vector<Tensor>& inputs, cons
   }
   AttrStorage attr_storage;
   convert(attrs, attr_storage, op, loc);
-  EagerContext ctx(results);
-  const Status st = kernel(ctx, in, out, attr_storage.values);
+  // Data-dependent ops (nonzero, masked_select) size their outputs themselves.
+  const eager::AllocateOutput allocate = [&results](int index, DType dtype,
+                                                     std::span<const std::int64_t> shape) -> Result<TensorView> {
+    if (index < 0 || static_cast<std::size_t>(index) >= results.size()) return Status(StatusCode::kInternal, "bad output index");
+    results[static_cast<std::size_t>(index)] = make_eager(dtype, {shape.begin(), shape.end()});
+    return view_of(results[static_cast<std::size_t>(index)]);
+  };
+  const Status st = eager::run_cpu_kernel(op, in, out, attr_storage.values, allocate);
   if (!st.ok()) throw ExportError(st.code() == StatusCode::kInvalidBundle ? StatusCode::kExportError : st.code(),
                                   st.message() + " (" + loc_text(loc) + ")");
   return results;

@@ -59,7 +59,7 @@ struct SegmentNode {
   OpKind op = OpKind::Identity;
   std::vector<std::uint32_t> inputs;   // SegmentDesc::tensors indices, or kAbsentTensor
   std::vector<std::uint32_t> outputs;  // SegmentDesc::tensors indices
-  std::vector<cpu::AttrValue> attrs;
+  std::vector<AttrValue> attrs;
   std::vector<std::vector<std::int64_t>> attr_ints;  // storage for attrs[k].ints
   std::vector<std::vector<double>> attr_floats;      // storage for attrs[k].floats
   std::vector<std::string> attr_strings;             // storage for attrs[k].s
@@ -76,8 +76,8 @@ struct SegmentDesc {
 /// Host memory for one run of a prepared segment: dense, C-contiguous, of the shapes and
 /// dtypes the SegmentDesc declared. The executor owns it.
 struct SegmentRun {
-  std::span<const cpu::TensorView> inputs;
-  std::span<const cpu::TensorView> outputs;  // data points at writable host memory
+  std::span<const TensorView> inputs;
+  std::span<const TensorView> outputs;  // data points at writable host memory
 };
 
 class PreparedSegment {
@@ -109,7 +109,7 @@ class Backend {
   /// Whether `op` with these dtypes and (evaluated or not) attributes can run on the device.
   /// Called at load time per node, before shapes are known; must be cheap and pure.
   virtual bool supports(OpKind op, std::span<const DType> input_dtypes, std::span<const DType> output_dtypes,
-                        std::span<const cpu::AttrValue> attrs) const = 0;
+                        std::span<const AttrValue> attrs) const = 0;
   /// Builds pipelines/buffers/command buffers for a segment with concrete shapes. Thread-safe
   /// (several Sessions may prepare at once).
   virtual Result<std::unique_ptr<PreparedSegment>> prepare(const SegmentDesc& segment, const ConstantSource& constants) = 0;

@@ -5,8 +5,8 @@
 #include <string>
 #include <unordered_set>
 
-#include "bundle/fb_count.h"
 #include "kiln/format/dtype.h"
+#include "kiln/format/fb_count.h"
 #include "kiln/format/kiln_generated.h"
 
 namespace kiln {

@@ -15,8 +15,8 @@
 #include "backends/backend.h"
 #include "backends/cpu/gemm/gemm.h"
 #include "backends/cpu/kernel.h"
-#include "bundle/fb_count.h"
 #include "kernel/kernel.h"
+#include "kiln/format/fb_count.h"
 #include "kiln/format/kiln_generated.h"
 #include "kiln/format/ops.h"
 #include "kiln/runtime/program.h"
@@ -25,7 +25,7 @@ namespace kiln {
 
 struct NodeInfo {
   OpKind op = OpKind::Identity;
-  cpu::KernelFn kernel = nullptr;  // nullptr for higher-order ops
+  KernelFn kernel = nullptr;  // nullptr for higher-order ops
   bool hop = false;
   std::vector<std::uint32_t> inputs, outputs, subgraphs;
   std::vector<bool> kernel_allocates;  // per output: its size is decided by the kernel
@@ -90,7 +90,7 @@ Status read_attrs(const fb::Program& p, const fb::Node& node, std::optional<std:
 
 struct Program::Impl {
   std::vector<OpKind> kinds;           // per Program.op_names index
-  std::vector<cpu::KernelFn> kernels;  // per Program.op_names index
+  std::vector<KernelFn> kernels;  // per Program.op_names index
   std::vector<GraphInfo> graphs;
   std::map<std::pair<std::uint32_t, bool>, cpu::PackedB> packed;  // (constant, transposed) -> packed
   std::unique_ptr<backend::Backend> accelerator;  // null: CPU only

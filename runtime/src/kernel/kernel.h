@@ -14,13 +14,12 @@
 // KernelContext::allocate_output once it knows the size.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <span>
-#include <string_view>
 
 #include "kiln/format/dtype.h"
 #include "kiln/format/ops.h"
+#include "kiln/runtime/internal/eager.h"
 #include "kiln/runtime/status.h"
 
 namespace kiln {
@@ -31,36 +30,7 @@ class PackedB;
 enum class GemmActivation : std::uint8_t;  // backends/cpu/gemm/gemm.h
 }  // namespace cpu
 
-inline constexpr int kMaxRank = 8;
-
-/// A dense, C-contiguous tensor the caller owns. Must outlive the kernel call.
-struct TensorView {
-  DType dtype = DType::kF32;
-  int rank = 0;
-  std::array<std::int64_t, kMaxRank> shape{};
-  void* data = nullptr;
-
-  std::int64_t numel() const {
-    std::int64_t n = 1;
-    for (int i = 0; i < rank; ++i) n *= shape[i];
-    return n;
-  }
-  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
-  std::span<const std::int64_t> dims() const { return {shape.data(), static_cast<std::size_t>(rank)}; }
-  template <typename T>
-  T* as() const { return static_cast<T*>(data); }
-};
-
-/// One attribute after expression evaluation. Expressions (AttrType::kExpr/kExprs) arrive
-/// evaluated: kExpr as `i`, kExprs as `ints`. Absent optional attributes have type kNone.
-struct AttrValue {
-  AttrType type = AttrType::kNone;
-  std::int64_t i = 0;
-  double f = 0.0;
-  std::string_view s;
-  std::span<const std::int64_t> ints;
-  std::span<const double> floats;
-};
+// kMaxRank, TensorView and AttrValue: kiln/runtime/internal/eager.h (export builds them too).
 
 /// What a kernel may ask of its caller.
 class KernelContext {
@@ -87,14 +57,5 @@ class KernelContext {
 
 using KernelFn = Status (*)(KernelContext& ctx, std::span<const TensorView> inputs,
                             std::span<TensorView> outputs, std::span<const AttrValue> attrs);
-
-// The names the CPU kernels (and code written before this header existed) use.
-namespace cpu {
-using kiln::AttrValue;
-using kiln::KernelContext;
-using kiln::KernelFn;
-using kiln::kMaxRank;
-using kiln::TensorView;
-}  // namespace cpu
 
 }  // namespace kiln

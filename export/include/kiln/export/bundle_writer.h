@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln/base/status.h"
 #include "kiln/format/file_format.h"
 #include "kiln/format/kiln_generated.h"
-#include "kiln/runtime/status.h"
 
 namespace kiln {
 

@@ -39,9 +39,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln/base/status.h"
 #include "kiln/export/export.h"
 #include "kiln/runtime/program.h"
-#include "kiln/runtime/status.h"
 
 namespace kiln {
 

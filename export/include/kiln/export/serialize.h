@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln/base/status.h"
 #include "kiln/export/ir.h"
 #include "kiln/format/file_format.h"
-#include "kiln/runtime/status.h"
 
 namespace kiln {
 

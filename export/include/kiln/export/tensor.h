@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln/base/status.h"
 #include "kiln/export/symbolic/expr.h"
 #include "kiln/format/dtype.h"
-#include "kiln/runtime/status.h"
 
 namespace kiln {
 

@@ -5,12 +5,10 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/vulkan/lowerer.h"
+#include "kernel/attrs.h"
 
 namespace kiln::vulkan {
 
-using cpu::kernels::attr_float;
-using cpu::kernels::attr_optional_float;
-using cpu::kernels::attr_string;
 
 Status Lowerer::unary(int code) {
   float alpha = 0, beta = 0;

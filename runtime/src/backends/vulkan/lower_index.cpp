@@ -3,11 +3,10 @@
 // out-of-range index sets the segment's error buffer, which the backend checks after the run.
 #include "backends/cpu/kernels/common.h"
 #include "backends/vulkan/lowerer.h"
+#include "kernel/attrs.h"
 
 namespace kiln::vulkan {
 
-using cpu::kernels::attr_int;
-using cpu::kernels::attr_ints;
 
 // embedding / index_select: out = x with dim `dim` replaced by the index's elements.
 Status Lowerer::select_push(Dispatch& d, std::int64_t& n) const {

@@ -4,12 +4,11 @@
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/window.h"
 #include "backends/vulkan/lowerer.h"
+#include "kernel/attrs.h"
 
 namespace kiln::vulkan {
 
 using backend::SegmentTensor;
-using cpu::kernels::attr_bool;
-using cpu::kernels::attr_int;
 using cpu::kernels::read_pair;
 using cpu::kernels::window_output_size;
 

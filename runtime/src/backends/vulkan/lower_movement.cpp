@@ -6,13 +6,11 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/vulkan/lowerer.h"
+#include "kernel/attrs.h"
 
 namespace kiln::vulkan {
 
 using backend::SegmentTensor;
-using cpu::kernels::attr_float;
-using cpu::kernels::attr_int;
-using cpu::kernels::attr_ints;
 
 Status Lowerer::reshape() {  // and identity
   KILN_RETURN_IF_ERROR(expect_inputs(1, 1));

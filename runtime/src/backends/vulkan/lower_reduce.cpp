@@ -5,13 +5,10 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/vulkan/lowerer.h"
+#include "kernel/attrs.h"
 
 namespace kiln::vulkan {
 
-using cpu::kernels::attr_bool;
-using cpu::kernels::attr_float;
-using cpu::kernels::attr_int;
-using cpu::kernels::attr_ints;
 
 Status Lowerer::reduce(int code) {
   KILN_RETURN_IF_ERROR(expect_inputs(1, 1));

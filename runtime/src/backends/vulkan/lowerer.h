@@ -29,7 +29,7 @@
 namespace kiln::vulkan {
 
 using Shape = std::vector<std::int64_t>;
-using Attrs = std::span<const cpu::AttrValue>;
+using Attrs = std::span<const AttrValue>;
 
 /// The most dims a shader walks (after coalescing).
 inline constexpr int kMaxDims = KILN_MAX_DIMS;

@@ -20,7 +20,7 @@ namespace kiln::vulkan {
 bool dtype_on_device(DType d);
 
 bool op_supported(OpKind op, std::span<const DType> in, std::span<const DType> out,
-                  std::span<const cpu::AttrValue> attrs);
+                  std::span<const AttrValue> attrs);
 
 /// A binding: a tensor of the segment, or one of the segment's special buffers.
 struct BindingRef {

@@ -122,7 +122,7 @@ class VulkanBackend final : public backend::Backend {
   std::string_view name() const override { return "vulkan"; }
   std::string device_description() const override { return ctx_->description(); }
   bool supports(OpKind op, std::span<const DType> input_dtypes, std::span<const DType> output_dtypes,
-                std::span<const cpu::AttrValue> attrs) const override {
+                std::span<const AttrValue> attrs) const override {
     return op_supported(op, input_dtypes, output_dtypes, attrs);
   }
   Result<std::unique_ptr<PreparedSegment>> prepare(const SegmentDesc& segment, const ConstantSource& constants) override {
@@ -457,7 +457,7 @@ Status VulkanSegment::run(const SegmentRun& run) {
                                              std::to_string(run.outputs.size()) + " outputs, prepared for " +
                                              std::to_string(inputs_.size()) + " and " + std::to_string(outputs_.size()));
   }
-  auto matches = [&](const cpu::TensorView& v, const SegmentTensor& t) {
+  auto matches = [&](const TensorView& v, const SegmentTensor& t) {
     if (v.dtype != t.dtype || v.rank != static_cast<int>(t.shape.size())) return false;
     for (int d = 0; d < v.rank; ++d) {
       if (v.shape[d] != t.shape[d]) return false;
@@ -490,7 +490,7 @@ Status VulkanSegment::run(const SegmentRun& run) {
     }
   }
   for (std::size_t i = 0; i < outputs_.size(); ++i) {
-    const cpu::TensorView& v = run.outputs[i];
+    const TensorView& v = run.outputs[i];
     from_device(v.dtype, reinterpret_cast<const std::uint32_t*>(staging_->mapped + out_staging_off_[i]), v.numel(), v.data);
     downloaded_ += v.nbytes();
   }

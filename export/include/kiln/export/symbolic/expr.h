@@ -67,7 +67,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kiln/runtime/status.h"
+#include "kiln/base/status.h"
 
 namespace kiln::sym {
 

@@ -29,8 +29,8 @@
 #include <optional>
 #include <string_view>
 
+#include "kiln/base/status.h"
 #include "kiln/export/symbolic/expr.h"
-#include "kiln/runtime/status.h"
 
 namespace kiln::sym {
 

@@ -14,8 +14,8 @@
 #include <span>
 #include <vector>
 
+#include "kiln/base/status.h"
 #include "kiln/export/symbolic/expr.h"
-#include "kiln/runtime/status.h"
 
 namespace kiln::sym {
 

@@ -30,9 +30,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/base/status.h"
 #include "kiln/export/symbolic/expr.h"
 #include "kiln/export/symbolic/range.h"
-#include "kiln/runtime/status.h"
 
 namespace kiln::sym {
 

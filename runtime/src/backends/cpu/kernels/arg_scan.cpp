@@ -8,6 +8,7 @@
 #include "backends/cpu/kernels/convert.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/reduce.h"
+#include "kernel/attrs.h"
 
 namespace kiln::cpu::kernels {
 namespace {

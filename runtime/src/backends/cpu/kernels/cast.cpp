@@ -4,6 +4,7 @@
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/convert.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "kernel/attrs.h"
 
 namespace kiln::cpu::kernels {
 

@@ -1,6 +1,7 @@
 // Shared plumbing for the CPU kernels (internal to runtime/src/backends/cpu/kernels/):
-// argument checks that produce "[op] ..." Status messages, attribute readers, dtype
-// dispatch. Element conversions live in convert.h, broadcasting in broadcast.h.
+// argument checks that produce "[op] ..." Status messages, dtype dispatch. Element
+// conversions live in convert.h, broadcasting in broadcast.h, the attribute readers (shared
+// with the other backends) in kernel/attrs.h.
 //
 // Error vocabulary used by every kernel:
 //   kInvalidBundle  shapes, ranks, dtypes or attributes inconsistent with the op (the
@@ -20,7 +21,6 @@
 #include <type_traits>
 
 #include "backends/cpu/kernel.h"
-#include "kernel/attrs.h"
 
 namespace kiln::cpu::kernels {
 
@@ -198,20 +198,6 @@ std::array<std::int64_t, kMaxRank> contiguous_strides(const TensorView& v);
 /// Both are exact when v.numel() > 0; for empty views they may wrap, so kernels must not
 /// loop over them then (every kernel returns early when it has nothing to write).
 std::int64_t dims_product(const TensorView& v, int begin, int end);
-
-// ---------------------------------------------------------------------------------------
-// Attributes (positions as in codegen/ops.def).
-
-// The readers are backend-neutral (kernel/attrs.h); the kernels name them unqualified.
-using kiln::attr_bool;
-using kiln::attr_dtype;
-using kiln::attr_error;
-using kiln::attr_float;
-using kiln::attr_int;
-using kiln::attr_ints;
-using kiln::attr_of;
-using kiln::attr_optional_float;
-using kiln::attr_string;
 
 // ---------------------------------------------------------------------------------------
 // DType dispatch: CType<D> is the storage type of one element.

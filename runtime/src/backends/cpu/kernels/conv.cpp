@@ -27,6 +27,7 @@
 #include "backends/cpu/kernels/simd.h"
 #include "backends/cpu/kernels/window.h"
 #include "backends/cpu/thread_pool.h"
+#include "kernel/attrs.h"
 
 namespace kiln::cpu::kernels {
 namespace {

@@ -11,6 +11,7 @@
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/thread_pool.h"
 #include "backends/cpu/kernels/simd.h"
+#include "kernel/attrs.h"
 
 namespace kiln::cpu::kernels {
 namespace {

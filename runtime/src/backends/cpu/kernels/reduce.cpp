@@ -14,6 +14,7 @@
 #include "backends/cpu/kernels/reduce.h"
 #include "backends/cpu/kernels/simd.h"
 #include "backends/cpu/thread_pool.h"
+#include "kernel/attrs.h"
 
 namespace kiln::cpu::kernels {
 namespace {

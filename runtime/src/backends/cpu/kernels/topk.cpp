@@ -9,6 +9,7 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "kernel/attrs.h"
 
 namespace kiln::cpu::kernels {
 namespace {

@@ -1,5 +1,7 @@
 #include "backends/cpu/kernels/window.h"
 
+#include "kernel/attrs.h"
+
 namespace kiln::cpu::kernels {
 
 Status read_pair(std::string_view op, Attrs attrs, std::size_t index, std::string_view name,

@@ -1,4 +1,4 @@
-#include "kiln/runtime/status.h"
+#include "kiln/base/status.h"
 
 namespace kiln {
 

@@ -1,4 +1,5 @@
-// The length of an optional FlatBuffers vector (an absent vector has none).
+// The length of an optional FlatBuffers vector (an absent vector has none): the one helper
+// the loader, the executor and `kiln inspect` read bundle tables with.
 #pragma once
 
 #include <cstdint>

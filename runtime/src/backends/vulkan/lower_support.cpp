@@ -119,6 +119,11 @@ constexpr OpLowering Ge{f32_compare, compare<COMPARE_GE>};
 constexpr OpLowering LogicalAnd{bool_logical, logical<LOGICAL_AND>};
 constexpr OpLowering LogicalOr{bool_logical, logical<LOGICAL_OR>};
 constexpr OpLowering LogicalXor{bool_logical, logical<LOGICAL_XOR>};
+constexpr OpLowering BitwiseAnd = kNoVulkanKernel;
+constexpr OpLowering BitwiseOr = kNoVulkanKernel;
+constexpr OpLowering BitwiseXor = kNoVulkanKernel;
+constexpr OpLowering BitwiseLeftShift = kNoVulkanKernel;
+constexpr OpLowering BitwiseRightShift = kNoVulkanKernel;
 
 // Elementwise unary
 constexpr OpLowering Neg{f32_elementwise, unary<UNARY_NEG>};
@@ -147,6 +152,7 @@ constexpr OpLowering Clamp{f32_elementwise, unary<UNARY_CLAMP>};
 constexpr OpLowering LeakyRelu{f32_elementwise, unary<UNARY_LEAKY_RELU>};
 constexpr OpLowering Cast{cast_dtypes, call<&Lowerer::cast>};
 constexpr OpLowering Identity{movement_dtypes, call<&Lowerer::reshape>};
+constexpr OpLowering BitwiseNot = kNoVulkanKernel;
 
 // Selection
 constexpr OpLowering Where{where_dtypes, call<&Lowerer::where>};
@@ -199,6 +205,8 @@ constexpr OpLowering Flip{movement_dtypes, call<&Lowerer::flip>};
 constexpr OpLowering Gather{lookup_dtypes, call<&Lowerer::indexing>};
 constexpr OpLowering IndexSelect{lookup_dtypes, call<&Lowerer::indexing>};
 constexpr OpLowering Index{advanced_index_dtypes, call<&Lowerer::advanced_index>};
+constexpr OpLowering PadBorder = kNoVulkanKernel;
+constexpr OpLowering IndexPut = kNoVulkanKernel;
 
 // Data-dependent (output shapes from the data) and higher-order (subgraphs): the CPU's.
 constexpr OpLowering Nonzero = kNoVulkanKernel;

@@ -205,6 +205,13 @@ void fill(Importer& im) {
   im.emit_out(OpKind::Full, {}, {im.shape(x), v.number, dt});
 }
 
+// zero(self): zeros of self's shape and dtype (zero_ in the training IR).
+void zero(Importer& im) {
+  const int x = im.tensor(0, "self");
+  refuse_view_mutation(im, x);
+  im.emit_out(OpKind::Full, {}, {im.shape(x), 0.0, im.out_dtype()});
+}
+
 // as_strided(self, size, stride, storage_offset) over static sizes, reading self as the
 // contiguous buffer Kiln holds: a reshape when the view is self's elements in order, else
 // an index_select of the flattened tensor with the view's element offsets.
@@ -680,6 +687,7 @@ void register_shape(HandlerTable& t) {
   t["aten.index_put"] = index_put;
   t["aten.diff"] = diff;
   t["aten.fill"] = fill;
+  t["aten.zero"] = zero;
   t["aten.as_strided"] = as_strided;
   t["aten.as_strided_copy"] = as_strided;
   for (const char* name : {"aten.reflection_pad1d", "aten.reflection_pad2d", "aten.reflection_pad3d"}) {

@@ -119,11 +119,6 @@ constexpr OpLowering Ge{f32_compare, compare<COMPARE_GE>};
 constexpr OpLowering LogicalAnd{bool_logical, logical<LOGICAL_AND>};
 constexpr OpLowering LogicalOr{bool_logical, logical<LOGICAL_OR>};
 constexpr OpLowering LogicalXor{bool_logical, logical<LOGICAL_XOR>};
-constexpr OpLowering BitwiseAnd = kNoVulkanKernel;
-constexpr OpLowering BitwiseOr = kNoVulkanKernel;
-constexpr OpLowering BitwiseXor = kNoVulkanKernel;
-constexpr OpLowering BitwiseLeftShift = kNoVulkanKernel;
-constexpr OpLowering BitwiseRightShift = kNoVulkanKernel;
 
 // Elementwise unary
 constexpr OpLowering Neg{f32_elementwise, unary<UNARY_NEG>};
@@ -152,7 +147,6 @@ constexpr OpLowering Clamp{f32_elementwise, unary<UNARY_CLAMP>};
 constexpr OpLowering LeakyRelu{f32_elementwise, unary<UNARY_LEAKY_RELU>};
 constexpr OpLowering Cast{cast_dtypes, call<&Lowerer::cast>};
 constexpr OpLowering Identity{movement_dtypes, call<&Lowerer::reshape>};
-constexpr OpLowering BitwiseNot = kNoVulkanKernel;
 
 // Selection
 constexpr OpLowering Where{where_dtypes, call<&Lowerer::where>};
@@ -205,8 +199,6 @@ constexpr OpLowering Flip{movement_dtypes, call<&Lowerer::flip>};
 constexpr OpLowering Gather{lookup_dtypes, call<&Lowerer::indexing>};
 constexpr OpLowering IndexSelect{lookup_dtypes, call<&Lowerer::indexing>};
 constexpr OpLowering Index{advanced_index_dtypes, call<&Lowerer::advanced_index>};
-constexpr OpLowering PadBorder = kNoVulkanKernel;
-constexpr OpLowering IndexPut = kNoVulkanKernel;
 
 // Data-dependent (output shapes from the data) and higher-order (subgraphs): the CPU's.
 constexpr OpLowering Nonzero = kNoVulkanKernel;
@@ -215,6 +207,16 @@ constexpr OpLowering Item = kNoVulkanKernel;
 constexpr OpLowering Cond = kNoVulkanKernel;
 constexpr OpLowering WhileLoop = kNoVulkanKernel;
 constexpr OpLowering InvokeSubgraph = kNoVulkanKernel;
+
+// Bitwise ops, border padding and index_put: the CPU's.
+constexpr OpLowering BitwiseAnd = kNoVulkanKernel;
+constexpr OpLowering BitwiseOr = kNoVulkanKernel;
+constexpr OpLowering BitwiseXor = kNoVulkanKernel;
+constexpr OpLowering BitwiseLeftShift = kNoVulkanKernel;
+constexpr OpLowering BitwiseRightShift = kNoVulkanKernel;
+constexpr OpLowering BitwiseNot = kNoVulkanKernel;
+constexpr OpLowering PadBorder = kNoVulkanKernel;
+constexpr OpLowering IndexPut = kNoVulkanKernel;
 
 }  // namespace op_rows
 

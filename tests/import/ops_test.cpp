@@ -323,14 +323,14 @@ TEST(ImportOps, BooleanMasksOverLeadingDimsAndMaskedAssignment) {
 }
 
 TEST(ImportOps, ArgumentsKiln_CannotExpressNameTheOpAndLine) {
-  OneOp op{"aten.pad.default", {{"self", tensor_arg("x")}, {"pad", {{"as_ints", {1, 1}}}}, {"mode", {{"as_string", "reflect"}}}},
-           {{"x", {1, 3}}}, {1, 5}};
+  OneOp op{"aten.pad.default", {{"self", tensor_arg("x")}, {"pad", {{"as_ints", {-1, 1}}}}, {"mode", {{"as_string", "reflect"}}}},
+           {{"x", {1, 3}}}, {1, 3}};
   const fs::path p = fs::temp_directory_path() / ("kiln_op_bad_" + std::to_string(::getpid()) + ".pt2");
   auto ep = import_pt2(write_archive(op, p.string()));
   fs::remove(p);
   ASSERT_FALSE(ep.ok());
   EXPECT_EQ(ep.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(ep.status().message().find("[aten.pad.default] pad mode 'reflect'"), std::string::npos) << ep.status().message();
+  EXPECT_NE(ep.status().message().find("[aten.pad.default] negative pads with mode 'reflect'"), std::string::npos) << ep.status().message();
   EXPECT_NE(ep.status().message().find("test.py:7"), std::string::npos) << ep.status().message();
 }
 

@@ -264,12 +264,30 @@ void register_elementwise(HandlerTable& t) {
   bin("aten.logical_and", OpKind::LogicalAnd, Kind::kLogical);
   bin("aten.logical_or", OpKind::LogicalOr, Kind::kLogical);
   bin("aten.logical_xor", OpKind::LogicalXor, Kind::kLogical);
-  for (auto [name, op] : {std::pair{"aten.bitwise_and", OpKind::LogicalAnd}, {"aten.bitwise_or", OpKind::LogicalOr},
-                          {"aten.bitwise_xor", OpKind::LogicalXor}, {"aten.__and__", OpKind::LogicalAnd},
-                          {"aten.__or__", OpKind::LogicalOr}}) {
+  // Bitwise ops: logical ops on bools, the bitwise kernels on integers.
+  struct BitwiseName {
+    const char* name;
+    OpKind on_bool, on_int;
+  };
+  for (auto [name, on_bool, on_int] :
+       {BitwiseName{"aten.bitwise_and", OpKind::LogicalAnd, OpKind::BitwiseAnd}, {"aten.__and__", OpKind::LogicalAnd, OpKind::BitwiseAnd},
+        {"aten.bitwise_or", OpKind::LogicalOr, OpKind::BitwiseOr}, {"aten.__or__", OpKind::LogicalOr, OpKind::BitwiseOr},
+        {"aten.bitwise_xor", OpKind::LogicalXor, OpKind::BitwiseXor}, {"aten.__xor__", OpKind::LogicalXor, OpKind::BitwiseXor}}) {
+    t[name] = [on_bool, on_int](Importer& im) {
+      if (im.out_dtype() == DType::kBool) {
+        binary(im, on_bool, Kind::kLogical);
+        return;
+      }
+      if (dtype_is_floating(im.out_dtype())) im.unsupported("bitwise ops on floating-point tensors");
+      binary(im, on_int, Kind::kArith);
+    };
+  }
+  for (auto [name, op] : {std::pair{"aten.bitwise_left_shift", OpKind::BitwiseLeftShift}, {"aten.__lshift__", OpKind::BitwiseLeftShift},
+                          {"aten.bitwise_right_shift", OpKind::BitwiseRightShift}, {"aten.__rshift__", OpKind::BitwiseRightShift}}) {
     t[name] = [op](Importer& im) {
-      if (im.out_dtype() != DType::kBool) im.unsupported("bitwise ops on integers are not supported (only on bool)");
-      binary(im, op, Kind::kLogical);
+      const DType out = im.out_dtype();
+      if (dtype_is_floating(out) || out == DType::kBool) im.unsupported("shifts of floating-point or bool tensors");
+      binary(im, op, Kind::kArith);
     };
   }
   t["aten.floor_divide"] = [](Importer& im) {
@@ -334,9 +352,8 @@ void register_elementwise(HandlerTable& t) {
       im.emit_out(OpKind::LogicalNot, {x});
       return;
     }
-    const DType d = im.dtype(x);  // ~x == -x - 1 for two's complement integers
-    const int n = im.emit(OpKind::Neg, {x}, {}, d, im.shape(x));
-    im.emit_out(OpKind::Sub, {n, im.scalar(1, d)});
+    if (dtype_is_floating(im.dtype(x))) im.unsupported("bitwise_not of a floating-point tensor");
+    im.emit_out(OpKind::BitwiseNot, {x});
   };
   t["aten.clamp"] = [](Importer& im) { clamp(im, "min", "max"); };
   t["aten.clip"] = [](Importer& im) { clamp(im, "min", "max"); };

@@ -2,6 +2,7 @@
 // (incl. transposed, by decomposition), normalizations, softmax, pooling, embedding,
 // scaled_dot_product_attention, nearest upsampling.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -481,14 +482,25 @@ void upsample_nearest(Importer& im) {
   im.define(0, v);
 }
 
-// upsample_bilinear2d over static sizes: out = A_h @ x @ A_w^T with PyTorch's source
-// coordinates (align_corners, scale factors) baked into two interpolation matrices.
-void upsample_bilinear(Importer& im) {
+// PyTorch's cubic convolution weights (A = -0.75) of the four taps around a source
+// coordinate with fractional part t (upsample_bicubic2d).
+std::array<double, 4> cubic_weights(double t) {
+  constexpr double A = -0.75;
+  auto near = [](double x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };
+  auto far = [](double x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };
+  return {far(t + 1), near(t), near(1 - t), far(2 - t)};
+}
+
+// upsample_bilinear2d / upsample_bicubic2d over static sizes: out = A_h @ x @ A_w^T with
+// PyTorch's source coordinates (align_corners, scale factors) and taps (2 linear, or 4
+// cubic with clamped borders) baked into two interpolation matrices.
+void upsample_interpolate(Importer& im, bool cubic) {
+  const std::string mode = cubic ? "bicubic" : "bilinear";
   const DType dt = im.out_dtype();
-  if (!dtype_is_floating(dt)) im.unsupported("bilinear upsampling of integers");
+  if (!dtype_is_floating(dt)) im.unsupported(mode + " upsampling of integers");
   const int x = im.cast(im.has(0, "input") ? im.tensor(0, "input") : im.tensor(0, "self"), dt);
   const Shape xs = im.shape(x), out = im.out_shape();
-  if (xs.size() != 4 || out.size() != 4) im.unsupported("bilinear upsampling of rank other than 4");
+  if (xs.size() != 4 || out.size() != 4) im.unsupported(mode + " upsampling of rank other than 4");
   const bool align = im.bool_arg(2, "align_corners", false);
   std::vector<double> scales;
   if (const json* a = im.arg(3, "scale_factors")) {
@@ -500,7 +512,7 @@ void upsample_bilinear(Importer& im) {
     const std::size_t ax = static_cast<std::size_t>(axis);
     auto in_size = im.simplify(xs[ax]).constant_value();
     auto out_size = im.simplify(out[ax]).constant_value();
-    if (!in_size || !out_size) im.unsupported("bilinear upsampling of a dynamic spatial size");
+    if (!in_size || !out_size) im.unsupported(mode + " upsampling of a dynamic spatial size");
     const std::int64_t n_in = *in_size, n_out = *out_size;
     std::vector<double> m(static_cast<std::size_t>(n_out * n_in), 0.0);
     for (std::int64_t o = 0; o < n_out; ++o) {
@@ -510,7 +522,17 @@ void upsample_bilinear(Importer& im) {
       } else {
         const double scale = scales.size() == 2 && scales[ax - 2] > 0 ? 1.0 / scales[ax - 2]
                                                                     : static_cast<double>(n_in) / static_cast<double>(n_out);
-        src = std::max(0.0, (static_cast<double>(o) + 0.5) * scale - 0.5);
+        src = (static_cast<double>(o) + 0.5) * scale - 0.5;
+        if (!cubic) src = std::max(0.0, src);
+      }
+      if (cubic) {
+        const double f = std::floor(src);
+        const auto w = cubic_weights(src - f);
+        for (std::int64_t k = 0; k < 4; ++k) {
+          const std::int64_t i = std::clamp<std::int64_t>(static_cast<std::int64_t>(f) - 1 + k, 0, n_in - 1);
+          m[static_cast<std::size_t>(o * n_in + i)] += w[static_cast<std::size_t>(k)];
+        }
+        continue;
       }
       const std::int64_t i0 = std::min<std::int64_t>(static_cast<std::int64_t>(std::floor(src)), n_in - 1);
       const std::int64_t i1 = std::min<std::int64_t>(i0 + 1, n_in - 1);
@@ -523,11 +545,11 @@ void upsample_bilinear(Importer& im) {
       if (dt == DType::kF64) std::memcpy(bytes.data() + 8 * i, &m[i], 8);
       else { const float f = static_cast<float>(m[i]); std::memcpy(bytes.data() + 4 * i, &f, 4); }
     }
-    if (dt != DType::kF32 && dt != DType::kF64) im.unsupported("bilinear upsampling of half types");
+    if (dt != DType::kF32 && dt != DType::kF64) im.unsupported(mode + " upsampling of half types");
     Shape s = im.shape(v);
     s[ax] = c(n_out);
     if (axis == 2) {
-      const int a = im.constant(dt, {n_out, n_in}, std::move(bytes), "bilinear_h");
+      const int a = im.constant(dt, {n_out, n_in}, std::move(bytes), mode + "_h");
       v = im.emit(OpKind::Matmul, {a, v}, {}, dt, s);
     } else {
       const int a = im.constant(dt, {n_in, n_out}, [&] {
@@ -537,7 +559,7 @@ void upsample_bilinear(Importer& im) {
           for (std::int64_t i = 0; i < n_in; ++i)
             std::memcpy(t.data() + static_cast<std::size_t>(i * n_out + o) * es, bytes.data() + static_cast<std::size_t>(o * n_in + i) * es, es);
         return t;
-      }(), "bilinear_w");
+      }(), mode + "_w");
       v = im.emit(OpKind::Matmul, {v, a}, {}, dt, s);
     }
   }
@@ -672,7 +694,8 @@ void glu(Importer& im) {
 
 void register_nn(HandlerTable& t) {
   t["aten.rms_norm"] = rms_norm;
-  t["aten.upsample_bilinear2d"] = upsample_bilinear;
+  t["aten.upsample_bilinear2d"] = [](Importer& im) { upsample_interpolate(im, false); };
+  t["aten.upsample_bicubic2d"] = [](Importer& im) { upsample_interpolate(im, true); };
   t["aten.max_pool1d"] = [](Importer& im) { pool1d(im, OpKind::MaxPool2d); };
   t["aten.max_pool1d_with_indices"] = [](Importer& im) { pool1d(im, OpKind::MaxPool2d); };
   t["aten.avg_pool1d"] = [](Importer& im) { pool1d(im, OpKind::AvgPool2d); };

@@ -156,18 +156,151 @@ void unbind(Importer& im) {
 void pad(Importer& im) {
   const int x = im.tensor(0, "self");
   const std::string mode = im.string_arg(2, "mode", "constant");
-  if (mode != "constant") im.unsupported("pad mode '" + mode + "' (only constant padding)");
   const auto pads = im.int_list(1, "pad");
+  if (mode == "reflect" || mode == "replicate" || mode == "circular") {
+    for (auto p : pads) {
+      if (p < 0) im.unsupported("negative pads with mode '" + mode + "'");
+    }
+    im.emit_out(OpKind::PadBorder, {x}, {pads, mode});
+    return;
+  }
+  if (mode != "constant") im.unsupported("pad mode '" + mode + "'");
   const double value = im.target().rfind("aten.pad", 0) == 0 ? im.float_arg(3, "value", 0.0) : im.float_arg(2, "value", 0.0);
   im.emit_out(OpKind::Pad, {x}, {pads, value});
 }
 
+// True when value v is the output of a Kiln node that a PyTorch view op maps to. An
+// in-place op on such a value (`x[a:b].fill_(v)`, `x[:, 0][idx] = v` in the training IR)
+// mutates the base tensor through the view, which importing it functionally would lose.
+bool is_view_result(Importer& im, int v) {
+  for (const ir::Node& n : im.graph().nodes) {
+    if (std::find(n.outputs.begin(), n.outputs.end(), v) == n.outputs.end()) continue;
+    return n.op == OpKind::Slice || n.op == OpKind::Reshape || n.op == OpKind::Permute || n.op == OpKind::Expand ||
+           n.op == OpKind::Split;
+  }
+  return false;
+}
+
+void refuse_view_mutation(Importer& im, int self) {
+  const std::string& t = im.target();
+  const std::size_t dot = t.rfind('.');
+  const std::string packet = t.substr(0, dot);
+  if (packet.empty() || packet.back() != '_' || !is_view_result(im, self)) return;
+  im.unsupported("in-place " + packet.substr(5) +
+                 " on a view (an assignment into a slice of another tensor); export the core IR "
+                 "(ep.run_decompositions()), where it is a slice_scatter / index_put");
+}
+
+// fill(self, value): a tensor of self's shape holding value (a number or a 0-d tensor).
+void fill(Importer& im) {
+  const int x = im.tensor(0, "self");
+  refuse_view_mutation(im, x);
+  const Operand v = im.operand(1, "value");
+  const DType dt = im.out_dtype();
+  if (v.is_tensor() || v.symbolic) {
+    const int t = im.reshape(im.as_tensor(v, dt), {});
+    im.emit_out(OpKind::Expand, {t}, {im.shape(x)});
+    return;
+  }
+  im.emit_out(OpKind::Full, {}, {im.shape(x), v.number, dt});
+}
+
+// zero(self): zeros of self's shape and dtype (zero_ in the training IR).
+void zero(Importer& im) {
+  const int x = im.tensor(0, "self");
+  refuse_view_mutation(im, x);
+  im.emit_out(OpKind::Full, {}, {im.shape(x), 0.0, im.out_dtype()});
+}
+
+// as_strided(self, size, stride, storage_offset) over static sizes, reading self as the
+// contiguous buffer Kiln holds: a reshape when the view is self's elements in order, else
+// an index_select of the flattened tensor with the view's element offsets.
+void as_strided(Importer& im) {
+  const int x = im.tensor(0, "self");
+  const auto size = im.int_list(1, "size");
+  const auto stride = im.int_list(2, "stride");
+  const std::int64_t offset = im.has(3, "storage_offset") ? im.int_arg(3, "storage_offset") : 0;
+  if (size.size() != stride.size()) im.bad("as_strided with " + std::to_string(size.size()) + " sizes and " + std::to_string(stride.size()) + " strides");
+  std::int64_t n_in = 1;
+  for (const Expr& e : im.shape(x)) {
+    const auto k = im.simplify(e).constant_value();
+    if (!k) im.unsupported("as_strided of a tensor with a symbolic size");
+    n_in *= *k;
+  }
+  std::int64_t count = 1;
+  for (auto d : size) {
+    if (d < 0) im.bad("as_strided with a negative size");
+    count *= d;
+  }
+  if (count > (std::int64_t{1} << 26)) im.unsupported("as_strided producing more than 2^26 elements");
+  std::vector<std::int64_t> offsets;
+  offsets.reserve(static_cast<std::size_t>(count));
+  std::vector<std::int64_t> pos(size.size(), 0);
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::int64_t off = offset;
+    for (std::size_t d = 0; d < size.size(); ++d) off += pos[d] * stride[d];
+    if (off < 0 || off >= n_in) im.unsupported("as_strided reading outside the tensor's " + std::to_string(n_in) + " elements");
+    offsets.push_back(off);
+    for (std::size_t d = size.size(); d-- > 0;) {
+      if (++pos[d] < size[d]) break;
+      pos[d] = 0;
+    }
+  }
+  bool in_order = count == n_in;
+  for (std::int64_t i = 0; in_order && i < count; ++i) in_order = offsets[static_cast<std::size_t>(i)] == i;
+  Shape out;
+  for (auto d : size) out.push_back(c(d));
+  if (in_order) {
+    im.define(0, im.reshape(x, out));
+    return;
+  }
+  const int flat = im.reshape(x, {c(n_in)});
+  const int picked = im.emit(OpKind::IndexSelect, {flat, im.index_constant(offsets)}, {std::int64_t{0}}, im.dtype(x), {c(count)});
+  im.define(0, im.reshape(picked, out));
+}
+
+// reflection_padNd / replication_padNd(self, padding): pad_border over the last N dims.
+void border_pad(Importer& im, const std::string& mode) {
+  const int x = im.tensor(0, "self");
+  const auto pads = im.int_list(1, "padding");
+  for (auto p : pads) {
+    if (p < 0) im.unsupported("negative pads with mode '" + mode + "'");
+  }
+  im.emit_out(OpKind::PadBorder, {x}, {pads, mode});
+}
+
+// index_put(self, indices, values, accumulate) with integer index tensors on adjacent dims
+// (None entries skip dims): the index_put op.
+void index_put_ints(Importer& im, int x, const std::vector<std::optional<int>>& idx) {
+  std::vector<std::int64_t> dims;
+  std::vector<int> in{x, im.cast(im.tensor(2, "values"), im.dtype(x))};
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    if (!idx[i]) continue;
+    const DType d = im.dtype(*idx[i]);
+    if (d == DType::kBool || d == DType::kU8) im.unsupported("index_put mixing boolean masks with other indices");
+    if (!dims.empty() && static_cast<std::int64_t>(i) != dims.back() + 1) {
+      im.unsupported("index_put on non-adjacent dims");
+    }
+    dims.push_back(static_cast<std::int64_t>(i));
+    in.push_back(*idx[i]);
+  }
+  if (dims.empty()) im.unsupported("index_put without index tensors");
+  im.emit_out(OpKind::IndexPut, in, {dims, im.bool_arg(3, "accumulate", false)});
+}
+
 // index_put(self, [mask], values) with one boolean mask of self's rank and a broadcastable
-// value: where(mask, values, self).
+// value: where(mask, values, self); integer indices: the index_put op.
 void index_put(Importer& im) {
   const int x = im.tensor(0, "self");
+  refuse_view_mutation(im, x);
   const auto idx = im.opt_tensor_list(1, "indices");
-  if (im.bool_arg(3, "accumulate", false)) im.unsupported("index_put with accumulate=True");
+  bool has_mask = false;
+  for (const auto& i : idx) has_mask = has_mask || (i && (im.dtype(*i) == DType::kBool || im.dtype(*i) == DType::kU8));
+  if (!has_mask) {
+    index_put_ints(im, x, idx);
+    return;
+  }
+  if (im.bool_arg(3, "accumulate", false)) im.unsupported("index_put with accumulate=True through a boolean mask");
   if (idx.size() != 1 || !idx[0] || (im.dtype(*idx[0]) != DType::kBool && im.dtype(*idx[0]) != DType::kU8) ||
       im.rank(*idx[0]) != im.rank(x)) {
     im.unsupported("index_put other than x[mask] = value with a full boolean mask");
@@ -224,6 +357,44 @@ void index(Importer& im) {
     return;
   }
   im.emit_out(OpKind::Index, in, {dims});
+}
+
+// diff(self, n, dim, prepend, append): cat(prepend, self, append) along dim, then n times
+// x[1:] - x[:-1] (logical_xor for bools, as PyTorch).
+void diff(Importer& im) {
+  int x = im.tensor(0, "self");
+  const std::int64_t n = im.int_arg(1, "n", 1);
+  if (n < 0) im.bad("diff needs n >= 0");
+  const std::int64_t d = im.norm_dim(im.int_arg(2, "dim", -1), im.rank(x));
+  const DType dt = im.out_dtype();
+  x = im.cast(x, dt);
+  std::vector<int> parts;
+  auto add_part = [&](std::size_t pos, const char* name) {
+    if (!im.has(pos, name)) return;
+    int p = im.cast(im.tensor(pos, name), dt);
+    if (im.rank(p) != im.rank(x)) im.unsupported(std::string("diff with a ") + name + " of another rank");
+    parts.push_back(p);
+  };
+  add_part(3, "prepend");
+  parts.push_back(x);
+  add_part(4, "append");
+  if (parts.size() > 1) {
+    Shape s = im.shape(x);
+    Expr total = c(0);
+    for (int p : parts) total = total + im.shape(p)[static_cast<std::size_t>(d)];
+    s[static_cast<std::size_t>(d)] = im.simplify(total);
+    x = im.emit(OpKind::Cat, parts, {d}, dt, s);
+  }
+  const OpKind op = dt == DType::kBool ? OpKind::LogicalXor : OpKind::Sub;
+  for (std::int64_t k = 0; k < n; ++k) {
+    Shape s = im.shape(x);
+    const Expr len = s[static_cast<std::size_t>(d)];
+    s[static_cast<std::size_t>(d)] = im.simplify(sym::max(len - c(1), c(0)));
+    const int hi = im.emit(OpKind::Slice, {x}, {d, c(1), c(INT64_MAX), std::int64_t{1}}, dt, s);
+    const int lo = im.emit(OpKind::Slice, {x}, {d, c(0), im.simplify(len - c(1)), std::int64_t{1}}, dt, s);
+    x = im.emit(op, {hi, lo}, {}, dt, s);
+  }
+  im.define(0, im.reshape(x, im.out_shape()));
 }
 
 // repeat: [1]*(n-r) + shape, interleave each dim with its factor, merge.
@@ -514,6 +685,17 @@ void register_shape(HandlerTable& t) {
   };
   t["aten.index"] = index;
   t["aten.index_put"] = index_put;
+  t["aten.diff"] = diff;
+  t["aten.fill"] = fill;
+  t["aten.zero"] = zero;
+  t["aten.as_strided"] = as_strided;
+  t["aten.as_strided_copy"] = as_strided;
+  for (const char* name : {"aten.reflection_pad1d", "aten.reflection_pad2d", "aten.reflection_pad3d"}) {
+    t[name] = [](Importer& im) { border_pad(im, "reflect"); };
+  }
+  for (const char* name : {"aten.replication_pad1d", "aten.replication_pad2d", "aten.replication_pad3d"}) {
+    t[name] = [](Importer& im) { border_pad(im, "replicate"); };
+  }
   t["aten.repeat"] = repeat;
   t["aten.tril"] = [](Importer& im) { im.emit_out(OpKind::Tril, {im.tensor(0, "self")}, {im.int_arg(1, "diagonal", 0)}); };
   t["aten.triu"] = [](Importer& im) { im.emit_out(OpKind::Triu, {im.tensor(0, "self")}, {im.int_arg(1, "diagonal", 0)}); };

@@ -208,6 +208,16 @@ constexpr OpLowering Cond = kNoVulkanKernel;
 constexpr OpLowering WhileLoop = kNoVulkanKernel;
 constexpr OpLowering InvokeSubgraph = kNoVulkanKernel;
 
+// Bitwise ops, border padding and index_put: the CPU's.
+constexpr OpLowering BitwiseAnd = kNoVulkanKernel;
+constexpr OpLowering BitwiseOr = kNoVulkanKernel;
+constexpr OpLowering BitwiseXor = kNoVulkanKernel;
+constexpr OpLowering BitwiseLeftShift = kNoVulkanKernel;
+constexpr OpLowering BitwiseRightShift = kNoVulkanKernel;
+constexpr OpLowering BitwiseNot = kNoVulkanKernel;
+constexpr OpLowering PadBorder = kNoVulkanKernel;
+constexpr OpLowering IndexPut = kNoVulkanKernel;
+
 }  // namespace op_rows
 
 namespace {

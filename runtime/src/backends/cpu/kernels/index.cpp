@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/kernels/common.h"
@@ -102,7 +103,7 @@ void take_rows(const TensorView& x, std::int64_t pre, std::int64_t pre_stride, s
 }
 
 // The broadcast shape of the index tensors in[1..]; kInvalidBundle if they do not broadcast.
-Status index_broadcast_shape(Inputs in, std::array<std::int64_t, kMaxRank>& shape, int& rank) {
+Status index_broadcast_shape(std::string_view op, Inputs in, std::array<std::int64_t, kMaxRank>& shape, int& rank) {
   rank = 0;
   for (std::size_t i = 1; i < in.size(); ++i) rank = std::max(rank, in[i].rank);
   for (int d = 0; d < rank; ++d) {
@@ -111,7 +112,7 @@ Status index_broadcast_shape(Inputs in, std::array<std::int64_t, kMaxRank>& shap
       const int id = d - (rank - in[i].rank);
       const std::int64_t dim = id >= 0 ? in[i].shape[id] : 1;
       if (dim == 1) continue;
-      if (b != 1 && b != dim) return invalid("index", "index tensor shapes do not broadcast (indices ", i - 1, ")");
+      if (b != 1 && b != dim) return invalid(op, "index tensor shapes do not broadcast (indices ", i - 1, ")");
       b = dim;
     }
     shape[d] = b;
@@ -120,7 +121,7 @@ Status index_broadcast_shape(Inputs in, std::array<std::int64_t, kMaxRank>& shap
 }
 
 // x offsets (in elements) selected by each broadcast position of the index tensors.
-Status index_offsets(Inputs in, int first_dim, std::span<const std::int64_t> bshape, std::vector<std::int64_t>& offsets) {
+Status index_offsets(std::string_view op, Inputs in, int first_dim, std::span<const std::int64_t> bshape, std::vector<std::int64_t>& offsets) {
   const TensorView& x = in[0];
   const auto xs = contiguous_strides(x);
   std::int64_t count = 1;
@@ -130,7 +131,7 @@ Status index_offsets(Inputs in, int first_dim, std::span<const std::int64_t> bsh
   for (std::size_t i = 1; i < in.size(); ++i) {
     const TensorView& t = in[i];
     IndexReader ix{};
-    KILN_RETURN_IF_ERROR(index_reader("index", Name("indices", i - 1), t, ix));
+    KILN_RETURN_IF_ERROR(index_reader(op, Name("indices", i - 1), t, ix));
     const int xd = first_dim + static_cast<int>(i) - 1;
     const std::int64_t size = x.shape[xd];
     const auto ts = contiguous_strides(t);
@@ -143,7 +144,7 @@ Status index_offsets(Inputs in, int first_dim, std::span<const std::int64_t> bsh
       }
       std::int64_t v = ix[toff];
       if (v < -size || v >= size) {
-        return invalid_input("index", "indices[", i - 1, "] element ", toff, " = ", v, " out of range for dim ", xd,
+        return invalid_input(op, "indices[", i - 1, "] element ", toff, " = ", v, " out of range for dim ", xd,
                              " of size ", size);
       }
       if (v < 0) v += size;
@@ -152,6 +153,42 @@ Status index_offsets(Inputs in, int first_dim, std::span<const std::int64_t> bsh
     }
   }
   return Status::Ok();
+}
+
+// out[pos] (+)= values[pos'] for every position of the indexed shape: pre x bshape x post.
+enum class Scatter { kSet, kAdd, kOr };
+
+template <typename T, Scatter kMode>
+void scatter_values(const TensorView& values, std::span<const std::int64_t> vstrides, std::int64_t pre,
+                    std::int64_t pre_stride, std::span<const std::int64_t> offsets, std::int64_t post,
+                    std::span<const std::int64_t> ishape, T* out) {
+  const T* v = values.as<T>();
+  const int rank = static_cast<int>(ishape.size());
+  std::array<std::int64_t, kMaxRank> pos{};
+  std::int64_t voff = 0;
+  for (std::int64_t p = 0; p < pre; ++p) {
+    for (std::int64_t off : offsets) {
+      T* row = out + p * pre_stride + off;
+      for (std::int64_t j = 0; j < post; ++j) {
+        if constexpr (kMode == Scatter::kSet) {
+          row[j] = v[voff];
+        } else if constexpr (kMode == Scatter::kOr) {
+          row[j] = static_cast<T>(row[j] != 0 || v[voff] != 0);
+        } else if constexpr (std::is_integral_v<T>) {  // wraps, as PyTorch's integer add
+          using U = std::make_unsigned_t<T>;
+          row[j] = static_cast<T>(static_cast<U>(static_cast<U>(row[j]) + static_cast<U>(v[voff])));
+        } else {
+          row[j] = static_cast<T>(row[j] + v[voff]);
+        }
+        for (int d = rank - 1; d >= 0; --d) {  // advance the values offset in row-major order
+          voff += vstrides[d];
+          if (++pos[d] < ishape[d]) break;
+          voff -= vstrides[d] * ishape[d];
+          pos[d] = 0;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -266,7 +303,7 @@ Status Index(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   }
   std::array<std::int64_t, kMaxRank> bshape{};
   int brank = 0;
-  KILN_RETURN_IF_ERROR(index_broadcast_shape(in, bshape, brank));
+  KILN_RETURN_IF_ERROR(index_broadcast_shape("index", in, bshape, brank));
   const int out_rank = x.rank - k + brank;
   if (out_rank > kMaxRank) return invalid("index", "result rank ", out_rank, " exceeds ", kMaxRank);
   std::array<std::int64_t, kMaxRank> expected{};
@@ -277,10 +314,94 @@ Status Index(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_dtype("index", "out", out[0], x.dtype));
   if (out[0].numel() == 0) return Status::Ok();
   std::vector<std::int64_t> offsets;
-  KILN_RETURN_IF_ERROR(index_offsets(in, first, std::span<const std::int64_t>(bshape.data(), brank), offsets));
+  KILN_RETURN_IF_ERROR(index_offsets("index", in, first, std::span<const std::int64_t>(bshape.data(), brank), offsets));
   const std::int64_t post = dims_product(x, first + k, x.rank);
   take_rows(x, dims_product(x, 0, first), dims_product(x, first, x.rank), offsets, post, out[0].data);
   return Status::Ok();
+}
+
+Status IndexPut(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
+  constexpr std::string_view op = "index_put";
+  KILN_RETURN_IF_ERROR(check_io(op, in, out, {.min_inputs = 3, .max_inputs = -1, .num_outputs = 1}));
+  KILN_ASSIGN_OR_RETURN(std::span<const std::int64_t> dims, attr_ints(op, attrs, 0, "dims"));
+  KILN_ASSIGN_OR_RETURN(bool accumulate, attr_bool(op, attrs, 1, "accumulate"));
+  const TensorView& x = in[0];
+  const TensorView& values = in[1];
+  const auto k = static_cast<int>(in.size()) - 2;
+  if (dims.size() != static_cast<std::size_t>(k)) {
+    return invalid(op, "dims has ", dims.size(), " entries for ", k, " index tensors");
+  }
+  KILN_RETURN_IF_ERROR(check_dim(op, "dims[0]", dims[0], x.rank));
+  for (int i = 1; i < k; ++i) {
+    if (dims[i] != dims[0] + i) {
+      return unsupported(op, "index tensors on non-adjacent dims (dims[", i, "]=", dims[i], ") are not supported");
+    }
+  }
+  const int first = static_cast<int>(dims[0]);
+  if (first + k > x.rank) return invalid(op, k, " index tensors from dim ", first, " exceed x.rank=", x.rank);
+  KILN_RETURN_IF_ERROR(check_same_shape(op, "x", x, "out", out[0]));
+  KILN_RETURN_IF_ERROR(check_dtype(op, "out", out[0], x.dtype));
+  KILN_RETURN_IF_ERROR(check_dtype(op, "values", values, x.dtype));
+  // x followed by the index tensors, as index_broadcast_shape / index_offsets expect.
+  std::vector<TensorView> xi{x};
+  for (int i = 0; i < k; ++i) {
+    IndexReader unused{};
+    KILN_RETURN_IF_ERROR(index_reader(op, Name("indices", i), in[2 + i], unused));
+    xi.push_back(in[2 + i]);
+  }
+  std::array<std::int64_t, kMaxRank> bshape{};
+  int brank = 0;
+  KILN_RETURN_IF_ERROR(index_broadcast_shape(op, xi, bshape, brank));
+  const int irank = x.rank - k + brank;  // the indexed shape: x[:first] + bshape + x[first + k:]
+  if (irank > kMaxRank) return invalid(op, "indexed rank ", irank, " exceeds ", kMaxRank);
+  std::array<std::int64_t, kMaxRank> ishape{};
+  std::copy_n(x.shape.begin(), first, ishape.begin());
+  std::copy_n(bshape.begin(), brank, ishape.begin() + first);
+  std::copy_n(x.shape.begin() + first + k, x.rank - first - k, ishape.begin() + first + brank);
+  // values broadcasts into the indexed shape (right-aligned; its dims equal or 1).
+  if (values.rank > irank) {
+    return invalid(op, "values.shape=", shape_text(values), " does not broadcast to the indexed shape ",
+                   shape_text(std::span<const std::int64_t>(ishape.data(), irank)));
+  }
+  std::array<std::int64_t, kMaxRank> vstrides{};
+  const auto vs = contiguous_strides(values);
+  for (int d = 0; d < irank; ++d) {
+    const int vd = d - (irank - values.rank);
+    if (vd < 0 || values.shape[vd] == 1) continue;
+    if (values.shape[vd] != ishape[d]) {
+      return invalid(op, "values.shape=", shape_text(values), " does not broadcast to the indexed shape ",
+                     shape_text(std::span<const std::int64_t>(ishape.data(), irank)));
+    }
+    vstrides[d] = vs[vd];
+  }
+  if (out[0].data != x.data && x.numel() > 0) std::memcpy(out[0].data, x.data, x.nbytes());
+  std::int64_t icount = 1;
+  for (int d = 0; d < irank; ++d) icount *= ishape[d];
+  if (icount == 0) return Status::Ok();
+  std::vector<std::int64_t> offsets;
+  KILN_RETURN_IF_ERROR(index_offsets(op, xi, first, std::span<const std::int64_t>(bshape.data(), brank), offsets));
+  const std::int64_t pre = dims_product(x, 0, first);
+  const std::int64_t pre_stride = dims_product(x, first, x.rank);
+  const std::int64_t post = dims_product(x, first + k, x.rank);
+  const std::span<const std::int64_t> vstr(vstrides.data(), irank), ish(ishape.data(), irank);
+  if (!accumulate) {
+    switch (dtype_size(x.dtype)) {
+      case 1: scatter_values<std::uint8_t, Scatter::kSet>(values, vstr, pre, pre_stride, offsets, post, ish, out[0].as<std::uint8_t>()); break;
+      case 2: scatter_values<std::uint16_t, Scatter::kSet>(values, vstr, pre, pre_stride, offsets, post, ish, out[0].as<std::uint16_t>()); break;
+      case 4: scatter_values<std::uint32_t, Scatter::kSet>(values, vstr, pre, pre_stride, offsets, post, ish, out[0].as<std::uint32_t>()); break;
+      default: scatter_values<std::uint64_t, Scatter::kSet>(values, vstr, pre, pre_stride, offsets, post, ish, out[0].as<std::uint64_t>()); break;
+    }
+    return Status::Ok();
+  }
+  if (x.dtype == DType::kBool) {
+    scatter_values<std::uint8_t, Scatter::kOr>(values, vstr, pre, pre_stride, offsets, post, ish, out[0].as<std::uint8_t>());
+    return Status::Ok();
+  }
+  const bool ok = dispatch<KILN_NUMERIC_DTYPES>(x.dtype, [&]<DType D>() {
+    using T = CType<D>;
+    scatter_values<T, Scatter::kAdd>(values, vstr, pre, pre_stride, offsets, post, ish, out[0].as<T>());
+  });
+  return ok ? Status::Ok() : unsupported_dtype(op, x.dtype, "x with accumulate=True");
 }
 
 }  // namespace kiln::cpu::kernels

@@ -61,6 +61,20 @@ KILN_DECLARE_KERNEL(LogicalAnd);
 KILN_DECLARE_KERNEL(LogicalOr);
 KILN_DECLARE_KERNEL(LogicalXor);
 
+// Bitwise (bitwise.cpp), PyTorch's semantics; numpy broadcasting, one input dtype, out
+// dtype = input dtype.
+//   bitwise_and bitwise_or bitwise_xor: i8 i16 i32 i64 u8 and b8 (bools as 0/1).
+//   bitwise_left_shift bitwise_right_shift: i8 i16 i32 i64 u8. a << b with a count outside
+//     [0, bits) gives 0; a >> b is arithmetic for signed types, and a count outside
+//     [0, bits - 1] (signed) or [0, bits) (unsigned) gives the sign fill (-1 or 0) / 0.
+//   bitwise_not(x): i8 i16 i32 i64 u8 (~x) and b8 (logical not).
+KILN_DECLARE_KERNEL(BitwiseAnd);
+KILN_DECLARE_KERNEL(BitwiseOr);
+KILN_DECLARE_KERNEL(BitwiseXor);
+KILN_DECLARE_KERNEL(BitwiseLeftShift);
+KILN_DECLARE_KERNEL(BitwiseRightShift);
+KILN_DECLARE_KERNEL(BitwiseNot);
+
 // Unary elementwise (elementwise_unary.cpp). out.shape = x.shape, out dtype = x dtype
 // (logical_not: bool).
 //   neg abs relu sign floor ceil round clamp: f32 f64 i8 i16 i32 i64 u8 (rounding ops
@@ -181,6 +195,11 @@ KILN_DECLARE_KERNEL(Embedding);
 KILN_DECLARE_KERNEL(Gather);
 KILN_DECLARE_KERNEL(IndexSelect);
 KILN_DECLARE_KERNEL(Index);
+//   index_put(x, values, i0, i1, ...; dims, accumulate): out = x with out[..., i0, i1, ...]
+//     = values (broadcast to the indexed shape that index() would return), or += values
+//     with accumulate (bools: or). Same index rules as index; with repeated indices and no
+//     accumulate the last write wins. values has x's dtype.
+KILN_DECLARE_KERNEL(IndexPut);
 
 // Creation (creation.cpp). full(shape, value, dtype) and arange(start, end, step, dtype)
 // (out length must be max(0, ceil((end - start) / step)); step != 0) for every dtype;
@@ -203,6 +222,11 @@ KILN_DECLARE_KERNEL(Split);
 KILN_DECLARE_KERNEL(Expand);
 KILN_DECLARE_KERNEL(Pad);
 KILN_DECLARE_KERNEL(Flip);
+// pad_border(x; pads, mode), any dtype (pad_border.cpp): pads as for pad, each >= 0;
+// mode "reflect" (mirror without repeating the edge; each pad < the dim's size),
+// "replicate" (repeat the edge; a padded dim must not be empty) or "circular" (wrap
+// around; each pad <= the dim's size).
+KILN_DECLARE_KERNEL(PadBorder);
 
 // Data-dependent (data_dependent.cpp). The output arrives unallocated (data == nullptr)
 // and is allocated with KernelContext::allocate_output once its size is known (a view

@@ -172,6 +172,14 @@ json bundle_json(const Bundle& b, const std::string& path, bool with_graph) {
   for (std::uint32_t i = 0; i < count(p.signature()->outputs()); ++i) outputs.push_back(output_json(p, *p.signature()->outputs()->Get(i)));
   j["inputs"] = inputs;
   j["outputs"] = outputs;
+  json states = json::array();  // state tensors (format 1.1): kept by the session across runs
+  for (std::uint32_t i = 0; i < count(p.signature()->states()); ++i) {
+    const auto* st = p.signature()->states()->Get(i);
+    json shape = json::array();
+    for (std::uint32_t d = 0; d < count(st->shape()); ++d) shape.push_back(st->shape()->Get(d));
+    states.push_back({{"name", str(st->name())}, {"dtype", dtype_text(st->dtype())}, {"shape", shape}, {"initial_constant", st->initial()}});
+  }
+  j["states"] = states;
   j["entry_graph"] = p.entry_graph();
   json specs = json::array();
   for (std::uint32_t s = 0; s < count(p.specializations()); ++s) {
@@ -317,6 +325,15 @@ void print_human(std::ostream& os, const Bundle& b, const json& j, bool with_gra
     const auto* out = p.signature()->outputs()->Get(i);
     os << "  " << i << " " << str(out->name()) << ": "
        << (out->kind() == fb::InputKind::Tensor ? shape_text(p, out->dtype(), out->shape()) : "Sym(" + expr_to_string(p, out->expr()) + ")") << "\n";
+  }
+  if (!j["states"].empty()) {
+    os << "state (kept across runs; initial values from constants)\n";
+    for (const auto& st : j["states"]) {
+      std::string dims;
+      for (const auto& d : st["shape"]) dims += (dims.empty() ? "" : ", ") + std::to_string(d.get<std::int64_t>());
+      os << "  " << st["name"].get<std::string>() << ": " << st["dtype"].get<std::string>() << "[" << dims << "]  initial = constant "
+         << st["initial_constant"] << "\n";
+    }
   }
   os << "runtime asserts\n";
   for (const auto& g : j["graphs"]) {

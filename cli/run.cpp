@@ -1,4 +1,4 @@
-// kiln run BUNDLE --input NAME=FILE.npy|INT ... [--output-dir DIR] [--threads N] [--json]
+// kiln run BUNDLE --input NAME=FILE.npy|INT ... [--output-dir DIR] [--state DIR] [--threads N] [--json]
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,6 +26,7 @@ struct RunOptions {
   std::vector<std::string> inputs;
   std::vector<std::string> positional;
   std::string output_dir = ".";
+  std::string state_dir;  // --state: the session's state tensors, read before and written after the run
   std::string backend = "cpu";
   int threads = 1;
   std::uint64_t max_memory = 0;  // --max-memory; 0 = the runtime default
@@ -119,6 +120,56 @@ Status write_output_set(const std::string& dir, const std::vector<std::pair<std:
   return status;
 }
 
+// --state DIR, before the run: DIR/<name>.npy for every state tensor, checked like an input
+// (kInvalidInput naming the state); the initial values when DIR is absent or holds none of
+// them.
+Status load_state(Session& session, const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::vector<std::string> names = session.state_names();
+  std::vector<std::string> present, missing;
+  for (const std::string& n : names) (fs::exists(fs::path(dir) / (n + ".npy")) ? present : missing).push_back(n);
+  if (present.empty()) return Status::Ok();
+  if (!missing.empty()) {
+    return Status(StatusCode::kInvalidInput, "state " + missing[0] + ": " + (fs::path(dir) / (missing[0] + ".npy")).string() +
+                                                 " is missing (the state directory holds some state tensors but not all)");
+  }
+  for (const std::string& n : names) {
+    const std::string file = (fs::path(dir) / (n + ".npy")).string();
+    auto t = read_npy(file);
+    if (!t.ok()) return Status(StatusCode::kInvalidInput, "state " + n + ": " + t.status().message());
+    KILN_RETURN_IF_ERROR(session.set_state(n, *t).with_context(file));
+  }
+  return Status::Ok();
+}
+
+// --state DIR, after a successful run: every state tensor written to a temporary file
+// first (a failure removes them and leaves DIR as it was), then each renamed over
+// DIR/<name>.npy.
+Status save_state(const Session& session, const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::vector<std::string> names = session.state_names();
+  if (names.empty()) return Status::Ok();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status(StatusCode::kIoError, "cannot create the state directory " + dir + ": " + ec.message());
+  std::vector<std::string> temps;
+  auto drop = [&] {
+    for (const std::string& t : temps) fs::remove(t, ec);
+  };
+  for (const std::string& n : names) {
+    auto t = session.read_state(n);
+    if (!t.ok()) return drop(), t.status();
+    const std::string tmp = (fs::path(dir) / ("." + n + ".npy.kiln-new")).string();
+    temps.push_back(tmp);
+    if (Status s = write_npy(tmp, *t); !s.ok()) return drop(), s;
+  }
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    fs::rename(temps[k], fs::path(dir) / (names[k] + ".npy"), ec);
+    if (ec) return drop(), Status(StatusCode::kIoError, "cannot write state " + names[k] + " into " + dir + ": " + ec.message());
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::vector<HostValue>> parse_inputs(const fb::Program& p, const std::vector<std::string>& args) {
@@ -193,6 +244,7 @@ Command add_run(CLI::App& app) {
   app.add_option("-i,--input", o->inputs, "NAME=FILE.npy or NAME=INT (or positional values in signature order)");
   app.add_option("-o,--output-dir", o->output_dir, "Where to write out<i>.npy (default: .)");
   app.add_option("--backend", o->backend, "cpu, vulkan or auto");
+  app.add_option("--state", o->state_dir, "State tensors: read DIR/<name>.npy (initial values when absent), written back after a successful run");
   app.add_option("--threads", o->threads, "Worker threads (default 1)")->check(CLI::Range(1, 256));
   add_max_memory_option(app, o->max_memory);
   app.add_flag("--json", o->json, "Print one JSON object on stdout");
@@ -207,8 +259,10 @@ Command add_run(CLI::App& app) {
     auto inputs = parse_inputs((*program)->bundle().program(), args);
     if (!inputs.ok()) return report_error(inputs.status(), o->json);
     Session session(**program, {.threads = o->threads, .max_memory_bytes = o->max_memory});
+    if (!o->state_dir.empty()) KILN_RETURN_IF_ERROR_CLI(load_state(session, o->state_dir), o->json);
     auto result = session.run(*inputs);
     if (!result.ok()) return report_error(result.status(), o->json);
+    if (!o->state_dir.empty()) KILN_RETURN_IF_ERROR_CLI(save_state(session, o->state_dir), o->json);
     nlohmann::ordered_json outs = nlohmann::ordered_json::array();
     std::vector<std::pair<std::string, const HostTensor*>> files;
     for (std::size_t i = 0; i < result->outputs.size(); ++i) {

@@ -148,6 +148,17 @@ Status Serializer::signature() {
     else s->shape = exprs(o.shape);
     out_.signature->outputs.push_back(std::move(s));
   }
+  for (const ir::StateSpec& st : ir_.states) {
+    if (st.initial < 0 || static_cast<std::size_t>(st.initial) >= ir_.constants.size()) {
+      return bad("state '" + st.name + "': unknown initial constant");
+    }
+    auto s = std::make_unique<fb::StateSpecT>();
+    s->name = st.name;
+    s->dtype = static_cast<fb::DType>(st.dtype);
+    s->shape = st.shape;
+    s->initial = static_cast<std::uint32_t>(st.initial);
+    out_.signature->states.push_back(std::move(s));
+  }
   return Status::Ok();
 }
 

@@ -145,5 +145,58 @@ TEST_F(ImportCli, JsonSummaryAndSpecialization) {
   ASSERT_EQ(run.code, 0) << run.out;
 }
 
+TEST_F(ImportCli, CoreIrBufferMutationsImportAsStateThatInspectLists) {
+  const std::string out = path("counter.kiln");
+  const std::string archive = (fs::path(KILN_SOURCE_DIR) / "tests/fixtures/torch_export_stateful/counter/model.core.pt2").string();
+  const Cmd imported = kiln_cmd("import " + archive + " -o " + out);
+  ASSERT_EQ(imported.code, 0) << imported.out;
+  const Cmd r = kiln_cmd("inspect " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("state (kept across runs; initial values from constants)\n  total: f32[4]  initial = constant "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  steps: i64[]  initial = constant "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("x: f32[s"), std::string::npos) << r.out;  // the user's input only
+}
+
+std::string file_bytes(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+TEST_F(ImportCli, RunWithStateDirCarriesTheStateFromRunToRun) {
+  const fs::path fx = fs::path(KILN_SOURCE_DIR) / "tests/fixtures/torch_export_stateful/counter";
+  const std::string bundle = path("counter.kiln");
+  ASSERT_EQ(kiln_cmd("import " + (fx / "model.core.pt2").string() + " -o " + bundle).code, 0);
+  const std::string state = path("state");  // absent: the initial values
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(step);
+    const std::string in = (fx / "cases" / ("three_calls." + std::to_string(step) + ".in.x.npy")).string();
+    const Cmd r = kiln_cmd("run " + bundle + " " + in + " --state " + state + " -o " + path("out"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    for (int o = 0; o < 2; ++o) {
+      auto got = read_npy(path("out/out" + std::to_string(o) + ".npy"));
+      auto want = read_npy((fx / "cases" / ("three_calls." + std::to_string(step) + ".out." + std::to_string(o) + ".npy")).string());
+      ASSERT_TRUE(got.ok() && want.ok());
+      ASSERT_EQ(got->shape, want->shape);
+      for (std::int64_t i = 0; i < want->numel(); ++i) EXPECT_NEAR(got->element(i), want->element(i), 1e-4) << "output " << o;
+    }
+  }
+  auto steps = read_npy(state + "/steps.npy");
+  ASSERT_TRUE(steps.ok()) << steps.status().message();
+  EXPECT_EQ(steps->element(0), 3.0);
+  // A failed run (a wrong input) leaves the state directory byte-identical.
+  const std::string total_before = file_bytes(state + "/total.npy"), steps_before = file_bytes(state + "/steps.npy");
+  const Cmd bad = kiln_cmd("run " + bundle + " " + (fx / "cases/three_calls.0.out.0.npy").string() + " --state " + state + " -o " + path("out"));
+  EXPECT_EQ(bad.code, 3) << bad.out;
+  EXPECT_EQ(file_bytes(state + "/total.npy"), total_before);
+  EXPECT_EQ(file_bytes(state + "/steps.npy"), steps_before);
+  EXPECT_EQ(std::distance(fs::directory_iterator(state), fs::directory_iterator{}), 2);
+  // A state file of the wrong shape: exit 3 naming the state tensor.
+  fs::copy_file(fx / "cases/three_calls.0.in.x.npy", state + "/total.npy", fs::copy_options::overwrite_existing);
+  const Cmd wrong = kiln_cmd("run " + bundle + " " + (fx / "cases/three_calls.0.in.x.npy").string() + " --state " + state + " -o " + path("out"));
+  EXPECT_EQ(wrong.code, 3) << wrong.out;
+  EXPECT_NE(wrong.out.find("state total: shape ["), std::string::npos) << wrong.out;
+  EXPECT_EQ(file_bytes(state + "/steps.npy"), steps_before);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -600,6 +600,7 @@ TEST(Hostile, NewerMajorIsRefusedNamingTheVersionNeeded) {
   Bytes b = sample_bytes();
   Frame f = parse(b);
   f.header.format_major = 2;
+  f.header.format_minor = 0;
   rewrite_frame(b, f);
   EXPECT_EQ(error_of(b), "bundle format 2.0 is newer than this build reads (1.x): use a Kiln release that reads format 2");
   // The version is reported before anything else: even with a wrong checksum.

@@ -194,6 +194,17 @@ int Importer::build_graph(const json& jg, const std::string& name, bool entry) {
   std::size_t user_index = 0;
   std::size_t user_count = 0;
   if (specs) for (const json& s : *specs) user_count += member(s, "user_input") != nullptr;
+  // Buffers the graph mutates (BUFFER_MUTATION outputs) become state: an entry input after
+  // the user inputs, initialized from the buffer's value.
+  const json* out_specs = nullptr;
+  if (entry) out_specs = &need(need(need(model_, "graph_module", "model"), "signature", "graph_module"), "output_specs", "signature");
+  std::map<std::string, std::size_t> mutated;  // buffer name -> its BUFFER_MUTATION output
+  if (out_specs) {
+    for (std::size_t i = 0; i < out_specs->size(); ++i) {
+      if (const json* b = member((*out_specs)[i], "buffer_mutation")) mutated[need(*b, "buffer_name", "buffer mutation").get<std::string>()] = i;
+    }
+  }
+  std::vector<int> state_inputs;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const json& in = inputs[i];
     const std::string n = out_arg_name(in);
@@ -211,7 +222,20 @@ int Importer::build_graph(const json& jg, const std::string& name, bool entry) {
         continue;
       }
       if (const json* b = member(spec, "buffer")) {
-        scope.tensors[n] = constant_value(lookup(weights_, constants_, need(*b, "buffer_name", "buffer spec").get<std::string>()));
+        const std::string buffer = need(*b, "buffer_name", "buffer spec").get<std::string>();
+        const int constant = lookup(weights_, constants_, buffer);
+        if (mutated.count(buffer) == 0) {
+          scope.tensors[n] = constant_value(constant);
+          continue;
+        }
+        const ir::ConstantTensor& c = program.constants[static_cast<std::size_t>(constant)];
+        std::vector<sym::Expr> shape;
+        for (std::int64_t d : c.shape) shape.push_back(sym::Expr::constant(d));
+        ir::Graph& g = program.graphs[static_cast<std::size_t>(index)];
+        const int v = g.add_value({ir::ValueKind::kTensor, c.dtype, shape, {}, -1, buffer});
+        state_inputs.push_back(v);
+        scope.tensors[n] = v;
+        program.states.push_back({buffer, c.dtype, c.shape, constant});
         continue;
       }
       if (const json* c = member(spec, "tensor_constant")) {
@@ -276,15 +300,23 @@ int Importer::build_graph(const json& jg, const std::string& name, bool entry) {
     }
     if (entry) program.inputs.push_back(spec);
   }
-  for (const json& node : list(jg, "nodes")) map_node(node);
-  // Outputs.
-  const json* out_specs = nullptr;
-  if (entry) out_specs = &need(need(need(model_, "graph_module", "model"), "signature", "graph_module"), "output_specs", "signature");
-  const json& outputs = need(jg, "outputs", "graph " + name);
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
-    if (out_specs && i >= out_specs->size()) {
-      fail(StatusCode::kInvalidBundle, "model json: graph output " + std::to_string(i) + " has no output spec");
+  for (const auto& [buffer, i] : mutated) {
+    bool found = false;
+    for (const ir::StateSpec& st : program.states) found = found || st.name == buffer;
+    if (!found) {
+      fail(StatusCode::kInvalidBundle, "buffer '" + buffer + "' is mutated by the graph (output " + std::to_string(i) +
+                                           ", BUFFER_MUTATION) but is not a buffer input of the graph");
     }
+  }
+  for (int v : state_inputs) program.graphs[static_cast<std::size_t>(index)].inputs.push_back(v);
+  for (const json& node : list(jg, "nodes")) map_node(node);
+  // Outputs: the user outputs, then the new value of each state (in state order).
+  const json& outputs = need(jg, "outputs", "graph " + name);
+  if (out_specs && out_specs->size() != outputs.size()) {
+    fail(StatusCode::kInvalidBundle, "model json: " + std::to_string(out_specs->size()) + " output specs for " + std::to_string(outputs.size()) + " graph outputs");
+  }
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (out_specs && member((*out_specs)[i], "buffer_mutation")) continue;
     if (out_specs && !member((*out_specs)[i], "user_output")) fail(StatusCode::kUnsupported, non_user_output_message((*out_specs)[i], i));
     const json& o = outputs[i];
     ir::Graph& g = program.graphs[static_cast<std::size_t>(index)];
@@ -323,6 +355,18 @@ int Importer::build_graph(const json& jg, const std::string& name, bool entry) {
     }
     g.outputs.push_back(v);
     if (entry) program.outputs.push_back(spec);
+  }
+  for (const ir::StateSpec& st : entry ? program.states : std::vector<ir::StateSpec>{}) {
+    const std::size_t i = mutated.at(st.name);
+    const std::string n = out_arg_name(outputs[i]);
+    auto it = member(outputs[i], "as_tensor") ? scope.tensors.find(n) : scope.tensors.end();
+    if (it == scope.tensors.end()) fail(StatusCode::kInvalidBundle, "graph " + name + " output " + std::to_string(i) + " (new value of buffer '" + st.name + "') is not a defined tensor");
+    ir::Graph& g = program.graphs[static_cast<std::size_t>(index)];
+    const ir::Value& val = g.values[static_cast<std::size_t>(it->second)];
+    if (val.dtype != st.dtype || val.shape.size() != st.shape.size()) {
+      fail(StatusCode::kUnsupported, "output " + std::to_string(i) + " (new value of buffer '" + st.name + "') has another dtype or rank than the buffer");
+    }
+    g.outputs.push_back(it->second);
   }
   scope_ = saved;
   return index;

@@ -1,9 +1,10 @@
-// Never drop a mutation: before any op is mapped, every graph output that is not a user
-// output (BUFFER_MUTATION, USER_INPUT_MUTATION, GRADIENT_*, LOSS_OUTPUT, TOKEN, ...) and
-// every in-place op on a graph input or a view of one (training IR: `add_`, `copy_`,
-// `index_copy_` on a buffer) is rejected with kUnsupported naming it. Stateful programs are
-// not represented yet; importing one as a stateless graph would give wrong answers from its
-// second call on. An in-place write through a view of an intermediate whose other aliases
+// Never drop a mutation: before any op is mapped, every graph output that is neither a user
+// output nor a BUFFER_MUTATION (which becomes a state update: the core IR's functional
+// form) — USER_INPUT_MUTATION, PARAMETER_MUTATION, GRADIENT_*, LOSS_OUTPUT, TOKEN, ... —
+// and every in-place op on a graph input or a view of one (training IR: `add_`, `copy_`,
+// `index_copy_` on a buffer) is rejected with kUnsupported naming it. Training-IR in-place
+// updates of buffers are not turned into state yet; importing one as a stateless graph
+// would give wrong answers from its second call on. An in-place write through a view of an intermediate whose other aliases
 // are read later is rejected too (the importer computes in-place ops functionally).
 #include <map>
 #include <set>
@@ -122,8 +123,12 @@ void Importer::check_mutations() {
   const json& signature = need(gm, "signature", "graph_module");
   const json& g = need(gm, "graph", "graph_module");
   const json& out_specs = array_member(signature, "output_specs");
+  // BUFFER_MUTATION outputs (the core IR's functional updates) become state (graph.cpp);
+  // every other kind is rejected.
   for (std::size_t i = 0; i < out_specs.size(); ++i) {
-    if (!member(out_specs[i], "user_output")) fail(StatusCode::kUnsupported, non_user_output_message(out_specs[i], i));
+    if (!member(out_specs[i], "user_output") && !member(out_specs[i], "buffer_mutation")) {
+      fail(StatusCode::kUnsupported, non_user_output_message(out_specs[i], i));
+    }
   }
   // Graph inputs: placeholder name -> what it is ("buffer 'total'").
   std::map<std::string, std::string> input_of;  // alias name -> the input it aliases

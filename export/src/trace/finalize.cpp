@@ -310,6 +310,9 @@ void drop_unused_constants(ir::Program& p) {
       if (v.kind == ir::ValueKind::kConstant && v.constant >= 0) remap[static_cast<std::size_t>(v.constant)] = 0;
     }
   }
+  for (const ir::StateSpec& st : p.states) {  // a state's initial value
+    if (st.initial >= 0) remap[static_cast<std::size_t>(st.initial)] = 0;
+  }
   std::vector<ir::ConstantTensor> kept;
   for (std::size_t i = 0; i < p.constants.size(); ++i) {
     if (remap[i] < 0) continue;
@@ -321,6 +324,9 @@ void drop_unused_constants(ir::Program& p) {
     for (ir::Value& v : g.values) {
       if (v.kind == ir::ValueKind::kConstant && v.constant >= 0) v.constant = remap[static_cast<std::size_t>(v.constant)];
     }
+  }
+  for (ir::StateSpec& st : p.states) {
+    if (st.initial >= 0) st.initial = remap[static_cast<std::size_t>(st.initial)];
   }
 }
 

@@ -49,6 +49,7 @@ class Verifier {
                         std::uint32_t segment, std::uint64_t offset, std::uint64_t nbytes,
                         const std::string& where) const;
   Status check_signature();
+  Status check_states();
   Status check_constants();
   Status check_graph(std::uint32_t g);
   Status check_graph_values(const fb::Graph& graph, const std::string& where);
@@ -90,6 +91,7 @@ Status Verifier::run() {
   KILN_RETURN_IF_ERROR(check_exprs());
   KILN_RETURN_IF_ERROR(check_constants());
   KILN_RETURN_IF_ERROR(check_signature());
+  KILN_RETURN_IF_ERROR(check_states());
   // The runtime binds backed symbols from the inputs only: one that no input mentions
   // (an export that dropped it from every input) can never be evaluated.
   bound_by_input_.assign(n_symbols_, false);
@@ -265,6 +267,34 @@ Status Verifier::check_constants() {
     const auto* c = p_.constants()->Get(i);
     KILN_RETURN_IF_ERROR(check_data_ref(static_cast<std::uint8_t>(c->dtype()), c->shape(), c->segment(),
                                         c->offset(), c->nbytes(), "constant " + std::to_string(i)));
+  }
+  return Status::Ok();
+}
+
+Status Verifier::check_states() {
+  const auto* sig = p_.signature();
+  std::unordered_set<std::string> names;
+  for (std::uint32_t k = 0; k < count(sig->states()); ++k) {
+    const auto* st = sig->states()->Get(k);
+    std::string where = "state " + std::to_string(k);
+    if (st->name() == nullptr || st->name()->size() == 0) return invalid(where + ": missing name");
+    where += " '" + st->name()->str() + "'";
+    if (!names.insert(st->name()->str()).second) return invalid(where + ": duplicate state name");
+    if (!dtype_is_valid(static_cast<std::uint8_t>(st->dtype()))) return invalid(where + ": unknown dtype");
+    if (count(st->shape()) > static_cast<std::uint32_t>(format::kMaxRank)) return invalid(where + ": rank exceeds 8");
+    if (!aligned8(st->shape())) return invalid(where + ": shape vector is not 8-byte aligned");
+    for (std::uint32_t d = 0; d < count(st->shape()); ++d) {
+      if (st->shape()->Get(d) < 0) return invalid(where + ": negative dim " + std::to_string(st->shape()->Get(d)));
+    }
+    if (st->initial() >= count(p_.constants())) {
+      return invalid(where + ": initial value " + std::to_string(st->initial()) + " is not a constant (" +
+                     std::to_string(count(p_.constants())) + " constants)");
+    }
+    // The initial value's size was checked against its segment with the constants.
+    const auto* c = p_.constants()->Get(st->initial());
+    bool same = c->dtype() == st->dtype() && count(c->shape()) == count(st->shape());
+    for (std::uint32_t d = 0; same && d < count(st->shape()); ++d) same = c->shape()->Get(d) == st->shape()->Get(d);
+    if (!same) return invalid(where + ": initial value (constant " + std::to_string(st->initial()) + ") has a different dtype or shape");
   }
   return Status::Ok();
 }
@@ -564,10 +594,38 @@ Status Verifier::check_call_graph() {
 Status Verifier::check_entry_signature(std::uint32_t g, const std::string& where) const {
   const auto* graph = p_.graphs()->Get(g);
   const auto* sig = p_.signature();
-  if (count(graph->inputs()) != count(sig->inputs()) || count(graph->outputs()) != count(sig->outputs())) {
+  const std::uint32_t n_states = count(sig->states());
+  if (count(graph->inputs()) != count(sig->inputs()) + n_states || count(graph->outputs()) != count(sig->outputs()) + n_states) {
     return invalid(where + ": inputs/outputs do not match the signature (" + std::to_string(count(graph->inputs())) +
-                   "/" + std::to_string(count(graph->outputs())) + " vs " + std::to_string(count(sig->inputs())) + "/" +
-                   std::to_string(count(sig->outputs())) + ")");
+                   "/" + std::to_string(count(graph->outputs())) + " vs " + std::to_string(count(sig->inputs()) + n_states) + "/" +
+                   std::to_string(count(sig->outputs()) + n_states) + (n_states > 0 ? ", states included" : "") + ")");
+  }
+  // State k: entry input |inputs| + k (its value at the start) and output |outputs| + k
+  // (its value at the end), both of the state's dtype and static shape.
+  for (std::uint32_t k = 0; k < n_states; ++k) {
+    const auto* st = sig->states()->Get(k);
+    const std::string name = st->name()->str();
+    for (int side = 0; side < 2; ++side) {
+      const std::uint32_t pos = side == 0 ? count(sig->inputs()) + k : count(sig->outputs()) + k;
+      const auto* v = graph->values()->Get(side == 0 ? graph->inputs()->Get(pos) : graph->outputs()->Get(pos));
+      const std::string at = where + (side == 0 ? ", input " : ", output ") + std::to_string(pos) + " (state '" + name + "')";
+      const bool tensor = v->kind() == fb::ValueKind::Tensor || (side == 1 && v->kind() == fb::ValueKind::Constant);
+      if (!tensor) return invalid(at + ": not a tensor");
+      if (v->dtype() != st->dtype()) {
+        return invalid(at + ": dtype " + std::string(dtype_name(static_cast<DType>(v->dtype()))) + " differs from the state's " +
+                       std::string(dtype_name(static_cast<DType>(st->dtype()))));
+      }
+      if (count(v->shape()) != count(st->shape())) {
+        return invalid(at + ": rank " + std::to_string(count(v->shape())) + " differs from the state's " + std::to_string(count(st->shape())));
+      }
+      for (std::uint32_t d = 0; d < count(st->shape()); ++d) {
+        const auto* ref = p_.exprs()->Get(v->shape()->Get(d));  // a constant is one Const token
+        const auto* tok = ref->length() == 1 ? p_.expr_tokens()->Get(ref->start()) : nullptr;
+        if (tok == nullptr || tok->op() != fb::ExprOp::Const || tok->value() != st->shape()->Get(d)) {
+          return invalid(at + ", dim " + std::to_string(d) + ": not the state's static size " + std::to_string(st->shape()->Get(d)));
+        }
+      }
+    }
   }
   for (std::uint32_t k = 0; k < count(sig->inputs()); ++k) {
     const auto* spec = sig->inputs()->Get(k);

@@ -83,7 +83,9 @@ std::string Session::Impl::graph_name(std::uint32_t g) const {
   return gr->name() && gr->name()->size() ? gr->name()->str() : "graph " + std::to_string(g);
 }
 
-Session::Session(const Program& program, SessionOptions options) : impl_(std::make_unique<Impl>(program, options)) {}
+Session::Session(const Program& program, SessionOptions options) : impl_(std::make_unique<Impl>(program, options)) {
+  impl_->reset_state();
+}
 Session::~Session() = default;
 const RunStats& Session::last_stats() const { return impl_->stats; }
 Result<RunResult> Session::run(std::span<const HostValue> inputs) {
@@ -453,8 +455,12 @@ Status Session::Impl::run(std::span<const HostValue> inputs, RunResult& result) 
   if (inputs.size() != count(sig)) {
     return bad_input("expected " + std::to_string(count(sig)) + " inputs, got " + std::to_string(inputs.size()));
   }
-  // Checks that do not depend on the shape signature run every time.
-  std::vector<CallArg> args(inputs.size());
+  // Checks that do not depend on the shape signature run every time. The state tensors
+  // follow the inputs (read only: kernels never write graph inputs).
+  std::vector<CallArg> args(inputs.size() + state.size());
+  for (std::size_t k = 0; k < state.size(); ++k) {
+    args[inputs.size() + k].t = make_view(state[k].dtype, state[k].shape, state[k].data.data());
+  }
   for (std::uint32_t i = 0; i < count(sig); ++i) {
     const auto* spec = sig->Get(i);
     const HostValue& in = inputs[i];
@@ -478,6 +484,17 @@ Status Session::Impl::run(std::span<const HostValue> inputs, RunResult& result) 
   }
   result.outputs.resize(count(p.signature()->outputs()));
   auto sink = [&](std::size_t k, const CallArg& value) -> Status {
+    if (k >= result.outputs.size() && k - result.outputs.size() < state.size()) {
+      // A state's new value: into the buffer that becomes current when the run succeeds.
+      // (Its dtype and static shape were verified; the byte count is checked again here.)
+      HostTensor& next = state_next[k - result.outputs.size()];
+      if (value.is_int || value.t.nbytes() != next.data.size()) {
+        return Status(StatusCode::kInvalidBundle, "the new value of state '" + p.signature()->states()->Get(k - result.outputs.size())->name()->str() +
+                                                      "' does not have the state's size");
+      }
+      std::memcpy(next.data.data(), value.t.data, next.data.size());
+      return Status::Ok();
+    }
     if (k >= result.outputs.size()) return Status(StatusCode::kInvalidBundle, "the entry graph returns more outputs than the signature lists");
     HostValue& out = result.outputs[k];
     out.is_int = value.is_int;
@@ -493,8 +510,92 @@ Status Session::Impl::run(std::span<const HostValue> inputs, RunResult& result) 
     return Status::Ok();
   };
   KILN_RETURN_IF_ERROR(run_graph(p.entry_graph(), args, true, sink, &result.variant));
+  for (std::size_t k = 0; k < state.size(); ++k) std::swap(state[k].data, state_next[k].data);  // commit
   stats.peak_bytes = heap_peak;
   for (std::uint64_t a : arena_used) stats.peak_bytes += a;
+  return Status::Ok();
+}
+
+// ---- state -------------------------------------------------------------------------------
+
+void Session::Impl::reset_state() {
+  const auto* states = p.signature()->states();
+  state.resize(count(states));
+  state_next.resize(count(states));
+  for (std::uint32_t k = 0; k < count(states); ++k) {
+    const auto* st = states->Get(k);
+    const auto bytes = program.bundle().constant_data(st->initial());  // verified: the state's dtype and shape
+    for (HostTensor* t : {&state[k], &state_next[k]}) {
+      t->dtype = static_cast<DType>(st->dtype());
+      t->shape.clear();  // a 0-d state's shape vector may be absent
+      for (std::uint32_t d = 0; d < count(st->shape()); ++d) t->shape.push_back(st->shape()->Get(d));
+    }
+    state[k].data.assign(bytes.begin(), bytes.end());
+    state_next[k].data.resize(bytes.size());
+  }
+}
+
+Result<std::size_t> Session::Impl::state_index(const std::string& name) const {
+  const auto* states = p.signature()->states();
+  std::string known;
+  for (std::uint32_t k = 0; k < count(states); ++k) {
+    if (states->Get(k)->name()->str() == name) return static_cast<std::size_t>(k);
+    known += (known.empty() ? "" : ", ") + states->Get(k)->name()->str();
+  }
+  return bad_input("no state tensor named '" + name + "' (state tensors: " + (known.empty() ? "none" : known) + ")");
+}
+
+Status Session::Impl::check_state_value(std::size_t k, const HostTensor& value) const {
+  const HostTensor& cur = state[k];
+  const std::string name = "state " + p.signature()->states()->Get(static_cast<std::uint32_t>(k))->name()->str();
+  if (value.dtype != cur.dtype) {
+    return bad_input(name + ": dtype " + std::string(dtype_name(value.dtype)) + ", expected " + std::string(dtype_name(cur.dtype)));
+  }
+  if (value.shape != cur.shape) {
+    auto text = [](const std::vector<std::int64_t>& s) {
+      std::string out = "[";
+      for (std::size_t d = 0; d < s.size(); ++d) out += (d ? ", " : "") + std::to_string(s[d]);
+      return out + "]";
+    };
+    return bad_input(name + ": shape " + text(value.shape) + ", expected " + text(cur.shape));
+  }
+  if (value.data.size() != cur.data.size()) {
+    return bad_input(name + ": " + std::to_string(value.data.size()) + " bytes of data for " + std::to_string(cur.data.size()) + " expected");
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> Session::state_names() const {
+  std::vector<std::string> names;
+  const auto* states = impl_->p.signature()->states();
+  for (std::uint32_t k = 0; k < count(states); ++k) names.push_back(states->Get(k)->name()->str());
+  return names;
+}
+
+void Session::reset_state() { impl_->reset_state(); }
+
+Result<HostTensor> Session::read_state(const std::string& name) const {
+  KILN_ASSIGN_OR_RETURN(std::size_t k, impl_->state_index(name));
+  return impl_->state[k];
+}
+
+Status Session::set_state(const std::string& name, const HostTensor& value) {
+  KILN_ASSIGN_OR_RETURN(std::size_t k, impl_->state_index(name));
+  KILN_RETURN_IF_ERROR(impl_->check_state_value(k, value));
+  impl_->state[k].data = value.data;
+  return Status::Ok();
+}
+
+StateSnapshot Session::snapshot_state() const { return {state_names(), impl_->state}; }
+
+Status Session::restore_state(const StateSnapshot& snapshot) {
+  const std::vector<std::string> names = state_names();
+  if (snapshot.names != names || snapshot.values.size() != names.size()) {
+    return bad_input("the snapshot's state tensors (" + std::to_string(snapshot.names.size()) + ") are not this program's (" +
+                     std::to_string(names.size()) + ")");
+  }
+  for (std::size_t k = 0; k < names.size(); ++k) KILN_RETURN_IF_ERROR(impl_->check_state_value(k, snapshot.values[k]));
+  for (std::size_t k = 0; k < names.size(); ++k) impl_->state[k].data = snapshot.values[k].data;
   return Status::Ok();
 }
 

@@ -115,6 +115,9 @@ struct Session::Impl {
   std::uint64_t outputs_live = 0;              // bytes of outputs copied to the caller, this run
   std::int64_t nodes_executed = 0;             // this run, against options.max_nodes_executed
   std::vector<const NodeInfo*> calls;          // the control-flow nodes running now, outermost first
+  // State (Signature.states): the values the next run reads, and the buffers a run writes
+  // the new values into; they swap when the run succeeds, so a failed run changes nothing.
+  std::vector<HostTensor> state, state_next;
 
   // One graph call in progress.
   struct Frame {
@@ -151,6 +154,11 @@ struct Session::Impl {
 
   // session.cpp
   Status run(std::span<const HostValue> inputs, RunResult& result);
+  void reset_state();
+  // The index of state `name`, or kInvalidInput naming it and the states there are.
+  Result<std::size_t> state_index(const std::string& name) const;
+  // Ok when `value` fits state k (dtype, shape, bytes); else kInvalidInput naming it.
+  Status check_state_value(std::size_t k, const HostTensor& value) const;
   Status run_graph(std::uint32_t called, std::span<const CallArg> args, bool entry, OutputSink sink, std::string* variant);
   Status run_node(Frame& f, std::uint32_t n);
   Status run_segment(Frame& f, std::uint32_t s);

@@ -125,6 +125,16 @@ struct OutputSpec {
   sym::Expr expr;
 };
 
+/// A state tensor: a buffer that persists across runs of one Session. The entry graph (and
+/// every specialization) takes state k as input |inputs| + k (its value at the start of a
+/// run) and returns its new value as output |outputs| + k.
+struct StateSpec {
+  std::string name;  // "k_cache_0"
+  DType dtype = DType::kF32;
+  std::vector<std::int64_t> shape;  // static
+  int initial = -1;                 // index into Program::constants
+};
+
 struct Specialization {
   std::string label;    // as the user wrote it: "seq % 16 == 0"
   sym::Expr predicate;  // over backed symbols
@@ -157,6 +167,7 @@ struct Program {
   std::vector<ConstantTensor> constants;
   std::vector<InputSpec> inputs;
   std::vector<OutputSpec> outputs;
+  std::vector<StateSpec> states;
   std::vector<SelfTestCase> self_tests;
   std::vector<std::pair<std::string, std::string>> metadata;
   /// Where the range of a symbol (by id) was last narrowed: the guard or `check` of the

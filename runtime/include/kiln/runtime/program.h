@@ -7,6 +7,7 @@
 //   Session session(*program, {.threads = 2});
 //   auto result = session.run({HostValue::tensor(x), HostValue::integer(3)});
 //   // result->outputs, result->variant ("generic" or a specialization's label)
+//   session.read_state("k_cache_0");                        // state (mutable buffers), if any
 //
 // run() checks the inputs before anything runs: count, kinds, dtypes, ranks, static dims,
 // static int values, every declared range (lower bounds included), equalities and derived
@@ -158,6 +159,13 @@ struct RunStats {
   std::vector<Op> ops;  // per executed node, when profiling
 };
 
+/// The values of every state tensor of a Session at one moment (Session::snapshot_state),
+/// in the bundle's state order; restore it into a Session of the same Program.
+struct StateSnapshot {
+  std::vector<std::string> names;
+  std::vector<HostTensor> values;
+};
+
 class Session {
  public:
   /// `program` must outlive the session.
@@ -174,6 +182,26 @@ class Session {
   Status run(std::span<const HostValue> inputs, RunResult& result);
   /// Statistics of the most recent run().
   const RunStats& last_stats() const;
+
+  // State (a bundle with state tensors: mutable buffers such as a KV cache). The Session
+  // owns the values; a new Session holds the bundle's initial values. run() reads them and
+  // replaces them with the values the graph computes, only when the run succeeds: a failed
+  // run leaves every state tensor as it was.
+
+  /// The state tensors' names, in the bundle's order (empty for a stateless program).
+  std::vector<std::string> state_names() const;
+  /// Puts every state tensor back to its initial value.
+  void reset_state();
+  /// A copy of state tensor `name`; kInvalidInput naming it when there is none.
+  Result<HostTensor> read_state(const std::string& name) const;
+  /// Replaces state tensor `name`, checked like an input (dtype, shape, byte count):
+  /// kInvalidInput naming the state and the constraint.
+  Status set_state(const std::string& name, const HostTensor& value);
+  /// A copy of every state tensor.
+  StateSnapshot snapshot_state() const;
+  /// Restores a snapshot taken from a Session of the same Program (every state, checked
+  /// like set_state; nothing changes when one does not fit).
+  Status restore_state(const StateSnapshot& snapshot);
 
  private:
   struct Impl;

@@ -10,6 +10,7 @@
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/thread_pool.h"
+#include "kernel/attrs.h"
 
 namespace kiln::cpu::kernels {
 namespace {

@@ -11,6 +11,11 @@
 //     KILN_CONV_WINOGRAD=$wg kiln_conv_bench --benchmark_filter='BM_KilnConv2d/case:[4-7]/threads:2'
 //   done; done
 //
+// prepared:1 runs with the weights prepared once at load (prepare_weights, the Winograd
+// transform packed), as a loaded Program does; prepared:0 as a call with raw weights.
+// Single-thread CPU time on a loaded machine (--benchmark_filter='.*/threads:1/.*'):
+// compare within one run and alternate.
+//
 // Reports GFLOP/s as "GFLOP=x/s" (2 * N * O * OH * OW * C/groups * KH * KW per call, wall-clock;
 // for Winograd the direct convolution's count, i.e. an effective rate). The shapes are the 3x3
 // convolutions of the convnet fixture (16 and 32 channels) and of resnet18's stages at
@@ -21,6 +26,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <span>
 #include <vector>
@@ -69,7 +75,8 @@ ThreadPool& pool_for(int threads) {
 
 class BenchContext final : public KernelContext {
  public:
-  explicit BenchContext(ThreadPool& pool) : pool_(pool) {}
+  explicit BenchContext(ThreadPool& pool, const PreparedWeights* prepared = nullptr) : pool_(pool), prepared_(prepared) {}
+  const PreparedWeights* prepared_weights(int index) const override { return index == 1 ? prepared_ : nullptr; }
   Result<TensorView> allocate_output(int, DType, std::span<const std::int64_t>) override {
     return Status(StatusCode::kInternal, "not used");
   }
@@ -77,6 +84,7 @@ class BenchContext final : public KernelContext {
 
  private:
   ThreadPool& pool_;
+  const PreparedWeights* prepared_;
 };
 
 TensorView view(std::vector<float>& data, std::initializer_list<std::int64_t> shape) {
@@ -96,6 +104,7 @@ std::vector<float> random_floats(std::size_t n, unsigned seed) {
   return v;
 }
 
+// Range 2: 1 = weights prepared once (prepare_weights), as a loaded Program does.
 void BM_KilnConv2d(benchmark::State& state) {
   const Case& c = kCases[static_cast<std::size_t>(state.range(0))];
   const int threads = static_cast<int>(state.range(1));
@@ -114,7 +123,16 @@ void BM_KilnConv2d(benchmark::State& state) {
   attrs[2].ints = dil;
   attrs[3].type = AttrType::kInt;
   attrs[3].i = 1;
-  BenchContext ctx(pool_for(threads));
+  std::unique_ptr<PreparedWeights> prepared;
+  if (state.range(2) == 1) {
+    auto made = prepare_weights(OpKind::Conv2d, 1, in[1], attrs);
+    if (!made.ok()) {
+      state.SkipWithError(made.status().message().c_str());
+      return;
+    }
+    prepared = std::move(made).value();
+  }
+  BenchContext ctx(pool_for(threads), prepared.get());
   const KernelFn conv = cpu_kernel(OpKind::Conv2d);
   for (auto _ : state) {
     const Status s = conv(ctx, in, out, attrs);
@@ -174,7 +192,16 @@ void Args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"case", "threads"})->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
-BENCHMARK(BM_KilnConv2d)->Apply(Args);
+void KilnArgs(benchmark::internal::Benchmark* b) {
+  for (int i = 0; i < static_cast<int>(kCases.size()); ++i) {
+    for (int t : {1, 2}) {
+      for (int prepared : {0, 1}) b->Args({i, t, prepared});
+    }
+  }
+  b->ArgNames({"case", "threads", "prepared"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+
+BENCHMARK(BM_KilnConv2d)->Apply(KilnArgs);
 #if defined(KILN_HAVE_OPENBLAS)
 BENCHMARK(BM_Im2colOpenBlas)->Apply(Args);
 #endif

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -35,7 +36,8 @@ const std::vector<Shape> kShapes = {
 
 const GemmActivation kActivations[] = {GemmActivation::kNone, GemmActivation::kRelu,
                                        GemmActivation::kGeluTanh, GemmActivation::kGeluErf,
-                                       GemmActivation::kSilu};
+                                       GemmActivation::kSilu, GemmActivation::kRelu6,
+                                       GemmActivation::kHardswish, GemmActivation::kHardsigmoid};
 
 double activate_reference(double x, GemmActivation act) {
   switch (act) {
@@ -49,6 +51,12 @@ double activate_reference(double x, GemmActivation act) {
       return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
     case GemmActivation::kSilu:
       return x / (1 + std::exp(-x));
+    case GemmActivation::kRelu6:
+      return std::min(std::max(x, 0.0), 6.0);
+    case GemmActivation::kHardswish:
+      return x * std::min(std::max(x + 3, 0.0), 6.0) / 6;
+    case GemmActivation::kHardsigmoid:
+      return std::min(std::max(x + 3, 0.0), 6.0) / 6;
   }
   return x;
 }

@@ -194,6 +194,18 @@ void fuse_activations(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
     cpu::FusedActivation kind = cpu::FusedActivation::kNone;
     if (act.op == OpKind::Relu) kind = cpu::FusedActivation::kRelu;
     if (act.op == OpKind::Silu) kind = cpu::FusedActivation::kSilu;
+    if (act.op == OpKind::Hardswish) kind = cpu::FusedActivation::kHardswish;
+    if (act.op == OpKind::Hardsigmoid) kind = cpu::FusedActivation::kHardsigmoid;
+    if (act.op == OpKind::Clamp) {  // ReLU6 (clamp or hardtanh to [0, 6]); clamp(min=0) is a relu
+      const auto* attrs = graph->nodes()->Get(n + 1)->attrs();
+      auto bound = [&](std::uint32_t k) -> std::optional<double> {
+        if (count(attrs) <= k || attrs->Get(k)->kind() != fb::AttrKind::Float) return std::nullopt;
+        return attrs->Get(k)->f();
+      };
+      const auto lo = bound(0), hi = bound(1);
+      if (lo == 0.0 && hi == 6.0) kind = cpu::FusedActivation::kRelu6;
+      if (lo == 0.0 && !hi) kind = cpu::FusedActivation::kRelu;
+    }
     if (act.op == OpKind::Gelu) {
       const auto* attrs = graph->nodes()->Get(n + 1)->attrs();
       const auto* approx = count(attrs) > 0 ? attrs->Get(0)->s() : nullptr;
@@ -238,12 +250,46 @@ void partition(const fb::Program& p, std::uint32_t g, const backend::Backend& ac
   }
 }
 
+// A CPU conv2d's constant f32 weight, prepared once by its kernel (cpu::prepare_weights:
+// the Winograd transform, packed). Runs without memory for it prepare nothing.
+Status prepare_conv_weight(const fb::Program& p, const Bundle& bundle, Program::Impl& impl, std::uint32_t g, std::uint32_t n) {
+  NodeInfo& ni = impl.graphs[g].nodes[n];
+  const ValueInfo& w = impl.graphs[g].values[ni.inputs[1]];
+  if (w.kind != fb::ValueKind::Constant || w.dtype != DType::kF32) return Status::Ok();
+  const auto* c = p.constants()->Get(w.constant);
+  if (c->shape() == nullptr || c->shape()->size() != 4) return Status::Ok();
+  TensorView view;
+  view.rank = 4;
+  std::int64_t numel = 1;
+  for (int d = 0; d < 4; ++d) {
+    view.shape[static_cast<std::size_t>(d)] = c->shape()->Get(static_cast<flatbuffers::uoffset_t>(d));
+    if (view.shape[static_cast<std::size_t>(d)] < 0) return Status::Ok();
+    numel *= view.shape[static_cast<std::size_t>(d)];
+  }
+  const auto data = bundle.constant_data(w.constant);
+  if (data.size() != static_cast<std::size_t>(numel) * 4) return Status::Ok();
+  view.data = const_cast<std::uint8_t*>(reinterpret_cast<const std::uint8_t*>(data.data()));
+  NodeAttrs attrs;
+  KILN_RETURN_IF_ERROR(read_attrs(p, *p.graphs()->Get(g)->nodes()->Get(n), std::nullopt, attrs));
+  auto prepared = cpu::prepare_weights(ni.op, 1, view, attrs.values);
+  if (!prepared.ok()) return prepared.status().code() == StatusCode::kUnavailable ? Status::Ok() : prepared.status();
+  if (*prepared == nullptr) return Status::Ok();
+  impl.prepared.push_back(std::move(prepared).value());
+  ni.prepared = impl.prepared.back().get();
+  return Status::Ok();
+}
+
 // Constant weights of linear layers and matmuls, packed once for the SGEMM so that runs
-// skip the per-call packing of B.
+// skip the per-call packing of B; conv2d weights prepared by their kernel.
 Status pack_weights(const fb::Program& p, const Bundle& bundle, Program::Impl& impl) {
   for (std::uint32_t g = 0; g < impl.graphs.size(); ++g) {
     GraphInfo& info = impl.graphs[g];
-    for (NodeInfo& ni : info.nodes) {
+    for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
+      NodeInfo& ni = info.nodes[n];
+      if (ni.op == OpKind::Conv2d && ni.segment < 0 && ni.inputs.size() >= 2) {
+        KILN_RETURN_IF_ERROR(prepare_conv_weight(p, bundle, impl, g, n));
+        continue;
+      }
       if ((ni.op != OpKind::Linear && ni.op != OpKind::Matmul) || ni.segment >= 0 || ni.inputs.size() < 2) continue;
       const ValueInfo& a = info.values[ni.inputs[0]];
       const ValueInfo& w = info.values[ni.inputs[1]];

@@ -35,6 +35,7 @@ struct NodeInfo {
   std::uint32_t debug = 0;
   std::int32_t segment = -1;           // accelerator segment this node belongs to
   const cpu::PackedB* packed_b = nullptr;  // input 1 (a constant weight) packed at load
+  const cpu::PreparedWeights* prepared = nullptr;  // input 1 prepared at load (cpu::prepare_weights)
   // Activation fusion (CPU nodes): this node's kernel applies `fused_act` to its output,
   // and the activation node after it is `fused_away` (its output aliases this one's).
   cpu::FusedActivation fused_act = cpu::FusedActivation::kNone;
@@ -93,6 +94,7 @@ struct Program::Impl {
   std::vector<KernelFn> kernels;  // per Program.op_names index
   std::vector<GraphInfo> graphs;
   std::map<std::pair<std::uint32_t, bool>, cpu::PackedB> packed;  // (constant, transposed) -> packed
+  std::vector<std::unique_ptr<cpu::PreparedWeights>> prepared;     // what NodeInfo::prepared points to
   std::unique_ptr<backend::Backend> accelerator;  // null: CPU only
   std::string backend_notice;                     // why `auto` fell back to the CPU
 };

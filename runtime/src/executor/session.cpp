@@ -41,10 +41,10 @@ class ConstantsOf final : public backend::ConstantSource {
 class KernelCtx final : public KernelContext {
  public:
   using Alloc = cpu::FunctionRef<Result<void*>(int, std::size_t)>;
-  KernelCtx(std::span<TensorView> outs, cpu::ThreadPool& pool, Alloc alloc, const cpu::PackedB* packed_b1,
-            cpu::FusedActivation act)
-      : outs_(outs), pool_(pool), alloc_(alloc), packed_b1_(packed_b1), act_(act) {}
+  KernelCtx(std::span<TensorView> outs, cpu::ThreadPool& pool, Alloc alloc, const NodeInfo& ni)
+      : outs_(outs), pool_(pool), alloc_(alloc), packed_b1_(ni.packed_b), prepared1_(ni.prepared), act_(ni.fused_act) {}
   const cpu::PackedB* packed_b(int index) const override { return index == 1 ? packed_b1_ : nullptr; }
+  const cpu::PreparedWeights* prepared_weights(int index) const override { return index == 1 ? prepared1_ : nullptr; }
   cpu::FusedActivation fused_activation() const override { return act_; }
   Result<TensorView> allocate_output(int index, DType dtype, std::span<const std::int64_t> shape) override {
     if (index < 0 || static_cast<std::size_t>(index) >= outs_.size()) return Status(StatusCode::kInternal, "bad output index");
@@ -62,6 +62,7 @@ class KernelCtx final : public KernelContext {
   cpu::ThreadPool& pool_;
   Alloc alloc_;
   const cpu::PackedB* packed_b1_;
+  const cpu::PreparedWeights* prepared1_;
   cpu::FusedActivation act_;
 };
 
@@ -263,7 +264,7 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
     attrs = &dyn_attrs;
   }
   auto alloc = [&](int index, std::size_t bytes) { return heap_alloc(f, ni.outputs[static_cast<std::size_t>(index)], bytes); };
-  KernelCtx ctx(out, pool, alloc, ni.packed_b, ni.fused_act);
+  KernelCtx ctx(out, pool, alloc, ni);
   const auto t0 = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const Status st = ni.kernel(ctx, ins, out, attrs->values);
   if (options.profile) {

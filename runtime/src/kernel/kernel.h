@@ -27,6 +27,7 @@ namespace kiln {
 namespace cpu {
 class ThreadPool;
 class PackedB;
+class PreparedWeights;
 enum class GemmActivation : std::uint8_t;  // backends/cpu/gemm/gemm.h
 }  // namespace cpu
 
@@ -47,6 +48,14 @@ class KernelContext {
   /// (backends/cpu/gemm/gemm.h): linear's weight as op(B) = W^T, matmul's constant 2-D B
   /// as is. Null when not packed; kernels then pack per call.
   virtual const cpu::PackedB* packed_b(int index) const {
+    (void)index;
+    return nullptr;
+  }
+  /// Input `index` (a constant weight) prepared once at load by the kernel's own
+  /// cpu::prepare_weights (conv2d: Winograd-transformed, packed 3x3 weights). Null when not
+  /// prepared (ProgramOptions::prepack_weights off, a non-constant weight, no memory);
+  /// kernels then work from the raw input.
+  virtual const cpu::PreparedWeights* prepared_weights(int index) const {
     (void)index;
     return nullptr;
   }

@@ -67,8 +67,9 @@ struct ProgramOptions {
   bool validation = false;
   /// Vulkan: persist compiled pipelines in this file (VkPipelineCache); empty = none.
   std::string pipeline_cache_path;
-  /// CPU: pack constant weights of linear/matmul once at load for the SGEMM (costs one
-  /// extra copy of those weights in memory; saves repacking them on every run).
+  /// CPU: pack constant weights of linear/matmul once at load for the SGEMM, and transform
+  /// and pack 3x3 conv2d weights for the Winograd path (costs one extra copy of those
+  /// weights in memory, four for Winograd; saves redoing it on every run).
   bool prepack_weights = true;
 };
 

@@ -3,6 +3,9 @@
 // kernel/kernel.h.
 #pragma once
 
+#include <memory>
+#include <span>
+
 #include "backends/cpu/gemm/gemm.h"
 #include "kernel/kernel.h"
 #include "kiln/format/ops.h"
@@ -16,12 +19,31 @@ namespace kiln::cpu {
 using FusedActivation = GemmActivation;
 
 /// Whether the kernel of `op` applies `act` when its context asks (linear: all of them, in
-/// the SGEMM epilogue; conv2d: relu). Only f32 outputs are fused.
+/// the SGEMM epilogue; conv2d: all of them, in the SGEMM epilogue on the im2col and 1x1
+/// paths, relu inside the Winograd and direct paths' stores, the others there and on the
+/// depthwise paths in a pass over the finished output). Only f32 outputs are fused.
 bool kernel_fuses(OpKind op, FusedActivation act);
 /// Applies `act` to n floats in place (the fallback of a kernel that fused it).
 void apply_activation(FusedActivation act, float* y, std::int64_t n);
-/// "relu", "gelu", "gelu_tanh", "silu" ("" for kNone): how profiles name a fused node.
+/// "relu", "gelu", "gelu_tanh", "silu", "clamp" (kRelu6), "hardswish", "hardsigmoid" (""
+/// for kNone): how profiles name a fused node.
 const char* activation_name(FusedActivation act);
+
+/// Weights a kernel prepared at load from a constant input (prepare_weights), opaque to
+/// the executor, which keeps them for the Program's lifetime and hands them back through
+/// KernelContext::prepared_weights. Immutable; shared read-only by concurrent runs.
+class PreparedWeights {
+ public:
+  virtual ~PreparedWeights() = default;
+};
+
+/// Prepares input `index` (a constant, `weight`) of a node of `op` with attributes `attrs`
+/// (expression attributes not evaluated: kExpr/kExprs then carry no values) for its
+/// kernel. Null when the kernel has nothing to prepare for it (conv2d: only 3x3 stride-1
+/// ungrouped weights of at least 64 x 64 channels, for the Winograd path). Errors:
+/// kUnavailable when the memory cannot be had (the caller then runs unprepared).
+Result<std::unique_ptr<PreparedWeights>> prepare_weights(OpKind op, int index, const TensorView& weight,
+                                                         std::span<const AttrValue> attrs);
 
 /// The CPU kernel for `op`, or nullptr if this build has none (higher-order ops are run by
 /// the executor itself and have no kernel).

@@ -40,6 +40,9 @@ enum class GemmActivation : std::uint8_t {
   kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
   kGeluErf,   // 0.5 x (1 + erf(x / sqrt(2)))
   kSilu,      // x * sigmoid(x)
+  kRelu6,     // min(max(x, 0), 6): clamp(x, 0, 6), hardtanh(x, 0, 6)
+  kHardswish,    // x * min(max(x + 3, 0), 6) / 6
+  kHardsigmoid,  // min(max(x + 3, 0), 6) / 6
 };
 
 enum class GemmBias : std::uint8_t {

@@ -86,6 +86,17 @@ KILN_INLINE __m256 activate(__m256 x, GemmActivation act) {
     }
     case GemmActivation::kSilu:
       return times_sigmoid(x, x);
+    // max/min_ps(constant, x) return x when x is NaN: NaN propagates as in clamp.
+    case GemmActivation::kRelu6:
+      return _mm256_min_ps(_mm256_set1_ps(6.0f), _mm256_max_ps(_mm256_setzero_ps(), x));
+    case GemmActivation::kHardswish: {
+      const __m256 r = _mm256_min_ps(_mm256_set1_ps(6.0f), _mm256_max_ps(_mm256_setzero_ps(), _mm256_add_ps(x, _mm256_set1_ps(3.0f))));
+      return _mm256_div_ps(_mm256_mul_ps(x, r), _mm256_set1_ps(6.0f));
+    }
+    case GemmActivation::kHardsigmoid: {
+      const __m256 r = _mm256_min_ps(_mm256_set1_ps(6.0f), _mm256_max_ps(_mm256_setzero_ps(), _mm256_add_ps(x, _mm256_set1_ps(3.0f))));
+      return _mm256_div_ps(r, _mm256_set1_ps(6.0f));
+    }
   }
   return x;
 }

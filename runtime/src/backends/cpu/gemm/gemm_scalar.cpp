@@ -22,6 +22,12 @@ float activate(float x, GemmActivation act) {
       return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f));
     case GemmActivation::kSilu:
       return x / (1.0f + std::exp(-x));
+    case GemmActivation::kRelu6:
+      return std::min(std::max(x, 0.0f), 6.0f);
+    case GemmActivation::kHardswish:
+      return x * std::min(std::max(x + 3.0f, 0.0f), 6.0f) / 6.0f;
+    case GemmActivation::kHardsigmoid:
+      return std::min(std::max(x + 3.0f, 0.0f), 6.0f) / 6.0f;
   }
   return x;
 }

@@ -400,13 +400,37 @@ Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   if (out[0].numel() == 0) return Status::Ok();
   const float* bp = bias != nullptr ? bias->as<float>() : nullptr;
   const bool relu = ctx.fused_activation() == FusedActivation::kRelu;
-  if (WinogradShape ws; winograd_shape(g, ws) && winograd_profitable(ws)) {
-    KILN_RETURN_IF_ERROR(conv_winograd_f32(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), ws, ctx.pool(), relu));
+  // Only conv2d_prepare makes conv2d's prepared weights.
+  const auto* prepared = static_cast<const WinogradWeights*>(ctx.prepared_weights(1));
+  if (prepared != nullptr && (prepared->k != g.out_channels || prepared->c != g.in.channels)) prepared = nullptr;
+  if (WinogradShape ws; winograd_shape(g, ws) && winograd_profitable(ws, prepared != nullptr)) {
+    KILN_RETURN_IF_ERROR(
+        conv_winograd_f32(x.as<float>(), w.as<float>(), prepared, bp, out[0].as<float>(), ws, ctx.pool(), relu));
     if (!relu) apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
     return Status::Ok();
   }
-  if (use_direct(g)) return conv_direct(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.pool(), relu);
+  if (use_direct(g)) {
+    KILN_RETURN_IF_ERROR(conv_direct(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.pool(), relu));
+    if (!relu) apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
+    return Status::Ok();
+  }
   return conv_f32(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.fused_activation(), ctx.pool());
+}
+
+Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight, Attrs attrs) {
+  std::unique_ptr<PreparedWeights> none;
+  if (weight.dtype != DType::kF32 || weight.rank != 4 || weight.shape[2] != 3 || weight.shape[3] != 3) return none;
+  // Attributes 0-3: stride, padding, dilation, groups (unevaluated expressions: not prepared).
+  auto all_ones = [&](std::size_t k) {
+    if (attrs.size() <= k || attrs[k].type == AttrType::kNone) return true;
+    if (attrs[k].type != AttrType::kInts || attrs[k].ints.empty()) return false;
+    return std::all_of(attrs[k].ints.begin(), attrs[k].ints.end(), [](std::int64_t v) { return v == 1; });
+  };
+  if (!all_ones(0) || !all_ones(2) || attrs.size() < 4 || attrs[3].type != AttrType::kInt || attrs[3].i != 1) return none;
+  const std::int64_t k = weight.shape[0], c = weight.shape[1];
+  if (!winograd_enabled() || !winograd_channels(c, k)) return none;
+  KILN_ASSIGN_OR_RETURN(auto prepared, winograd_prepare(weight.as<float>(), k, c));
+  return std::unique_ptr<PreparedWeights>(std::move(prepared));
 }
 
 }  // namespace kiln::cpu::kernels

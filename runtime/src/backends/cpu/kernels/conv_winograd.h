@@ -14,13 +14,22 @@
 // with it and 4.8e-6 without; the worst element uses 11% of its tolerance (rtol 1e-4,
 // atol 1e-5). KILN_CONV_WINOGRAD=0 turns the path off.
 //
-// The weight transform (and the GEMM's packing of it) is redone on every call: the
-// executor has no hook yet to prepare conv2d weights at load, which is why the cost rule
+// Prepared weights (winograd_prepare, run by the executor at load through
+// cpu::prepare_weights): U is transformed once and each U[xi] packed as the SGEMM's B; the
+// GEMMs then run the other way round, M[xi]^T = V[xi]^T [tiles x C] * U[xi]^T [C x K]
+// (sgemm_prepacked, tiles as rows: thin for few tiles, which suits the 6-row
+// micro-kernel better than 4 columns of a 16-wide panel), and each product is transposed
+// back while hot. Without them (a non-constant weight, prepack_weights off) the transform
+// and the GEMM's packing of U are redone on every call, which is why the cost rule then
 // wants many tiles per weight.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
 
+#include "backends/cpu/gemm/gemm.h"
+#include "backends/cpu/kernel.h"
 #include "kiln/runtime/status.h"
 
 namespace kiln::cpu {
@@ -40,14 +49,30 @@ struct WinogradShape {
   std::int64_t tiles() const { return n * tiles_h() * tiles_w(); }
 };
 
-/// The cost rule: whether Winograd beats the im2col GEMM / direct paths for `s`: at least
-/// 64 input and output channels (to feed the 36 GEMMs), at least 32 tiles over the batch
-/// (to pay for transforming and packing the weights on every call), buffers <= 256 MiB.
-bool winograd_profitable(const WinogradShape& s);
+/// Weights of a k x c 3x3 layer transformed (U = G g G^T) and packed once: slices[xi] is
+/// U[xi]^T ([c x k]) as the SGEMM's B.
+struct WinogradWeights final : PreparedWeights {
+  std::int64_t k = 0, c = 0;
+  std::array<PackedB, 36> slices;
+};
 
-/// y = conv2d(x, w, bias) (+ relu) through F(4x4, 3x3). bias may be null. Errors:
-/// kUnavailable when the transform buffers cannot be allocated (y untouched).
-Status conv_winograd_f32(const float* x, const float* w, const float* bias, float* y, const WinogradShape& s,
-                         ThreadPool& pool, bool relu);
+/// The channel counts worth preparing Winograd weights for (the cost rule's channel part).
+bool winograd_channels(std::int64_t c, std::int64_t k);
+
+/// Transforms and packs w [k][c][3][3]. Errors: kUnavailable when memory fails.
+Result<std::unique_ptr<WinogradWeights>> winograd_prepare(const float* w, std::int64_t k, std::int64_t c);
+
+/// The cost rule: whether Winograd beats the im2col GEMM / direct paths for `s`: at least
+/// 64 input and output channels (to feed the 36 GEMMs), buffers <= 256 MiB, and enough
+/// tiles over the batch: 32 when the weights are transformed and packed on every call,
+/// 8 with `prepared` weights.
+bool winograd_profitable(const WinogradShape& s, bool prepared);
+
+/// y = conv2d(x, w, bias) (+ relu) through F(4x4, 3x3). bias may be null; `prepared`
+/// (may be null) must hold w's transform (k == s.k, c == s.c); it is used up to 64 tiles
+/// (above, the per-call orientation is faster and w is transformed again).
+/// Errors: kUnavailable when the transform buffers cannot be allocated (y untouched).
+Status conv_winograd_f32(const float* x, const float* w, const WinogradWeights* prepared, const float* bias, float* y,
+                         const WinogradShape& s, ThreadPool& pool, bool relu);
 
 }  // namespace kiln::cpu::kernels

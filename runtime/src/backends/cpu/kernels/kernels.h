@@ -22,6 +22,9 @@
 // results rounded back, as PyTorch's CPU kernels compute half types in float).
 #pragma once
 
+#include <memory>
+
+#include "backends/cpu/kernel.h"
 #include "kernel/kernel.h"
 
 namespace kiln::cpu::kernels {
@@ -156,6 +159,9 @@ KILN_DECLARE_KERNEL(Bmm);
 // conv2d(x [N, C, H, W] or [C, H, W], weight [O, C/groups, kH, kW], bias[O]?) with
 // stride, padding (symmetric), dilation (each 1 or 2 values) and groups: f32 (conv.cpp).
 KILN_DECLARE_KERNEL(Conv2d);
+// conv2d's prepare_weights (backends/cpu/kernel.h): the Winograd-transformed weights, packed
+// for the SGEMM, of a 3x3 stride-1 ungrouped weight with >= 64 x 64 channels; else null.
+Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight, std::span<const AttrValue> attrs);
 
 // Normalizations (norm.cpp): f32 f64.
 //   batch_norm(x[N, C, ...], weight?, bias?, running_mean, running_var): inference only

@@ -1,0 +1,91 @@
+// Load-time preparation of conv2d weights (the Winograd transform, packed) and activations
+// fused into conv2d/linear, through export -> bundle -> Program/Session against eager
+// execution, with ProgramOptions::prepack_weights on and off.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/exported.h"
+#include "kiln/export/ops.h"
+#include "kiln/runtime/program.h"
+
+namespace kiln {
+namespace {
+
+// Runs `ep` on x (profiled) and compares with `want`; returns the profile's op names.
+std::vector<std::string> run_like_eager(const ExportedProgram& ep, const Tensor& x, const Tensor& want, bool prepack,
+                                        float tol) {
+  std::vector<std::string> ops;
+  const auto program = testing::load_exported(ep, {.prepack_weights = prepack});
+  EXPECT_NE(program, nullptr);
+  if (program == nullptr) return ops;
+  Session session(*program, {.threads = 2, .profile = true});
+  auto r = session.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  if (!r.ok()) return ops;
+  for (const RunStats::Op& op : session.last_stats().ops) ops.push_back(op.op);
+  EXPECT_EQ(r->outputs[0].tensor.shape, want.concrete_shape());
+  const auto w = want.to_vector<float>();
+  std::vector<float> got(w.size());
+  std::memcpy(got.data(), r->outputs[0].tensor.data.data(), got.size() * sizeof(float));
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    EXPECT_NEAR(got[i], w[i], tol * (1.0f + std::fabs(w[i]))) << "element " << i << " prepack=" << prepack;
+    if (std::fabs(got[i] - w[i]) > tol * (1.0f + std::fabs(w[i]))) break;
+  }
+  return ops;
+}
+
+TEST(ConvPrepare, FusedActivationsAndPreparedWeightsMatchEager) {
+  // A MobileNet-like chain at 2 x 7x7 (8 Winograd tiles: only prepared weights take
+  // Winograd there): 3x3 64 -> 64 + ReLU6 (clamp 0..6), 3x3 64 -> 72 + hardswish, depthwise 3x3 +
+  // silu, 1x1 72 -> 64 + relu, and a clamp that is not ReLU6 (stays a node).
+  const Tensor w1 = Tensor::randn({64, 64, 3, 3}, 21) * 0.05, b1 = Tensor::randn({64}, 22);
+  const Tensor w2 = Tensor::randn({72, 64, 3, 3}, 23) * 0.05, b2 = Tensor::randn({72}, 24);
+  const Tensor w3 = Tensor::randn({72, 1, 3, 3}, 25) * 0.3;
+  const Tensor w4 = Tensor::randn({64, 72, 1, 1}, 26) * 0.1, b4 = Tensor::randn({64}, 27);
+  auto model = [&](Tensor x) {
+    Tensor a = clamp(conv2d(x, w1, b1, {1, 1}, {1, 1}), 0.0, 6.0);
+    Tensor h = hardswish(conv2d(a, w2, b2, {1, 1}, {1, 1}));
+    Tensor d = silu(conv2d(h, w3, Tensor(), {1, 1}, {1, 1}, {1, 1}, 72));
+    Tensor r = relu(conv2d(d, w4, b4));
+    return clamp(r, -1.0, 1.0);
+  };
+  const Tensor x = Tensor::randn({2, 64, 7, 7}, 28);
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const Tensor want = model(x);
+  for (bool prepack : {true, false}) {
+    const std::vector<std::string> ops = run_like_eager(*ep, x, want, prepack, 2e-5f);
+    auto has = [&](const std::string& name) { return std::count(ops.begin(), ops.end(), name); };
+    EXPECT_EQ(has("conv2d+clamp"), 1) << "prepack=" << prepack;
+    EXPECT_EQ(has("conv2d+hardswish"), 1);
+    EXPECT_EQ(has("conv2d+silu"), 1);
+    EXPECT_EQ(has("conv2d+relu"), 1);
+    EXPECT_EQ(has("clamp"), 1);  // clamp(-1, 1) on a value read by nothing else: not a ReLU6, not fused
+    EXPECT_EQ(has("conv2d"), 0);
+  }
+}
+
+TEST(ConvPrepare, ResnetStageShapesMatchEagerPreparedOrNot) {
+  // 3x3 128 -> 128 at batch 2: 14x14 (32 tiles, Winograd prepared or not) and 7x7 (8
+  // tiles: Winograd only with prepared weights). Both agree with eager.
+  const Tensor w = Tensor::randn({128, 128, 3, 3}, 31) * 0.03, b = Tensor::randn({128}, 32);
+  auto model = [&](Tensor x) { return relu(conv2d(x, w, b, {1, 1}, {1, 1})); };
+  for (const std::vector<std::int64_t>& shape : {std::vector<std::int64_t>{2, 128, 14, 14}, std::vector<std::int64_t>{2, 128, 7, 7}}) {
+    const Tensor x = Tensor::randn(shape, 33);
+    auto ep = export_program(model, {input("x", x)});
+    ASSERT_TRUE(ep.ok()) << ep.status().message();
+    const Tensor want = model(x);
+    for (bool prepack : {true, false}) {
+      const std::vector<std::string> ops = run_like_eager(*ep, x, want, prepack, 2e-5f);
+      EXPECT_EQ(std::count(ops.begin(), ops.end(), "conv2d+relu"), 1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln

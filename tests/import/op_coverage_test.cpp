@@ -257,8 +257,8 @@ TEST(ImportOpCoverage, DiffFillAndAsStrided) {
   expect_near(run({"aten.fill.Tensor", {{"self", tensor_arg("x")}, {"value", tensor_arg("v")}}, {{"x", {3}}, {"v", {}}}, {3}},
                   {f32({3}, {0, 0, 0}), f32({}, {-4})}),
               {-4, -4, -4});
-  // zero_ of an input (not a view): computed functionally.
-  expect_near(run({"aten.zero_.default", {{"self", tensor_arg("x")}}, {{"x", {3}}}, {3}}, {f32({3}, {1, 2, 3})}, "full"),
+  // zero(x): zeros of x's shape (zero_ of a user input is an input mutation, refused).
+  expect_near(run({"aten.zero.default", {{"self", tensor_arg("x")}}, {{"x", {3}}}, {3}}, {f32({3}, {1, 2, 3})}, "full"),
               {0, 0, 0});
   // as_strided as the transpose of a [2, 3] tensor, and convnext's no-op form.
   expect_near(run({"aten.as_strided.default", {{"self", tensor_arg("x")}, {"size", ints({3, 2})}, {"stride", ints({1, 3})}},

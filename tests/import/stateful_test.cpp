@@ -111,6 +111,31 @@ TEST(StatefulImport, BufferMutationsBecomeStateTensorsWithTheBuffersInitialValue
   EXPECT_EQ(s.state_names(), (std::vector<std::string>{"total", "steps"}));
 }
 
+// Runs every sequence of `dir`'s manifest on `session` (each from the initial values, every
+// step on the state the step before left) against the goldens; returns the steps run.
+int run_sequences(const fs::path& dir, const Loaded& l, Session& session) {
+  std::ifstream f(dir / "manifest.json");
+  const json m = json::parse(f);
+  int steps = 0;
+  for (const json& seq : m["sequences"]) {
+    SCOPED_TRACE(seq["name"].get<std::string>());
+    session.reset_state();
+    for (std::size_t j = 0; j < seq["steps"].size(); ++j) {
+      SCOPED_TRACE("step " + std::to_string(j));
+      const json& step = seq["steps"][j];
+      auto r = session.run(step_inputs(dir, l.ir, step));
+      EXPECT_TRUE(r.ok()) << r.status().message();
+      if (!r.ok()) return steps;
+      EXPECT_EQ(r->outputs.size(), step["outputs"].size());
+      for (std::size_t o = 0; o < r->outputs.size() && o < step["outputs"].size(); ++o) {
+        EXPECT_TRUE(matches(r->outputs[o].tensor, read_npy_or_die(dir / step["outputs"][o].get<std::string>()))) << "output " << o;
+      }
+      ++steps;
+    }
+  }
+  return steps;
+}
+
 TEST(StatefulImport, CounterCoreIrRunsEverySequenceStepAgainstTheGoldens) {
   const fs::path dir = stateful_dir("counter");
   for (const char* backend : {"cpu", "vulkan"}) {
@@ -118,26 +143,8 @@ TEST(StatefulImport, CounterCoreIrRunsEverySequenceStepAgainstTheGoldens) {
     auto l = load(dir / "model.core.pt2", backend);
     if (!l.ok() && l.status().code() == StatusCode::kUnavailable) continue;  // no Vulkan device
     ASSERT_TRUE(l.ok()) << l.status().message();
-    std::ifstream f(dir / "manifest.json");
-    const json m = json::parse(f);
     Session session(*l->program);
-    int steps = 0;
-    for (const json& seq : m["sequences"]) {
-      SCOPED_TRACE(seq["name"].get<std::string>());
-      session.reset_state();
-      for (std::size_t j = 0; j < seq["steps"].size(); ++j) {
-        SCOPED_TRACE("step " + std::to_string(j));
-        const json& step = seq["steps"][j];
-        auto r = session.run(step_inputs(dir, l->ir, step));
-        ASSERT_TRUE(r.ok()) << r.status().message();
-        ASSERT_EQ(r->outputs.size(), step["outputs"].size());
-        for (std::size_t o = 0; o < r->outputs.size(); ++o) {
-          EXPECT_TRUE(matches(r->outputs[o].tensor, read_npy_or_die(dir / step["outputs"][o].get<std::string>()))) << "output " << o;
-        }
-        ++steps;
-      }
-    }
-    EXPECT_EQ(steps, 3);
+    EXPECT_EQ(run_sequences(dir, *l, session), 3);
     // The state holds what the last step computed: the step counter is 3.
     auto count = session.read_state("steps");
     ASSERT_TRUE(count.ok()) << count.status().message();
@@ -145,14 +152,23 @@ TEST(StatefulImport, CounterCoreIrRunsEverySequenceStepAgainstTheGoldens) {
   }
 }
 
-TEST(StatefulImport, KvDecoderCoreIrIsRejectedForItsIntegerIndexPut) {
-  // index_put(cache, [None, None, input_pos], rows) needs a scatter op Kiln lacks: the
-  // import fails naming it, never drops the update.
-  auto ep = import_pt2((stateful_dir("kv_decoder") / "model.core.pt2").string());
-  ASSERT_FALSE(ep.ok());
-  EXPECT_EQ(ep.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(ep.status().message().find("index_put other than x[mask] = value with a full boolean mask"), std::string::npos)
-      << ep.status().message();
+// The KV cache: index_put(cache, [None, None, input_pos], rows) writes the new K/V rows
+// into the k_cache_i / v_cache_i state; prefill and decode steps match PyTorch's.
+TEST(StatefulImport, KvDecoderCoreIrRunsPrefillAndDecodeStepsAgainstTheGoldens) {
+  const fs::path dir = stateful_dir("kv_decoder");
+  for (const char* backend : {"cpu", "vulkan"}) {
+    SCOPED_TRACE(backend);
+    auto l = load(dir / "model.core.pt2", backend);
+    if (!l.ok() && l.status().code() == StatusCode::kUnavailable) continue;  // no Vulkan device
+    ASSERT_TRUE(l.ok()) << l.status().message();
+    EXPECT_EQ(l->ir.states.size(), 4u);  // k_cache_0, v_cache_0, k_cache_1, v_cache_1
+    Session session(*l->program);
+    std::ifstream f(dir / "manifest.json");
+    const json m = json::parse(f);
+    std::size_t want = 0;
+    for (const json& seq : m["sequences"]) want += seq["steps"].size();
+    EXPECT_EQ(run_sequences(dir, *l, session), static_cast<int>(want));
+  }
 }
 
 TEST(StatefulImport, TrainingIrInPlaceUpdatesOfBuffersAreStillRejected) {

@@ -1,6 +1,8 @@
 #include "kiln/export/bundle_writer.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -242,9 +244,16 @@ Status BundleWriter::write(const std::string& path, const fb::ProgramT& program)
   // writer once PID is dead (file_io.h).
   remove_stale_temporaries(path);
   std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()) + ".XXXXXX")).string();
+  // The cleanup signals wait while the file is created and registered: a SIGTERM in between
+  // would leave a temporary the handler does not know about.
+  sigset_t cleanup_signals, previous;
+  sigemptyset(&cleanup_signals);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&cleanup_signals, sig);
+  ::pthread_sigmask(SIG_BLOCK, &cleanup_signals, &previous);
   const int fd = mkstemp(tmp.data());
+  const int slot = fd < 0 ? -1 : register_temporary(tmp);
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (fd < 0) return io_error("cannot create a temporary file for", path);
-  const int slot = register_temporary(tmp);
   struct Unregister {
     int slot;
     ~Unregister() { unregister_temporary(slot); }

@@ -7,24 +7,17 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include "cli_testutil.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CmdResult {
-  int code;
-  std::string out;  // stdout + stderr
-};
+using CmdResult = kiln::cli_test::CommandResult;
 
 CmdResult run(const std::string& args, bool merge_stderr = true) {
   const std::string cmd = std::string(KILN_BIN) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return kiln::cli_test::shell(cmd);
 }
 
 class CliTest : public ::testing::Test {

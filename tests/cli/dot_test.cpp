@@ -22,23 +22,16 @@
 
 #include "kiln/export/export.h"
 #include "kiln/export/ops.h"
+#include "cli_testutil.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CmdResult {
-  int code;
-  std::string out;
-};
+using CmdResult = kiln::cli_test::CommandResult;
 
 CmdResult shell(const std::string& cmd) {
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return kiln::cli_test::shell(cmd);
 }
 
 CmdResult kiln(const std::string& args) { return shell(std::string(KILN_BIN) + " " + args + " 2>/dev/null"); }

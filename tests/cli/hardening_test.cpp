@@ -17,27 +17,20 @@
 #include "kiln/format/file_format.h"
 #include "kiln/format/kiln_generated.h"
 #include "kiln/runtime/npy.h"
+#include "cli_testutil.h"
 
 namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Cmd {
-  int code;
-  std::string out;
-};
+using Cmd = kiln::cli_test::CommandResult;
 
 // Runs `kiln ARGS` (under `timeout 60`, so a hang fails the test instead of stalling it),
 // optionally after shell `prefix` commands such as `ulimit`.
 Cmd kiln_cmd(const std::string& args, bool with_stderr = true, const std::string& prefix = "") {
   const std::string cmd = prefix + "timeout 60 " + KILN_BIN + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* pipe = popen(("sh -c '" + cmd + "'").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return kiln::cli_test::shell("sh -c '" + cmd + "'");
 }
 
 std::string fixture(const std::string& rel) { return (fs::path(KILN_SOURCE_DIR) / "tests/fixtures/torch_export" / rel).string(); }

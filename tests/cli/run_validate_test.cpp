@@ -9,24 +9,17 @@
 #include "../../samples/models/models.h"
 #include "kiln/export/testing/format_sample.h"
 #include "kiln/runtime/npy.h"
+#include "cli_testutil.h"
 
 namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Cmd {
-  int code;
-  std::string out;
-};
+using Cmd = kiln::cli_test::CommandResult;
 
 Cmd kiln_cmd(const std::string& args, const std::string& env = "") {
-  FILE* pipe = popen(((env.empty() ? "" : "env " + env + " ") + std::string(KILN_BIN) + " " + args + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return kiln::cli_test::shell((env.empty() ? "" : "env " + env + " ") + std::string(KILN_BIN) + " " + args + " 2>&1");
 }
 
 HostTensor host(const Tensor& t) { return {t.dtype(), t.concrete_shape(), t.bytes()}; }

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
+#include <vector>
 #include <utility>
 
 #include "kiln/export/export.h"
@@ -14,17 +16,32 @@
 
 namespace kiln::testing {
 
-/// Serializes, opens and loads `ep`; null (with a test failure) when any step fails.
-inline std::shared_ptr<const Program> load_exported(const ExportedProgram& ep, ProgramOptions options = {}) {
-  auto bytes = serialize_bundle(ep.program());
+/// Serializes, opens and loads `program`; null (with a test failure) when any step fails.
+inline std::shared_ptr<const Program> load_program(const ir::Program& program, ProgramOptions options = {}) {
+  auto bytes = serialize_bundle(program);
   EXPECT_TRUE(bytes.ok()) << bytes.status().message();
   if (!bytes.ok()) return nullptr;
   auto bundle = Bundle::from_bytes(*bytes);
   EXPECT_TRUE(bundle.ok()) << bundle.status().message();
   if (!bundle.ok()) return nullptr;
-  auto program = Program::load(std::move(bundle).value(), options);
-  EXPECT_TRUE(program.ok()) << program.status().message();
-  return program.ok() ? *program : nullptr;
+  auto loaded = Program::load(std::move(bundle).value(), options);
+  EXPECT_TRUE(loaded.ok()) << loaded.status().message();
+  return loaded.ok() ? *loaded : nullptr;
+}
+
+/// The same for an exported program.
+inline std::shared_ptr<const Program> load_exported(const ExportedProgram& ep, ProgramOptions options = {}) {
+  return load_program(ep.program(), options);
+}
+
+/// A 1-D f32 runtime input.
+inline HostValue floats(const std::vector<float>& v) {
+  HostTensor t;
+  t.dtype = DType::kF32;
+  t.shape = {static_cast<std::int64_t>(v.size())};
+  t.data.resize(v.size() * sizeof(float));
+  std::memcpy(t.data.data(), v.data(), t.data.size());
+  return HostValue::of(std::move(t));
 }
 
 /// An eager (or example) tensor as a runtime tensor.

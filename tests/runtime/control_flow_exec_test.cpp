@@ -9,6 +9,7 @@
 #include "executor/memory_plan.h"
 #include "kiln/export/serialize.h"
 #include "kiln/runtime/program.h"
+#include "common/exported.h"
 
 namespace kiln {
 namespace {
@@ -17,26 +18,9 @@ using sym::Expr;
 
 ir::NodeMeta meta(std::uint32_t line) { return ir::NodeMeta{{"flow.cpp", line, 1}, "", ""}; }
 
-std::shared_ptr<const Program> load(const ir::Program& p) {
-  auto bytes = serialize_bundle(p);
-  EXPECT_TRUE(bytes.ok()) << bytes.status().message();
-  if (!bytes.ok()) return nullptr;
-  auto bundle = Bundle::from_bytes(*bytes);
-  EXPECT_TRUE(bundle.ok()) << bundle.status().message();
-  if (!bundle.ok()) return nullptr;
-  auto program = Program::load(std::move(bundle).value());
-  EXPECT_TRUE(program.ok()) << program.status().message();
-  return program.ok() ? *program : nullptr;
-}
+std::shared_ptr<const Program> load(const ir::Program& p) { return testing::load_program(p); }
 
-HostValue floats(std::vector<float> v) {
-  HostTensor t;
-  t.dtype = DType::kF32;
-  t.shape = {static_cast<std::int64_t>(v.size())};
-  t.data.resize(v.size() * 4);
-  std::memcpy(t.data.data(), v.data(), t.data.size());
-  return HostValue::of(std::move(t));
-}
+using testing::floats;
 
 HostValue boolean(bool b) {
   HostTensor t;

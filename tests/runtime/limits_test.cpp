@@ -9,6 +9,7 @@
 
 #include "kiln/export/serialize.h"
 #include "kiln/runtime/program.h"
+#include "common/exported.h"
 
 namespace kiln {
 namespace {
@@ -24,23 +25,9 @@ Result<std::unique_ptr<Bundle>> open(const ir::Program& p) {
   return Bundle::from_bytes(*bytes);
 }
 
-std::shared_ptr<const Program> load(const ir::Program& p) {
-  auto bundle = open(p);
-  EXPECT_TRUE(bundle.ok()) << bundle.status().message();
-  if (!bundle.ok()) return nullptr;
-  auto program = Program::load(std::move(bundle).value());
-  EXPECT_TRUE(program.ok()) << program.status().message();
-  return program.ok() ? *program : nullptr;
-}
+std::shared_ptr<const Program> load(const ir::Program& p) { return testing::load_program(p); }
 
-HostValue floats(std::vector<float> v) {
-  HostTensor t;
-  t.dtype = DType::kF32;
-  t.shape = {static_cast<std::int64_t>(v.size())};
-  t.data.resize(v.size() * 4);
-  std::memcpy(t.data.data(), v.data(), t.data.size());
-  return HostValue::of(std::move(t));
-}
+using testing::floats;
 
 // y = full([n], 0.0): an int input sizes the output.
 ir::Program full_program() {

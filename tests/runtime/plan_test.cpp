@@ -6,6 +6,7 @@
 #include "executor/plan.h"
 #include "kiln/export/serialize.h"
 #include "kiln/runtime/program.h"
+#include "common/exported.h"
 
 namespace kiln {
 namespace {
@@ -14,17 +15,7 @@ using sym::Expr;
 
 ir::NodeMeta meta(std::uint32_t line) { return ir::NodeMeta{{"plan.cpp", line, 1}, "", ""}; }
 
-std::shared_ptr<const Program> load(const ir::Program& p) {
-  auto bytes = serialize_bundle(p);
-  EXPECT_TRUE(bytes.ok()) << bytes.status().message();
-  if (!bytes.ok()) return nullptr;
-  auto bundle = Bundle::from_bytes(*bytes);
-  EXPECT_TRUE(bundle.ok()) << bundle.status().message();
-  if (!bundle.ok()) return nullptr;
-  auto program = Program::load(std::move(bundle).value());
-  EXPECT_TRUE(program.ok()) << program.status().message();
-  return program.ok() ? *program : nullptr;
-}
+std::shared_ptr<const Program> load(const ir::Program& p) { return testing::load_program(p); }
 
 // x: f32[n] -> b = x + x -> c = reshape(b) -> d = relu(c) -> e = exp(d); r = reshape(x);
 // outputs e and r.

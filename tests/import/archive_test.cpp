@@ -148,7 +148,7 @@ TEST_F(ImportArchive, FifoDirectoryAndDevicesAreRejectedWithoutReading) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   fs::create_directories(path("dir.pt2"));
   expect_error(import_pt2(path("dir.pt2")), StatusCode::kInvalidBundle, {"is a directory"});
-  expect_error(import_pt2("/dev/zero"), StatusCode::kInvalidBundle, {"'/dev/zero' is a character device"});
+  expect_error(import_pt2("/dev/zero"), StatusCode::kInvalidBundle, {"/dev/zero: is a character device, not a regular file"});
   expect_error(import_pt2(path("missing.pt2")), StatusCode::kInvalidBundle, {"cannot open", "missing.pt2"});
 }
 

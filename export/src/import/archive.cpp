@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include "kiln/runtime/file_io.h"
 
 namespace kiln::pt2 {
 
@@ -30,15 +31,6 @@ std::string zip_error_text(int code) {
   return why;
 }
 
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 }  // namespace
 
 Result<std::unique_ptr<ZipArchive>> ZipArchive::adopt(void* zip, const std::string& label, std::uint64_t source_bytes) {
@@ -58,28 +50,19 @@ Result<std::unique_ptr<ZipArchive>> ZipArchive::adopt(void* zip, const std::stri
 }
 
 Result<std::unique_ptr<ZipArchive>> ZipArchive::open(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO with no writer must not block; fstat on the descriptor then
-  // rejects everything but a regular file before a byte is read.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    return Status(StatusCode::kInvalidBundle, "cannot open '" + path + "': " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const std::string kind = file_kind(st.st_mode);
-    ::close(fd);
-    return Status(StatusCode::kInvalidBundle, "'" + path + "' is " + kind + ", not a .pt2 archive file");
-  }
-  // A regular file never blocks; clear O_NONBLOCK for libzip's reads anyway.
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags >= 0) (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  // Only a regular file, checked before a byte is read (a FIFO, a directory or /dev/zero is
+  // refused at once, never waited on).
+  auto file = open_regular_file(path, StatusCode::kInvalidBundle);
+  if (!file.ok()) return file.status();
+  const std::uint64_t size = file->size();
+  const int fd = file->release();
   int error = 0;
   zip_t* z = zip_fdopen(fd, ZIP_RDONLY, &error);  // owns fd on success
   if (!z) {
     ::close(fd);
     return Status(StatusCode::kInvalidBundle, "'" + path + "' is not a readable .pt2 archive (zip: " + zip_error_text(error) + ")");
   }
-  return adopt(z, path, static_cast<std::uint64_t>(st.st_size));
+  return adopt(z, path, size);
 }
 
 Result<std::unique_ptr<ZipArchive>> ZipArchive::from_bytes(std::span<const std::uint8_t> bytes, const std::string& label) {

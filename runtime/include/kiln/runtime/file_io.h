@@ -32,6 +32,12 @@ class FileHandle {
   FileHandle& operator=(const FileHandle&) = delete;
   ~FileHandle();
   int fd() const { return fd_; }
+  /// Gives up ownership: returns the descriptor, which the caller now closes.
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
   /// The size fstat reported at open.
   std::uint64_t size() const { return size_; }
 

@@ -142,32 +142,21 @@ Status load_state(Session& session, const std::string& dir) {
   return Status::Ok();
 }
 
-// --state DIR, after a successful run: every state tensor written to a temporary file
-// first (a failure removes them and leaves DIR as it was), then each renamed over
-// DIR/<name>.npy.
+// --state DIR, after a successful run: the state tensors written as one set, like the
+// outputs (write_output_set: a failure or a signal leaves DIR as it was).
 Status save_state(const Session& session, const std::string& dir) {
-  namespace fs = std::filesystem;
   const std::vector<std::string> names = session.state_names();
   if (names.empty()) return Status::Ok();
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return Status(StatusCode::kIoError, "cannot create the state directory " + dir + ": " + ec.message());
-  std::vector<std::string> temps;
-  auto drop = [&] {
-    for (const std::string& t : temps) fs::remove(t, ec);
-  };
+  std::vector<HostTensor> values;
+  values.reserve(names.size());
   for (const std::string& n : names) {
     auto t = session.read_state(n);
-    if (!t.ok()) return drop(), t.status();
-    const std::string tmp = (fs::path(dir) / ("." + n + ".npy.kiln-new")).string();
-    temps.push_back(tmp);
-    if (Status s = write_npy(tmp, *t); !s.ok()) return drop(), s;
+    if (!t.ok()) return t.status();
+    values.push_back(std::move(t).value());
   }
-  for (std::size_t k = 0; k < names.size(); ++k) {
-    fs::rename(temps[k], fs::path(dir) / (names[k] + ".npy"), ec);
-    if (ec) return drop(), Status(StatusCode::kIoError, "cannot write state " + names[k] + " into " + dir + ": " + ec.message());
-  }
-  return Status::Ok();
+  std::vector<std::pair<std::string, const HostTensor*>> files;
+  for (std::size_t k = 0; k < names.size(); ++k) files.emplace_back(names[k] + ".npy", &values[k]);
+  return write_output_set(dir, files);
 }
 
 }  // namespace

@@ -295,16 +295,17 @@ int TraceContext::value_in(int g, const Tensor& t) {
     throw ExportError(StatusCode::kExportError, "a tensor from another export_program call was used");
   }
   if (impl->ctx == this && impl->graph == g) return impl->value;
+  if (impl->is_state() && g == program.entry) return state_of(t.impl()).current;
   SubgraphFrame* f = frame_of(g);
   if (impl->ctx == this) {
     // Only tensors of the graphs that (transitively) call `g` may be used in `g`.
     bool enclosing = false;
     for (SubgraphFrame* cur = f; cur != nullptr && !enclosing; cur = frame_of(cur->parent)) enclosing = cur->parent == impl->graph;
     if (!enclosing) leaked(*impl);
-  } else if (f == nullptr || is_scalar_constant(*impl)) {
+  } else if (!impl->is_state() && (f == nullptr || is_scalar_constant(*impl))) {
     return constant_in(g, t);
   }
-  // A free tensor of an enclosing graph (or a parameter): lifted to an input of `g`.
+  // A free tensor of an enclosing graph (a parameter, a state): lifted to an input of `g`.
   const int parent = f->parent;
   const int outer = value_in(parent, t);
   f = frame_of(g);
@@ -354,6 +355,41 @@ int TraceContext::constant_in(int g, const Tensor& t) {
                           program.constants[static_cast<std::size_t>(constant)].name});
 }
 
+std::string describe_param(const TensorImpl& impl) {
+  switch (impl.role) {
+    case TensorImpl::Role::kParameter: return "parameter '" + impl.param_name + "'";
+    case TensorImpl::Role::kBuffer: return "buffer '" + impl.param_name + "'";
+    case TensorImpl::Role::kState: return "state '" + impl.param_name + "'";
+    case TensorImpl::Role::kNone: break;
+  }
+  return impl.param_name.empty() ? std::string("a constant") : "'" + impl.param_name + "'";
+}
+
+TracedState& TraceContext::state_of(const std::shared_ptr<TensorImpl>& impl) {
+  for (TracedState& s : states) {
+    if (s.impl == impl) return s;
+  }
+  for (const TracedState& s : states) {
+    if (s.impl->param_name == impl->param_name) {
+      throw ExportError(StatusCode::kExportError, "two state tensors are named '" + impl->param_name +
+                                                      "': register their modules (register_module) under distinct names");
+    }
+  }
+  std::vector<std::int64_t> shape;
+  for (const sym::Expr& d : impl->shape) shape.push_back(*d.constant_value());
+  // A copy: running the model eagerly (its self-tests) updates the buffer's bytes.
+  const int constant = static_cast<int>(program.constants.size());
+  program.constants.push_back({impl->param_name, impl->dtype, shape, std::make_shared<const std::vector<std::uint8_t>>(*impl->data)});
+  program.states.push_back({impl->param_name, impl->dtype, shape, constant});
+  ir::Graph& entry = program.graphs[static_cast<std::size_t>(program.entry)];
+  const int v = entry.add_value({ir::ValueKind::kTensor, impl->dtype, impl->shape, {}, -1, impl->param_name});
+  entry.inputs.push_back(v);
+  states.push_back({impl, static_cast<int>(program.states.size()) - 1, v, v});
+  return states.back();
+}
+
+void TraceContext::update_state(const std::shared_ptr<TensorImpl>& impl, int value) { state_of(impl).current = value; }
+
 void TraceContext::check_mutation(const Tensor& t, std::string_view op, const SourceLoc& loc) {
   if (frames.empty()) return;
   const SubgraphFrame& f = frames.back();
@@ -366,7 +402,7 @@ void TraceContext::check_mutation(const Tensor& t, std::string_view op, const So
   if (local) return;
   std::string what = "a tensor it did not create";
   if (impl->ctx == this && impl->graph == f.graph) what = "its input " + g.values[static_cast<std::size_t>(impl->value)].name;
-  else if (!impl->param_name.empty()) what = "parameter " + impl->param_name;
+  else if (!impl->param_name.empty()) what = describe_param(*impl);
   else if (impl->ctx == this) what = "a tensor of the enclosing graph";
   throw ExportError(StatusCode::kExportError,
                     "[" + f.op + "] Higher order ops do not support input mutation. Found in " + f.op + ": " + f.role +

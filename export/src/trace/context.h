@@ -26,6 +26,21 @@ struct TensorImpl {
   // Parameters: full dotted name and owning module path.
   std::string param_name;
   std::string module_path;
+  /// Module::register_parameter / register_buffer: what the name refers to in messages.
+  enum class Role : std::uint8_t { kNone, kParameter, kBuffer, kState } role = Role::kNone;
+  bool is_state() const { return role == Role::kState; }
+};
+
+/// "parameter 'fc.weight'", "buffer 'bn.running_mean'", "state 'k_cache'".
+std::string describe_param(const TensorImpl& impl);
+
+/// A state tensor met while tracing: entry-graph input `input` holds its value when a run
+/// starts; `current` its latest value (the result of the last in-place update, or `input`).
+struct TracedState {
+  std::shared_ptr<TensorImpl> impl;
+  int index = -1;  // into Program::states
+  int input = -1;
+  int current = -1;
 };
 
 /// How a backed symbol may be constrained (from the user's Dim).
@@ -78,6 +93,13 @@ class TraceContext {
   std::unordered_map<std::string, int> subgraph_counts;   // "cond" -> subgraphs named so far
   /// The shape environment right after the inputs were bound: declared ranges only.
   std::optional<sym::ShapeEnv> declared_env;
+  /// State tensors in the order the trace first used them (Program::states order).
+  std::vector<TracedState> states;
+  /// The state of `impl` (registering it on first use: a StateSpec, its initial value as a
+  /// constant, an entry-graph input after the user inputs).
+  TracedState& state_of(const std::shared_ptr<TensorImpl>& impl);
+  /// Makes `value` (a value of the entry graph) the latest value of state `impl`.
+  void update_state(const std::shared_ptr<TensorImpl>& impl, int value);
 
   ir::Graph& graph() { return program.graphs[static_cast<std::size_t>(graph_index)]; }
   sym::ShapeEnv& env() { return program.env; }

@@ -11,6 +11,8 @@
 namespace kiln {
 
 using detail::TraceContext;
+using detail::TensorImpl;
+using detail::TracedState;
 
 ExampleInput input(std::string name, Tensor example, std::vector<Dim> dims) {
   ExampleInput in;
@@ -182,7 +184,26 @@ void bind_outputs(TraceContext& ctx, const Values& outputs) {
     }
     ctx.program.outputs.push_back(spec);
   }
+  // Then each state's final value (its input when the forward only read it).
+  for (const detail::TracedState& st : ctx.states) g.outputs.push_back(st.current);
 }
+
+// Restores the bytes of the state buffers when the eager self-test runs are over (they
+// update them in place), whatever happens.
+class StateBytesGuard {
+ public:
+  explicit StateBytesGuard(const std::vector<TracedState>& states) {
+    for (const TracedState& st : states) saved_.emplace_back(st.impl, *st.impl->data);
+  }
+  ~StateBytesGuard() {
+    for (auto& [impl, bytes] : saved_) *impl->data = std::move(bytes);
+  }
+  StateBytesGuard(const StateBytesGuard&) = delete;
+  StateBytesGuard& operator=(const StateBytesGuard&) = delete;
+
+ private:
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, std::vector<std::uint8_t>>> saved_;
+};
 
 ir::TestValue test_value(const Value& v, const ExportOptions& options) {
   ir::TestValue t;
@@ -250,6 +271,9 @@ Result<ExportedProgram> export_program(const ModelFn& fn, const std::vector<Exam
     return Status(StatusCode::kInternal, std::string("export_program: ") + e.what());
   }
   try {
+    // A stateful program's cases form a sequence from the initial values (kiln validate
+    // runs them in order on one session).
+    detail::StateBytesGuard restore(ctx->states);
     detail::add_self_tests(ctx->program, fn, inputs, options);
   } catch (const ExportError& e) {
     return e.status();

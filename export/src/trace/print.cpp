@@ -136,6 +136,15 @@ std::string ExportedProgram::print() const {
          << (info.kind == sym::SymbolKind::Unbacked ? " unbacked" : "") << (info.user_name.empty() ? "" : " (" + info.user_name + ")") << "\n";
     }
   }
+  if (!p.states.empty()) {
+    os << "states:\n";
+    for (std::size_t k = 0; k < p.states.size(); ++k) {
+      const ir::StateSpec& st = p.states[k];
+      os << "    " << st.name << ": " << dtype_name(st.dtype) << "[";
+      for (std::size_t d = 0; d < st.shape.size(); ++d) os << (d ? ", " : "") << st.shape[d];
+      os << "] (input " << p.inputs.size() + k << ", output " << p.outputs.size() + k << ")\n";
+    }
+  }
   for (std::size_t g = 0; g < p.graphs.size(); ++g) pr.graph(os, p.graphs[g], static_cast<int>(g));
   for (const ir::Specialization& s : p.specializations) {
     os << "specialization " << s.label << " [" << pr.e(s.predicate) << "] -> graph " << s.graph << "\n";

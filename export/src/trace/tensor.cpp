@@ -119,7 +119,10 @@ SymBool sym_or(std::initializer_list<SymBool> cs) {
 
 DType Tensor::dtype() const { return impl_->dtype; }
 std::int64_t Tensor::dim() const { return static_cast<std::int64_t>(impl_->shape.size()); }
-bool Tensor::is_traced() const { return impl_ && impl_->ctx != nullptr; }
+bool Tensor::is_traced() const {
+  // A state tensor is a graph value (the state's input, or its latest update) while tracing.
+  return impl_ && (impl_->ctx != nullptr || (impl_->is_state() && current_trace() != nullptr));
+}
 
 SymInt Tensor::size(std::int64_t d, SourceLoc loc) const {
   const std::int64_t rank = dim();
@@ -155,6 +158,9 @@ std::vector<std::int64_t> Tensor::concrete_shape() const {
 
 const std::vector<std::uint8_t>& Tensor::bytes() const {
   if (!impl_->data) throw ExportError(StatusCode::kUsage, "bytes() of a traced tensor: it has no data");
+  if (impl_->is_state() && current_trace() != nullptr) {
+    throw ExportError(StatusCode::kUsage, "bytes() of state '" + impl_->param_name + "' while tracing: its value is only known at run time");
+  }
   return *impl_->data;
 }
 
@@ -219,11 +225,31 @@ std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
 }
 
 Tensor Module::register_parameter(const std::string& name, Tensor value) {
+  return register_tensor("register_parameter", name, std::move(value), Kind::kParameter);
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor value, BufferOptions options) {
+  return register_tensor("register_buffer", name, std::move(value), options.state ? Kind::kState : Kind::kBuffer);
+}
+
+Tensor Module::register_tensor(std::string_view what, const std::string& name, Tensor value, Kind kind) {
+  using Role = detail::TensorImpl::Role;
+  const Role role = kind == Kind::kParameter ? Role::kParameter : kind == Kind::kBuffer ? Role::kBuffer : Role::kState;
   if (!value.defined() || value.is_traced()) {
-    throw ExportError(StatusCode::kUsage, "register_parameter(\"" + name + "\"): parameters must be eager tensors");
+    throw ExportError(StatusCode::kUsage, std::string(what) + "(\"" + name + "\"): parameters and buffers must be eager tensors");
+  }
+  if (name.empty()) throw ExportError(StatusCode::kUsage, std::string(what) + "(\"\"): the name must be non-empty");
+  for (const auto& [n, t] : params_) {
+    if (n == name) throw ExportError(StatusCode::kUsage, std::string(what) + "(\"" + name + "\"): the module already has a tensor of that name");
+  }
+  if (role == Role::kState) {
+    for (const sym::Expr& d : value.impl()->shape) {
+      if (!d.constant_value()) throw ExportError(StatusCode::kUsage, std::string(what) + "(\"" + name + "\"): a state needs a static shape");
+    }
   }
   value.impl()->param_name = path_.empty() ? name : path_ + "." + name;
   value.impl()->module_path = path_;
+  value.impl()->role = role;
   params_.emplace_back(name, value);
   return value;
 }

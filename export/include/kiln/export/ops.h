@@ -137,14 +137,47 @@ Tensor expand(const Tensor& x, std::vector<SymInt> shape, SourceLoc loc = Source
 Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index, SourceLoc loc = SourceLoc::current());
 Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index, SourceLoc loc = SourceLoc::current());
 
+// Scatters: x with some of its elements replaced (new tensors; x is unchanged). The source
+// takes x's dtype.
+/// x with x.select(dim, index[i]) = source.select(dim, i): index is a 1-D i64/i32 tensor,
+/// source has x's shape except source.size(dim) == index.size(0). Each position is checked
+/// at run time: one >= x.size(dim) or < -x.size(dim) is kInvalidInput naming this line (a
+/// negative one counts from the end, as in index_put).
+Tensor index_copy(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& source, SourceLoc loc = SourceLoc::current());
+/// x with x[start:end:step] (along dim) = source (PyTorch's slice_scatter; no clamping or
+/// negative bounds): 0 <= start <= end <= x.size(dim) must hold, statically (else an
+/// export error) or, for symbolic bounds such as a decode position, as runtime asserts at
+/// this line (kInvalidInput when a run breaks one). source.size(dim) is the slice length.
+Tensor slice_scatter(const Tensor& x, const Tensor& source, std::int64_t dim, SymInt start, SymInt end, std::int64_t step = 1,
+                     SourceLoc loc = SourceLoc::current());
+/// x with x.select(dim, index) = source (rank x.dim() - 1); a constant negative index counts
+/// from the end; bounds as slice_scatter.
+Tensor select_scatter(const Tensor& x, const Tensor& source, std::int64_t dim, SymInt index, SourceLoc loc = SourceLoc::current());
+
 // Copies and in-place updates. In-place ops are functional underneath: the handle `x` (and
-// every copy of it) refers to the new value; the result keeps x's dtype and shape. Updating
-// an eager tensor (a parameter) with a traced value, and updating an input inside a cond
-// branch, while_loop function or compile region, are export errors.
+// every copy of it) refers to the new value; the result keeps x's dtype and shape. A state
+// buffer (Module::register_buffer with {.state = true}) may be updated: the program's
+// state output is its final value (module.h). Export errors naming the tensor and the
+// line: updating a parameter or a non-state buffer while tracing; updating an eager tensor
+// (a constant) with a traced value; updating an input, a state or a captured tensor inside
+// a cond branch, while_loop function or compile region.
 Tensor clone(const Tensor& x, SourceLoc loc = SourceLoc::current());
 Tensor& add_(Tensor& x, const Operand& other, SourceLoc loc = SourceLoc::current());
+Tensor& sub_(Tensor& x, const Operand& other, SourceLoc loc = SourceLoc::current());
 Tensor& mul_(Tensor& x, const Operand& other, SourceLoc loc = SourceLoc::current());
+Tensor& div_(Tensor& x, const Operand& other, SourceLoc loc = SourceLoc::current());
+Tensor& fill_(Tensor& x, double value, SourceLoc loc = SourceLoc::current());
+Tensor& zero_(Tensor& x, SourceLoc loc = SourceLoc::current());
+/// x = src broadcast to x's shape.
 Tensor& copy_(Tensor& x, const Tensor& src, SourceLoc loc = SourceLoc::current());
+/// x = index_copy(x, dim, index, source): a KV cache written at tensor positions.
+Tensor& index_copy_(Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& source, SourceLoc loc = SourceLoc::current());
+/// x[start:end:step] = source along dim (slice_scatter): a KV cache written at a SymInt
+/// position, `cache.slice_scatter_(k, 1, pos, pos + seq)`.
+Tensor& slice_scatter_(Tensor& x, const Tensor& source, std::int64_t dim, SymInt start, SymInt end, std::int64_t step = 1,
+                       SourceLoc loc = SourceLoc::current());
+/// x.select(dim, index) = source (select_scatter).
+Tensor& select_scatter_(Tensor& x, const Tensor& source, std::int64_t dim, SymInt index, SourceLoc loc = SourceLoc::current());
 
 // Data-dependent: sizes only known at run time (unbacked symbols)
 /// The value of a one-element tensor as a SymInt (an unbacked symbol while tracing).

@@ -171,10 +171,19 @@ class Tensor {
 
   /// In-place updates (see ops.h): this tensor, and every copy of this handle, refers to
   /// the result afterwards. Inside a cond branch, while_loop function or compile region
-  /// updating an input (or a captured tensor) is an export error.
+  /// updating an input (or a captured tensor) is an export error; so is updating a
+  /// parameter or a non-state buffer while tracing (state buffers: module.h).
   Tensor& add_(const Operand& other, SourceLoc loc = SourceLoc::current());
+  Tensor& sub_(const Operand& other, SourceLoc loc = SourceLoc::current());
   Tensor& mul_(const Operand& other, SourceLoc loc = SourceLoc::current());
+  Tensor& div_(const Operand& other, SourceLoc loc = SourceLoc::current());
+  Tensor& fill_(double value, SourceLoc loc = SourceLoc::current());
+  Tensor& zero_(SourceLoc loc = SourceLoc::current());
   Tensor& copy_(const Tensor& src, SourceLoc loc = SourceLoc::current());
+  Tensor& index_copy_(std::int64_t dim, const Tensor& index, const Tensor& source, SourceLoc loc = SourceLoc::current());
+  Tensor& slice_scatter_(const Tensor& source, std::int64_t dim, SymInt start, SymInt end, std::int64_t step = 1,
+                         SourceLoc loc = SourceLoc::current());
+  Tensor& select_scatter_(const Tensor& source, std::int64_t dim, SymInt index, SourceLoc loc = SourceLoc::current());
 
   const std::shared_ptr<detail::TensorImpl>& impl() const { return impl_; }
 

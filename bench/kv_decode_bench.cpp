@@ -1,0 +1,92 @@
+// KV-cache decoding (issue 15): the latency of one decode step of the d=256, 4-layer
+// decoder of samples/models/kv_decoder.h at context 16, 64, 256 and 1024 (the cache holds
+// that many positions; the step writes the next one and attends over all of them), next to
+// the stateless program recomputing the whole sequence for the same token. One thread.
+// bench/compare_kv_decode.py runs the same model in PyTorch eager.
+//
+//   build/dev/bench/kiln_kv_decode_bench --benchmark_min_time=0.5
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <memory>
+
+#include "../samples/models/kv_decoder.h"
+#include "kiln/export/serialize.h"
+#include "kiln/runtime/program.h"
+
+namespace {
+
+using namespace kiln;
+
+// Room for the step after a context of 1024.
+constexpr models::KvDecoderConfig kConfig{.vocab = 256, .d = 256, .layers = 4, .heads = 4, .max_ctx = 1088};
+
+std::shared_ptr<const Program> load(const Result<ExportedProgram>& ep) {
+  if (!ep.ok()) {
+    std::fprintf(stderr, "export failed: %s\n", ep.status().message().c_str());
+    std::exit(7);
+  }
+  auto bytes = serialize_bundle(ep->program());
+  auto bundle = Bundle::from_bytes(*bytes);
+  return *Program::load(std::move(bundle).value());
+}
+
+struct Programs {
+  std::shared_ptr<const Program> cached, full;
+};
+
+const Programs& programs() {
+  static const Programs p = [] {
+    models::KvDecoder model(kConfig);
+    Dim seq("seq", 1, kConfig.max_ctx);
+    const Tensor example = Tensor::from_ints({1, 4}, std::vector<std::int64_t>{1, 2, 3, 4});
+    Programs out;
+    ExportOptions options;
+    options.self_tests = 0;
+    out.cached = load(export_program([&](Tensor ids, SymInt pos) { return model.step(ids, pos); },
+                                     {input("ids", example, {Dim::STATIC, seq}), int_input("input_pos", 2, Dim::DYNAMIC)}, options));
+    out.full = load(export_program([&](Tensor ids) { return model.full(ids); }, {input("ids", example, {Dim::STATIC, seq})}, options));
+    return out;
+  }();
+  return p;
+}
+
+HostValue tokens(std::int64_t n) {
+  HostTensor t{DType::kI64, {1, n}, std::vector<std::uint8_t>(static_cast<std::size_t>(n) * 8)};
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t id = (i * 37 + 11) % kConfig.vocab;
+    std::memcpy(t.data.data() + 8 * i, &id, 8);
+  }
+  return HostValue::of(std::move(t));
+}
+
+// One decode step at context N: the prompt of N tokens is prefilled once; every iteration
+// then runs the step for position N (rewriting that cache row, so the context stays N).
+void BM_KvDecodeStep(benchmark::State& state) {
+  const std::int64_t context = state.range(0);
+  Session session(*programs().cached, {.threads = 1});
+  std::vector<HostValue> prefill{tokens(context), HostValue::integer(0)};
+  RunResult result;
+  if (Status s = session.run(prefill, result); !s.ok()) return state.SkipWithError(s.message().c_str());
+  const std::vector<HostValue> step{tokens(1), HostValue::integer(context)};
+  for (auto _ : state) {
+    if (Status s = session.run(step, result); !s.ok()) return state.SkipWithError(s.message().c_str());
+  }
+}
+BENCHMARK(BM_KvDecodeStep)->Arg(16)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+// The same token without the cache: the stateless program runs over all N + 1 tokens.
+void BM_RecomputeStep(benchmark::State& state) {
+  const std::int64_t context = state.range(0);
+  Session session(*programs().full, {.threads = 1});
+  const std::vector<HostValue> all{tokens(context + 1)};
+  RunResult result;
+  for (auto _ : state) {
+    if (Status s = session.run(all, result); !s.ok()) return state.SkipWithError(s.message().c_str());
+  }
+}
+BENCHMARK(BM_RecomputeStep)->Arg(16)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

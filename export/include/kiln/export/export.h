@@ -10,7 +10,8 @@
 //
 // The function may take Tensor and SymInt parameters (one per input, in order) or a
 // single `const Values&`, and return a Tensor, a SymInt, a std::vector<Tensor>, a
-// std::tuple of those, or Values.
+// std::tuple of those, or Values. State buffers the function uses (Module::register_buffer
+// with {.state = true}) become the program's state tensors (module.h).
 #pragma once
 
 #include <functional>
@@ -50,7 +51,8 @@ struct ExportOptions {
   std::string name = "model";
   /// Golden self-test cases to embed, computed by running the model code eagerly: case 0
   /// on the example inputs, later cases with fresh random values for floating inputs (same
-  /// shapes). `kiln validate` replays them.
+  /// shapes). `kiln validate` replays them. With state buffers (module.h) the cases form a
+  /// sequence: each runs on the state the previous one left, from the initial values.
   int self_tests = 1;
   double self_test_rtol = 1e-4;
   double self_test_atol = 1e-5;

@@ -295,6 +295,38 @@ TEST(State, UpdatingStateInsideCondIsExportError) {
   EXPECT_NE(ep.status().message().find("updates state 'total' in place with add_"), std::string::npos) << ep.status().message();
 }
 
+TEST(State, StateReadInsideCondIsLiftedAndSeesTheUpdate) {
+  CondCounter m;
+  auto ep = export_program(
+      [&](Tensor x) -> Tensor {
+        m.total.add_(x);
+        return cond(gt(sum(x), 0.0), [&](Tensor v) { return v + m.total; }, [&](Tensor v) { return v - m.total; }, {x});
+      },
+      {input("x", Tensor::from_floats({2}, std::vector<float>{1, 2}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto program = load_exported(*ep);
+  ASSERT_TRUE(program);
+  Session session(*program);
+  std::vector<float> total{0, 0};
+  for (const std::vector<float>& x : {std::vector<float>{1, 2}, std::vector<float>{-5, 1}, std::vector<float>{3, 3}}) {
+    for (std::size_t i = 0; i < 2; ++i) total[i] += x[i];
+    const bool positive = x[0] + x[1] > 0;
+    std::vector<HostValue> in{testing::floats(x)};
+    auto r = session.run(in);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    const std::vector<float> got = floats_of(r->outputs[0].tensor);
+    for (std::size_t i = 0; i < 2; ++i) EXPECT_FLOAT_EQ(got[i], positive ? x[i] + total[i] : x[i] - total[i]);
+  }
+}
+
+TEST(State, TwoStatesWithOneNameIsExportError) {
+  CondCounter a, b;  // neither registered under a parent: both are "total"
+  auto ep = export_program([&](Tensor x) { a.total.add_(x); b.total.add_(x); return x * 1.0; }, {input("x", Tensor::randn({2}))});
+  ASSERT_FALSE(ep.ok());
+  EXPECT_EQ(ep.status().code(), StatusCode::kExportError);
+  EXPECT_EQ(ep.status().message(), "two state tensors are named 'total': register their modules (register_module) under distinct names");
+}
+
 TEST(State, ScatterOpsOnStateAndEagerAgree) {
   struct M : Module {
     Tensor s;

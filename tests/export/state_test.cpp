@@ -367,9 +367,12 @@ TEST(State, ScatterOpsOnStateAndEagerAgree) {
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
 }
 
-TEST(State, BundleRoundTripListsStateInInspect) {
+TEST(State, BundleRoundTripListsStateInInspectAndValidatesTheSequence) {
   Counter model;
-  auto ep = export_program([&](Tensor x) { return model(x); }, {input("x", Tensor::from_floats({4}, std::vector<float>{1, 1, 1, 1}))});
+  ExportOptions options;
+  options.self_tests = 3;  // a sequence: kiln validate replays it in order on one session
+  auto ep = export_program([&](Tensor x) { return model(x); }, {input("x", Tensor::from_floats({4}, std::vector<float>{1, 1, 1, 1}))},
+                           options);
   ASSERT_TRUE(ep.ok()) << ep.status().message();
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kiln_state_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -395,6 +398,7 @@ TEST(State, BundleRoundTripListsStateInInspect) {
   EXPECT_NE(text.find("total"), std::string::npos) << text;
   EXPECT_NE(text.find("steps"), std::string::npos) << text;
   EXPECT_NE(text.find("self-test case0: passed"), std::string::npos) << text;
+  EXPECT_NE(text.find("self-test case2: passed"), std::string::npos) << text;
   std::filesystem::remove_all(dir);
 }
 

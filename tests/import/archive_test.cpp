@@ -244,6 +244,25 @@ TEST_F(ImportArchive, TheFieldsOfEverySchemaMinorImportToTheSameBundle) {
   }
 }
 
+TEST_F(ImportArchive, ArgumentsOfLaterMinorsKilnCannotMapAreRefusedNamingThem) {
+  auto with_arg = [&](const std::string& param, const json& replacement) {
+    return json_edited(fixture("decoder"), "models/model.json", "v.pt2", [&](json& j) {
+      for (json& node : j["graph_module"]["graph"]["nodes"]) {
+        if (node["target"] != "torch.ops.aten.layer_norm.default") continue;
+        for (json& in : node["inputs"]) if (in["name"] == param) in["arg"] = replacement;
+      }
+    });
+  };
+  expect_error(import_pt2(with_arg("eps", {{"as_complex", {{"real", 1e-5}, {"imag", 0.0}}}})), StatusCode::kInvalidBundle,
+               {"[aten.layer_norm.default]", "as_complex"});
+  expect_error(import_pt2(with_arg("normalized_shape", {{"as_int_lists", {{64}}}})), StatusCode::kInvalidBundle,
+               {"[aten.layer_norm.default]", "'normalized_shape'"});
+  const std::string float8 = json_edited(fixture("mlp"), "_weights_config.json", "f8.pt2", [](json& j) {
+    for (auto& [name, e] : j["config"].items()) e["tensor_meta"]["dtype"] = 29;  // FLOAT8E4M3FN
+  });
+  expect_error(import_pt2(float8), StatusCode::kUnsupported, {"dtype code 29 is not supported"});
+}
+
 TEST_F(ImportArchive, UnknownSchemaMajorVersionIsAnInvalidArchiveNamingIt) {
   for (auto [major, text] : {std::pair{999, "999.0"}, std::pair{7, "7.0"}, std::pair{9, "9.0"}}) {
     const std::string p = json_edited(fixture("mlp"), "models/model.json", "v.pt2", [&](json& j) { j["schema_version"] = {{"major", major}, {"minor", 0}}; });

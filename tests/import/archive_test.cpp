@@ -263,6 +263,37 @@ TEST_F(ImportArchive, ArgumentsOfLaterMinorsKilnCannotMapAreRefusedNamingThem) {
   expect_error(import_pt2(float8), StatusCode::kUnsupported, {"dtype code 29 is not supported"});
 }
 
+TEST_F(ImportArchive, MalformedOptionalTensorArgumentsAreInvalidArchives) {
+  struct Case {
+    json arg;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{{"as_optional_tensor", 5}}, "tensor argument has no field 'name'"},
+      {{{"as_optional_tensor", json::object()}}, "tensor argument has no field 'name'"},
+      {{{"as_optional_tensor", {{"as_tensor", {{"name", 3}}}}}}, "tensor name"},
+      {{{"as_optional_tensor", {{"as_tensor", {{"name", "no_such_tensor"}}}}}}, "uses tensor 'no_such_tensor' before it is defined"},
+      {{{"as_optional_tensor", json::array({1, 2})}}, "tensor argument has no field 'name'"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.arg.dump());
+    int edited_args = 0;
+    const std::string p = json_edited(fixture("convnet", "model.core.pt2"), "models/model.json", "o.pt2", [&](json& j) {
+      for (json& node : j["graph_module"]["graph"]["nodes"]) {
+        if (node["target"].get<std::string>().find("convolution") == std::string::npos) continue;
+        for (json& in : node["inputs"]) {
+          if (in["name"] == "bias") {
+            in["arg"] = c.arg;
+            ++edited_args;
+          }
+        }
+      }
+    });
+    ASSERT_GT(edited_args, 0);
+    expect_error(import_pt2(p), StatusCode::kInvalidBundle, {c.message});
+  }
+}
+
 TEST_F(ImportArchive, UnknownSchemaMajorVersionIsAnInvalidArchiveNamingIt) {
   for (auto [major, text] : {std::pair{999, "999.0"}, std::pair{7, "7.0"}, std::pair{9, "9.0"}}) {
     const std::string p = json_edited(fixture("mlp"), "models/model.json", "v.pt2", [&](json& j) { j["schema_version"] = {{"major", major}, {"minor", 0}}; });

@@ -15,6 +15,7 @@
 
 #include "import/zip_testutil.h"
 #include "kiln/export/import_pt2.h"
+#include "kiln/export/serialize.h"
 
 namespace kiln {
 namespace {
@@ -123,6 +124,174 @@ TEST_F(ImportArchive, EverySchemaVersionFromPyTorch26To211Imports) {
   }
   auto legacy = import_pt2(legacy_fixture("mlp"));
   EXPECT_TRUE(legacy.ok()) << legacy.status().message();
+}
+
+// Schema 8.x fields by version (torch/_export/serde/schema.py): PyTorch 2.6 writes 8.2 without
+// Node.name, Node.is_hop_single_tensor_return, NamedArgument.kind, Argument.as_optional_tensor,
+// GraphModule.treespec_namedtuple_fields and ExportedProgram.guards_code, which later minors
+// added (2.11 writes 8.17 with all of them); an optional tensor argument is then `as_tensor`
+// or `as_none` instead of `as_optional_tensor: {as_tensor | as_none}`.
+void for_each_node(json& graph, const std::function<void(json&)>& visit) {
+  for (json& node : graph["nodes"]) {
+    visit(node);
+    for (json& in : node["inputs"]) {
+      if (in.contains("arg") && in["arg"].contains("as_graph")) for_each_node(in["arg"]["as_graph"]["graph"], visit);
+    }
+  }
+}
+
+void as_schema_8_2(json& j) {
+  j["schema_version"] = {{"major", 8}, {"minor", 2}};
+  j.erase("guards_code");
+  j["graph_module"].erase("treespec_namedtuple_fields");
+  for_each_node(j["graph_module"]["graph"], [](json& node) {
+    node.erase("name");
+    node.erase("is_hop_single_tensor_return");
+    for (json& in : node["inputs"]) {
+      in.erase("kind");
+      if (in["arg"].contains("as_optional_tensor")) in["arg"] = json(in["arg"]["as_optional_tensor"]);
+    }
+  });
+}
+
+// The optional tensor arguments (a conv or linear bias, batch-norm statistics) in the
+// `as_optional_tensor` form of the later minors.
+int as_optional_tensor_form(json& j) {
+  int rewritten = 0;
+  for_each_node(j["graph_module"]["graph"], [&](json& node) {
+    for (json& in : node["inputs"]) {
+      const std::string name = in.value("name", "");
+      if (name != "bias" && name != "running_mean" && name != "running_var" && name != "weight") continue;
+      const std::string target = node.value("target", "");
+      if (name == "weight" && target.find("batch_norm") == std::string::npos) continue;  // a conv's weight is not optional
+      json& a = in["arg"];
+      if (a.contains("as_tensor")) {
+        a = {{"as_optional_tensor", {{"as_tensor", a["as_tensor"]}}}};
+      } else if (a.contains("as_none")) {
+        a = {{"as_optional_tensor", {{"as_none", true}}}};
+      } else {
+        continue;
+      }
+      ++rewritten;
+    }
+  });
+  return rewritten;
+}
+
+TEST_F(ImportArchive, TheFieldsOfEverySchemaMinorImportToTheSameBundle) {
+  for (const char* model : {"convnet", "decoder", "cond_dyn"}) {
+    for (const char* file : {"model.pt2", "model.core.pt2"}) {
+      SCOPED_TRACE(std::string(model) + "/" + file);
+      // Every variant is written to the same file name: the bundle records it.
+      auto bundle_of = [&](const std::function<void(json&)>& edit) -> std::vector<std::uint8_t> {
+        auto ep = import_pt2(json_edited(fixture(model, file), "models/model.json", "v.pt2", edit));
+        EXPECT_TRUE(ep.ok()) << ep.status().message();
+        if (!ep.ok()) return {};
+        auto bytes = serialize_bundle(ep->program());
+        EXPECT_TRUE(bytes.ok()) << bytes.status().message();
+        return bytes.ok() ? *bytes : std::vector<std::uint8_t>{};
+      };
+      const auto as_written = bundle_of([](json&) {});  // 8.17, PyTorch 2.11
+      ASSERT_FALSE(as_written.empty());
+      for (int minor : {2, 3, 5, 8, 10, 12, 14, 16, 17}) {
+        SCOPED_TRACE(minor);
+        EXPECT_EQ(bundle_of([&](json& j) { as_schema_8_2(j); j["schema_version"]["minor"] = minor; }), as_written) << "8.2 fields";
+        EXPECT_EQ(bundle_of([&](json& j) { j["schema_version"]["minor"] = minor; }), as_written) << "8.17 fields";
+      }
+      int optional = 0;
+      EXPECT_EQ(bundle_of([&](json& j) { optional = as_optional_tensor_form(j); }), as_written);
+      if (std::string(model) == "convnet") {
+        EXPECT_GT(optional, 0);
+      }
+      // A later minor only adds fields, which are ignored.
+      EXPECT_EQ(bundle_of([](json& j) {
+                  j["schema_version"]["minor"] = 30;
+                  j["a_field_of_8_30"] = {1, 2};
+                  j["graph_module"]["a_field_of_8_30"] = "x";
+                  for_each_node(j["graph_module"]["graph"], [](json& node) {
+                    node["a_field_of_8_30"] = {{"k", 1}};
+                    for (json& in : node["inputs"]) in["a_field_of_8_30"] = false;
+                  });
+                }),
+                as_written);
+    }
+  }
+  // PyTorch 2.6's own archives (legacy layout, 8.2) with the 8.17 fields added import alike.
+  for (const char* file : {"model.pt2", "model.core.pt2"}) {
+    SCOPED_TRACE(file);
+    auto original = import_pt2(legacy_fixture("convnet", file));
+    ASSERT_TRUE(original.ok()) << original.status().message();
+    auto upgraded = import_pt2(json_edited(legacy_fixture("convnet", file), "serialized_exported_program.json", "lv.pt2", [](json& j) {
+      j["schema_version"]["minor"] = 17;
+      j["guards_code"] = json::array();
+      j["graph_module"]["treespec_namedtuple_fields"] = json::object();
+      int k = 0;
+      for_each_node(j["graph_module"]["graph"], [&](json& node) {
+        node["name"] = "node" + std::to_string(k++);
+        node["is_hop_single_tensor_return"] = nullptr;
+        for (json& in : node["inputs"]) in["kind"] = 1;
+      });
+      as_optional_tensor_form(j);
+    }));
+    ASSERT_TRUE(upgraded.ok()) << upgraded.status().message();
+    original->program().metadata.clear();
+    upgraded->program().metadata.clear();
+    upgraded->program().name = original->program().name;
+    auto a = serialize_bundle(original->program());
+    auto b = serialize_bundle(upgraded->program());
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(*a, *b);
+  }
+}
+
+TEST_F(ImportArchive, ArgumentsOfLaterMinorsKilnCannotMapAreRefusedNamingThem) {
+  auto with_arg = [&](const std::string& param, const json& replacement) {
+    return json_edited(fixture("decoder"), "models/model.json", "v.pt2", [&](json& j) {
+      for (json& node : j["graph_module"]["graph"]["nodes"]) {
+        if (node["target"] != "torch.ops.aten.layer_norm.default") continue;
+        for (json& in : node["inputs"]) if (in["name"] == param) in["arg"] = replacement;
+      }
+    });
+  };
+  expect_error(import_pt2(with_arg("eps", {{"as_complex", {{"real", 1e-5}, {"imag", 0.0}}}})), StatusCode::kInvalidBundle,
+               {"[aten.layer_norm.default]", "as_complex"});
+  expect_error(import_pt2(with_arg("normalized_shape", {{"as_int_lists", {{64}}}})), StatusCode::kInvalidBundle,
+               {"[aten.layer_norm.default]", "'normalized_shape'"});
+  const std::string float8 = json_edited(fixture("mlp"), "_weights_config.json", "f8.pt2", [](json& j) {
+    for (auto& [name, e] : j["config"].items()) e["tensor_meta"]["dtype"] = 29;  // FLOAT8E4M3FN
+  });
+  expect_error(import_pt2(float8), StatusCode::kUnsupported, {"dtype code 29 is not supported"});
+}
+
+TEST_F(ImportArchive, MalformedOptionalTensorArgumentsAreInvalidArchives) {
+  struct Case {
+    json arg;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{{"as_optional_tensor", 5}}, "tensor argument has no field 'name'"},
+      {{{"as_optional_tensor", json::object()}}, "tensor argument has no field 'name'"},
+      {{{"as_optional_tensor", {{"as_tensor", {{"name", 3}}}}}}, "tensor name"},
+      {{{"as_optional_tensor", {{"as_tensor", {{"name", "no_such_tensor"}}}}}}, "uses tensor 'no_such_tensor' before it is defined"},
+      {{{"as_optional_tensor", json::array({1, 2})}}, "tensor argument has no field 'name'"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.arg.dump());
+    int edited_args = 0;
+    const std::string p = json_edited(fixture("convnet", "model.core.pt2"), "models/model.json", "o.pt2", [&](json& j) {
+      for (json& node : j["graph_module"]["graph"]["nodes"]) {
+        if (node["target"].get<std::string>().find("convolution") == std::string::npos) continue;
+        for (json& in : node["inputs"]) {
+          if (in["name"] == "bias") {
+            in["arg"] = c.arg;
+            ++edited_args;
+          }
+        }
+      }
+    });
+    ASSERT_GT(edited_args, 0);
+    expect_error(import_pt2(p), StatusCode::kInvalidBundle, {c.message});
+  }
 }
 
 TEST_F(ImportArchive, UnknownSchemaMajorVersionIsAnInvalidArchiveNamingIt) {

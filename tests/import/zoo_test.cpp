@@ -1,11 +1,13 @@
 // The model-zoo fixtures of tests/fixtures/torch_zoo (written by make_archives.py with
-// PyTorch 2.6 in the models/*.json layout): a Hugging Face style GPT-2 decoder (diff,
+// PyTorch 2.6 in the models/*.json layout; legacy/ holds a second random init of gpt2 and
+// misc as 2.6's own torch.export.save writes them): a Hugging Face style GPT-2 decoder (diff,
 // cumsum, masked attention, baddbmm/addmm, gelu tanh, triu, new_ones) and a model of the
 // formerly missing ops (reflect / replicate padding, bicubic upsampling, integer index_put
 // with and without accumulate, integer bitwise ops and shifts), from both IRs, imported and
 // run on the CPU and Vulkan backends against PyTorch's eager outputs (rtol = atol = 1e-4).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -30,7 +32,9 @@ struct ZooCase {
 };
 
 std::string zoo_name(const ::testing::TestParamInfo<ZooCase>& info) {
-  return info.param.model + (info.param.file == "model.pt2" ? "_training" : "_core") + "_" + info.param.backend;
+  std::string model = info.param.model;
+  std::replace(model.begin(), model.end(), '/', '_');
+  return model + (info.param.file.find(".core") != std::string::npos ? "_core" : "_training") + "_" + info.param.backend;
 }
 
 class ZooTest : public ::testing::TestWithParam<ZooCase> {};
@@ -74,7 +78,10 @@ TEST_P(ZooTest, ImportsAndMatchesPyTorchEager) {
 
 INSTANTIATE_TEST_SUITE_P(TorchZoo, ZooTest,
                          ::testing::Values(ZooCase{"gpt2", "model.pt2", "cpu"}, ZooCase{"gpt2", "model.core.pt2", "cpu"},
-                                           ZooCase{"misc", "model.core.pt2", "cpu"}, ZooCase{"gpt2", "model.pt2", "vulkan"},
+                                           ZooCase{"misc", "model.core.pt2", "cpu"}, ZooCase{"legacy/gpt2", "model.legacy.pt2", "cpu"},
+                                           ZooCase{"legacy/gpt2", "model.core.legacy.pt2", "cpu"},
+                                           ZooCase{"legacy/misc", "model.core.legacy.pt2", "cpu"},
+                                           ZooCase{"gpt2", "model.pt2", "vulkan"},
                                            ZooCase{"gpt2", "model.core.pt2", "vulkan"}, ZooCase{"misc", "model.core.pt2", "vulkan"}),
                          zoo_name);
 

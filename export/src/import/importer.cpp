@@ -88,6 +88,8 @@ const json* Importer::arg(std::size_t pos, const char* name) const {
   }
   if (!a && pos < args_.size()) a = args_[pos];
   if (!a || a->is_null() || member(*a, "as_none") != nullptr || (a->is_object() && a->contains("as_none"))) return nullptr;
+  // Schema >= 8.x writes an absent optional tensor as `as_optional_tensor: {as_none: true}`.
+  if (const json* o = member(*a, "as_optional_tensor"); o && o->is_object() && o->contains("as_none")) return nullptr;
   return a;
 }
 

@@ -238,6 +238,14 @@ int fold_batch_norms(ir::Program& p, ir::Graph& g) {
     for (int out : g.nodes[i].outputs) producer[static_cast<std::size_t>(out)] = static_cast<int>(i);
   }
   for (int out : g.outputs) ++uses[static_cast<std::size_t>(out)];
+  // References to each constant from every graph and state: a replaced conv weight nothing
+  // else refers to has its bytes released at once (eliminate_dead_code and
+  // drop_unused_constants remove it later), so a model's conv weights are not held twice.
+  std::vector<int> refs(p.constants.size(), 0);
+  for (const ir::Graph& h : p.graphs) {
+    for (const ir::Value& v : h.values) if (v.kind == ir::ValueKind::kConstant && v.constant >= 0) ++refs[static_cast<std::size_t>(v.constant)];
+  }
+  for (const ir::StateSpec& st : p.states) if (st.initial >= 0) ++refs[static_cast<std::size_t>(st.initial)];
   int folded = 0;
   for (ir::Node& bn : g.nodes) {
     if (bn.op != OpKind::BatchNorm || bn.inputs.size() != 5 || bn.outputs.size() != 1 || bn.attrs.empty()) continue;
@@ -289,8 +297,13 @@ int fold_batch_norms(ir::Program& p, ir::Graph& g) {
     std::string conv_name = w->name;
     if (conv_name.size() > 7 && conv_name.ends_with(".weight")) conv_name.resize(conv_name.size() - 7);
     const std::vector<std::int64_t> wshape = w->shape;
+    const int old_w = conv.inputs[1];
     const int new_w = add_f32_constant(p, g, w->name + "+" + bn_name, wshape, wv);
     const int new_b = add_f32_constant(p, g, conv_name + ".bias+" + bn_name, {out_channels}, nb);
+    const auto old_constant = static_cast<std::size_t>(g.values[static_cast<std::size_t>(old_w)].constant);
+    if (uses[static_cast<std::size_t>(old_w)] == 1 && old_constant < refs.size() && refs[old_constant] == 1) {
+      p.constants[old_constant].data.reset();
+    }
     conv.inputs.resize(3);
     conv.inputs[1] = new_w;
     conv.inputs[2] = new_b;

@@ -120,6 +120,8 @@ int main(int argc, char** argv) {
   commands[validate] = kiln::cli::add_validate(*validate);
   auto* bench = app.add_subcommand("bench", "Measure latency, load time and memory of a bundle on given inputs");
   commands[bench] = kiln::cli::add_bench(*bench);
+  auto* compare = app.add_subcommand("compare", "Run two bundles, or one on two backends, and compare every node's outputs");
+  commands[compare] = kiln::cli::add_compare(*compare);
   for (auto& [sub, unused] : commands) sub->footer(sub->get_footer() + "\n\n" + kiln::cli::kExitCodes);
   try {
     app.parse(argc, argv);

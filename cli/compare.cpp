@@ -406,9 +406,9 @@ void print_table(const Side& a, const std::vector<Row>& rows) {
         std::cerr << std::setw(11) << fmt(s.max_abs) << std::setw(11) << fmt(s.max_rel) << std::setw(11) << fmt(s.cosine, 7) << std::setw(10)
                   << fmt(s.sqnr_db, 4);
       }
-      std::cerr << (s.diverged() ? "DIVERGED " : "") << printable(source_of(a, ra.node));
+      std::cerr << printable(source_of(a, ra.node));
       if (ra.subgraph_nodes > 0) std::cerr << " (" << ra.subgraph_nodes << " subgraph nodes ran)";
-      std::cerr << "\n";
+      std::cerr << (s.diverged() ? "  DIVERGED" : "") << "\n";
     }
   }
 }

@@ -24,7 +24,7 @@ constexpr const char* kExitCodes =
     "      version, failed verification)\n"
     "  3   the inputs are invalid (count, name, dtype, shape, range, unreadable .npy, failed runtime assert)\n"
     "  4   a requested backend is unavailable\n"
-    "  5   validation failed: a self-test output outside its tolerance\n"
+    "  5   validation failed: a self-test output outside its tolerance (compare: a node diverged)\n"
     "  6   unsupported: an op or feature this build cannot run\n"
     "  7   export failed\n"
     "  8   an output could not be written (I/O error: missing folder, disk full, permission)\n"

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "../../samples/models/models.h"
+#include "kiln/export/control_flow.h"
 #include "kiln/export/serialize.h"
 #include "kiln/runtime/npy.h"
 #include "cli_testutil.h"
@@ -154,6 +155,17 @@ class Compare : public ::testing::Test {
     bad.self_tests[1].name = "case <1> & \"q\" 'a'\x01";
     ASSERT_TRUE(save_bundle(bad, path("bad_golden.kiln")).ok());
     ASSERT_TRUE(write_npy(path("x.npy"), host(Tensor::randn({3, 16}, 11))).ok());
+    // Control flow, and a specialization for batch 1.
+    auto branchy = export_program(
+        [](Tensor x) { return kiln::cond(x.size(0) > 4, [](Tensor a) { return exp(a) * 2; }, [](Tensor a) { return a.clone(); }, {x}) + 1; },
+        {input("x", Tensor::randn({6, 3}), {Dim("n", 1, 64)})}, {.name = "cond"});
+    ASSERT_TRUE(branchy.ok()) << branchy.status().message();
+    ASSERT_TRUE(branchy->save(path("cond.kiln")).ok());
+    auto special = export_program([](Tensor x) { return (*model_)(x); },
+                                  {input("x", Tensor::randn({4, 16}), {Dim("batch", 1, 64).specialize_on({"batch == 1"})})}, {.name = "spec"});
+    ASSERT_TRUE(special.ok()) << special.status().message();
+    ASSERT_TRUE(special->save(path("special.kiln")).ok());
+    ASSERT_TRUE(write_npy(path("x1.npy"), host(Tensor::randn({1, 16}, 12))).ok());
   }
   static void TearDownTestSuite() {
     fs::remove_all(dir_);
@@ -259,6 +271,33 @@ TEST_F(Compare, UnmatchedNodesAreListedAndOutputsStillCompared) {
   EXPECT_EQ(text.code, 5) << text.out;
   EXPECT_NE(text.out.find("unmatched in " + path("mlp_doubled.kiln") + ": node 3 mul"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("kiln: error: an output diverged beyond the tolerance"), std::string::npos) << text.out;
+}
+
+TEST_F(Compare, ControlFlowNodesAreComparedByOutputsAndTheVariantIsReported) {
+  // The true branch runs (n = 6, the hint): cond is one top-level node, its two subgraph
+  // nodes (exp, mul) are counted, not listed.
+  Cmd r = kiln_json("compare " + path("cond.kiln") + " --against cpu --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  json j = json::parse(r.out);
+  bool found = false;
+  for (const json& node : j["nodes"]) {
+    if (node["op"] != "cond") continue;
+    found = true;
+    EXPECT_EQ(node["subgraph_nodes"], json({2, 2})) << node.dump();
+    EXPECT_EQ(node["outputs"][0]["value"], "f32[6, 3]");
+  }
+  EXPECT_TRUE(found) << r.out;
+  for (const json& node : j["nodes"]) EXPECT_NE(node["op"], "exp") << "a subgraph node listed at the top level";
+  // Batch 1 runs the specialization: its graph's nodes are compared, and it is named.
+  r = kiln_json("compare " + path("special.kiln") + " " + path("special.kiln") + " --json --input x=" + path("x1.npy"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = json::parse(r.out);
+  EXPECT_EQ(j["a"]["variant"], "batch == 1") << r.out;
+  EXPECT_NE(j["a"]["graph"], 0);
+  EXPECT_EQ(j["nodes"].size(), 3u);
+  const Cmd text = kiln_cmd("compare " + path("special.kiln") + " --against cpu " + path("x1.npy"));
+  EXPECT_EQ(text.code, 0) << text.out;
+  EXPECT_NE(text.out.find("(variant batch == 1) against"), std::string::npos) << text.out;
 }
 
 TEST_F(Compare, VulkanAgainstCpu) {

@@ -154,6 +154,11 @@ class Compare : public ::testing::Test {
     bad.self_tests[0].outputs[0].data = golden;
     bad.self_tests[1].name = "case <1> & \"q\" 'a'\x01";
     ASSERT_TRUE(save_bundle(bad, path("bad_golden.kiln")).ok());
+    // A self-test whose input is outside the declared range: it cannot run.
+    ir::Program unrunnable = ep->program();
+    unrunnable.self_tests[0].inputs[0].shape = {100, 16};
+    unrunnable.self_tests[0].inputs[0].data = std::make_shared<std::vector<std::uint8_t>>(100 * 16 * 4, 0);
+    ASSERT_TRUE(save_bundle(unrunnable, path("unrunnable.kiln")).ok());
     ASSERT_TRUE(write_npy(path("x.npy"), host(Tensor::randn({3, 16}, 11))).ok());
     // Control flow, and a specialization for batch 1.
     auto branchy = export_program(
@@ -376,6 +381,17 @@ TEST_F(Compare, JunitForFailingSelfTestsCarriesTheStatistics) {
   // The JSON report has the relative error too.
   const Cmd j = kiln_json("validate " + path("bad_golden.kiln") + " --json");
   EXPECT_NE(j.out.find("\"max_rel_diff\""), std::string::npos) << j.out;
+}
+
+TEST_F(Compare, JunitReportsASelfTestThatCannotRunAsErrors) {
+  const std::string report = path("unrunnable.xml");
+  const Cmd r = kiln_cmd("validate " + path("unrunnable.kiln") + " --junit " + report);
+  EXPECT_EQ(r.code, 3) << r.out;
+  const std::string xml = read_text(report);
+  std::string why;
+  EXPECT_TRUE(well_formed(xml, why)) << why << "\n" << xml;
+  EXPECT_NE(xml.find("tests=\"2\" failures=\"0\" errors=\"1\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<error type=\"invalid_input\" message=\"input x.size(0) = 100 (batch, s0) is outside the range [2, 64]"), std::string::npos) << xml;
 }
 
 TEST_F(Compare, JunitWhenTheBundleDoesNotLoadAndBadTargets) {

@@ -4,6 +4,7 @@
 //   plan.cpp          plan_graph: shapes, attributes, segments, memory (once per signature);
 //   session.cpp       the run loop: run_graph, run_node, run_segment, Session::run;
 //   control_flow.cpp  cond, while_loop and invoke_subgraph nodes.
+//   observe.cpp       SessionOptions::observer: nodes' outputs to the caller.
 //
 // Every graph call (the entry graph, and each subgraph a control-flow node calls) goes
 // through run_graph. Its inputs form a *signature* (dtypes, ranks, dims, int values): the

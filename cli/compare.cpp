@@ -308,8 +308,31 @@ Status run_side(Side& side, const CompareOptions& o, std::span<const HostValue> 
   return Status::Ok();
 }
 
-Result<std::shared_ptr<const Program>> open_unfused(const std::string& path, const std::string& backend, bool use_mmap) {
-  return open_program(path, /*verify_segments=*/true, backend, use_mmap, /*fuse_activations=*/false);
+// The two sides from the arguments: A on --backend and B, or BUNDLE on --backend and on
+// --against; loaded without activation fusion, so every node's own output is seen.
+Status open_sides(const CompareOptions& o, Side& a, Side& b) {
+  KILN_RETURN_IF_ERROR(check_backend(o.backend));
+  a.path = o.positional[0];
+  a.backend = o.backend;
+  if (!o.against.empty()) {
+    KILN_RETURN_IF_ERROR(check_backend(o.against));
+    b.path = a.path;
+    b.backend = o.against;
+    a.label = a.path + " on " + a.backend;
+    b.label = b.path + " on " + b.backend;
+  } else {
+    if (o.positional.size() < 2) return Status(StatusCode::kUsage, "compare needs two bundles (A.kiln B.kiln) or one with --against BACKEND");
+    b.path = o.positional[1];
+    b.backend = o.backend;
+    a.label = a.path;
+    b.label = b.path;
+  }
+  for (Side* s : {&a, &b}) {
+    auto program = open_program(s->path, /*verify_segments=*/true, s->backend, !o.no_mmap, /*fuse_activations=*/false);
+    if (!program.ok()) return program.status();
+    s->program = *program;
+  }
+  return Status::Ok();
 }
 
 // ---- matching ---------------------------------------------------------------------------
@@ -382,6 +405,148 @@ struct Row {
   bool diverged = false;
 };
 
+// Everything the report says: matched rows, unmatched nodes, the final outputs.
+struct Comparison {
+  bool by_index = false;                   // one bundle, one graph: nodes matched by index
+  std::vector<std::string> keys_a, keys_b;  // node_keys (across bundles)
+  std::vector<Row> rows;                   // A's execution order
+  std::vector<std::size_t> unmatched_a;    // indices into a.nodes
+  std::vector<bool> matched_b;             // per b.nodes
+  std::vector<Stats> outputs;              // the final outputs
+  std::ptrdiff_t first = -1;               // index of the first row that diverged; -1: none
+  bool diverged = false;                   // a row or an output
+};
+
+Row compare_node(const Side& a, const Side& b, std::size_t i, std::size_t j, const CompareOptions& o) {
+  Row row{i, j, {}, false};
+  const NodeRecord &ra = a.nodes[i], &rb = b.nodes[j];
+  for (std::size_t k = 0; k < std::max(ra.outputs.size(), rb.outputs.size()); ++k) {
+    Stats s;
+    if (k >= ra.outputs.size() || k >= rb.outputs.size()) {
+      s.error = "output " + std::to_string(k) + " exists on one side only";
+    } else if (ra.present[k] != rb.present[k]) {
+      s.error = std::string("absent on ") + (ra.present[k] ? "the reference" : "this side");
+    } else if (ra.present[k]) {
+      s = compare_values(ra.outputs[k], rb.outputs[k], o.rtol, o.atol);
+    }
+    row.diverged = row.diverged || s.diverged();
+    row.outputs.push_back(std::move(s));
+  }
+  return row;
+}
+
+// Matches the nodes (by index on one bundle's graph, else by node_keys) and compares them.
+Comparison compare_sides(const Side& a, const Side& b, const CompareOptions& o) {
+  Comparison c;
+  c.by_index = !o.against.empty() && a.graph == b.graph;
+  c.keys_a = node_keys(a);
+  c.keys_b = node_keys(b);
+  c.matched_b.assign(b.nodes.size(), false);
+  auto key = [&](const Side& s, const std::vector<std::string>& keys, std::size_t i) {
+    return c.by_index ? std::to_string(s.nodes[i].node) : keys[i];
+  };
+  std::map<std::string, std::size_t> index_b;
+  for (std::size_t j = 0; j < b.nodes.size(); ++j) index_b[key(b, c.keys_b, j)] = j;
+  for (std::size_t i = 0; i < a.nodes.size(); ++i) {
+    const auto it = index_b.find(key(a, c.keys_a, i));
+    if (it == index_b.end()) {
+      c.unmatched_a.push_back(i);
+      continue;
+    }
+    c.matched_b[it->second] = true;
+    c.rows.push_back(compare_node(a, b, i, it->second, o));
+  }
+  for (std::size_t k = 0; k < a.result.outputs.size() && k < b.result.outputs.size(); ++k) {
+    c.outputs.push_back(compare_values(a.result.outputs[k], b.result.outputs[k], o.rtol, o.atol));
+    c.diverged = c.diverged || c.outputs.back().diverged();
+  }
+  for (std::size_t r = 0; r < c.rows.size() && c.first < 0; ++r) {
+    if (c.rows[r].diverged) c.first = static_cast<std::ptrdiff_t>(r);
+  }
+  c.diverged = c.diverged || c.first >= 0;
+  return c;
+}
+
+// The first divergent node: where, its op, its input and output shapes, its statistics.
+json first_divergence_json(const Side& a, const Side& b, const Comparison& c, std::span<const HostValue> inputs) {
+  if (c.first < 0) return nullptr;
+  const Row& row = c.rows[static_cast<std::size_t>(c.first)];
+  const NodeRecord &ra = a.nodes[row.a], &rb = b.nodes[row.b];
+  std::size_t k = 0;
+  while (!row.outputs[k].diverged()) ++k;
+  auto shapes = [](const NodeRecord& r) {
+    json list = json::array();
+    for (std::size_t j = 0; j < r.outputs.size(); ++j) list.push_back(r.present[j] ? value_text(r.outputs[j]) : "absent");
+    return list;
+  };
+  json j{{"node", ra.node},
+         {"reference_node", rb.node},
+         {"op", op_of(a, ra.node)},
+         {"reference_op", op_of(b, rb.node)},
+         {"source", source_of(a, ra.node)},
+         {"input_shapes", input_shapes(a, ra.node, inputs)},
+         {"output_shapes", shapes(ra)},
+         {"reference_output_shapes", shapes(rb)},
+         {"output", k}};
+  j.update(stats_json(row.outputs[k]));
+  return j;
+}
+
+json report_json(const Side& a, const Side& b, const Comparison& c, const CompareOptions& o, const std::vector<InputSource>& sources,
+                 const json& first) {
+  auto side_json = [](const Side& s) {
+    return json{{"bundle", s.path}, {"backend", s.program->backend_name()}, {"variant", s.result.variant}, {"graph", s.graph},
+                {"nodes", s.nodes.size()}};
+  };
+  json in = json::array();
+  for (const InputSource& src : sources) {
+    json j{{"name", src.name}, {"source", src.source}};
+    if (!src.detail.empty()) j["detail"] = src.detail;
+    in.push_back(j);
+  }
+  json nodes = json::array();
+  for (const Row& row : c.rows) {
+    const NodeRecord &ra = a.nodes[row.a], &rb = b.nodes[row.b];
+    json outs = json::array();
+    for (std::size_t k = 0; k < row.outputs.size(); ++k) {
+      json oj{{"index", k}, {"value", k < ra.outputs.size() && ra.present[k] ? json(value_text(ra.outputs[k])) : json("absent")}};
+      oj.update(stats_json(row.outputs[k]));
+      outs.push_back(oj);
+    }
+    json nj{{"node", ra.node}, {"reference_node", rb.node}, {"op", op_of(a, ra.node)}, {"source", source_of(a, ra.node)}};
+    if (!c.by_index) nj["key"] = c.keys_a[row.a];
+    if (ra.subgraph_nodes > 0 || rb.subgraph_nodes > 0) nj["subgraph_nodes"] = {ra.subgraph_nodes, rb.subgraph_nodes};
+    nj["outputs"] = outs;
+    nj["diverged"] = row.diverged;
+    nodes.push_back(nj);
+  }
+  auto node_entry = [](const Side& s, const std::vector<std::string>& keys, std::size_t i) {
+    return json{{"node", s.nodes[i].node}, {"op", op_of(s, s.nodes[i].node)}, {"source", source_of(s, s.nodes[i].node)}, {"key", keys[i]}};
+  };
+  json unmatched_a = json::array(), unmatched_b = json::array();
+  for (std::size_t i : c.unmatched_a) unmatched_a.push_back(node_entry(a, c.keys_a, i));
+  for (std::size_t j = 0; j < b.nodes.size(); ++j) {
+    if (!c.matched_b[j]) unmatched_b.push_back(node_entry(b, c.keys_b, j));
+  }
+  json outs = json::array();
+  for (std::size_t k = 0; k < c.outputs.size(); ++k) {
+    json oj{{"index", k}};
+    oj.update(stats_json(c.outputs[k]));
+    outs.push_back(oj);
+  }
+  return {{"mode", o.against.empty() ? "bundles" : "backends"},
+          {"a", side_json(a)},
+          {"b", side_json(b)},
+          {"tolerance", {{"rtol", o.rtol}, {"atol", o.atol}}},
+          {"inputs", in},
+          {"nodes", nodes},
+          {"unmatched_a", unmatched_a},
+          {"unmatched_b", unmatched_b},
+          {"outputs", outs},
+          {"first_divergence", first},
+          {"diverged", c.diverged}};
+}
+
 std::string fmt(double v, int precision = 3) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
@@ -413,6 +578,45 @@ void print_table(const Side& a, const std::vector<Row>& rows) {
   }
 }
 
+void print_report(const Side& a, const Side& b, const Comparison& c, const CompareOptions& o, const std::vector<InputSource>& sources,
+                  const json& first) {
+  std::cerr << "comparing " << printable(a.label) << " (variant " << printable(a.result.variant) << ") against " << printable(b.label)
+            << " (variant " << printable(b.result.variant) << "), rtol " << o.rtol << ", atol " << o.atol << "\n";
+  for (const InputSource& src : sources) {
+    if (src.source != "given") std::cerr << "input " << printable(src.name) << ": " << src.source << " (" << printable(src.detail) << ")\n";
+  }
+  print_table(a, c.rows);
+  auto unmatched = [](const Side& s, const std::vector<std::string>& keys, std::size_t i) {
+    std::cerr << "unmatched in " << printable(s.label) << ": node " << s.nodes[i].node << " " << printable(op_of(s, s.nodes[i].node)) << " '"
+              << printable(keys[i]) << "'\n";
+  };
+  for (std::size_t i : c.unmatched_a) unmatched(a, c.keys_a, i);
+  for (std::size_t j = 0; j < b.nodes.size(); ++j) {
+    if (!c.matched_b[j]) unmatched(b, c.keys_b, j);
+  }
+  for (std::size_t k = 0; k < c.outputs.size(); ++k) {
+    const Stats& s = c.outputs[k];
+    std::cerr << "output " << k << ": "
+              << (s.error.empty() ? "max |err| " + fmt(s.max_abs) + ", cosine " + fmt(s.cosine, 7) + ", SQNR " + fmt(s.sqnr_db, 4) + " dB" : printable(s.error))
+              << (s.diverged() ? "  DIVERGED" : "") << "\n";
+  }
+  if (c.first < 0) return;
+  const std::size_t k = first["output"].get<std::size_t>();
+  const Stats& s = c.rows[static_cast<std::size_t>(c.first)].outputs[k];
+  std::string ins;
+  for (const auto& t : first["input_shapes"]) ins += (ins.empty() ? "" : ", ") + t.get<std::string>();
+  std::cerr << "first divergence: node " << first["node"].get<std::uint32_t>() << " " << printable(first["op"].get<std::string>()) << "("
+            << printable(ins) << ") -> " << printable(first["output_shapes"][k].get<std::string>());
+  const std::string src = first["source"].get<std::string>();
+  if (!src.empty()) std::cerr << " at " << printable(src);
+  std::cerr << ": ";
+  if (!s.error.empty()) {
+    std::cerr << printable(s.error) << "\n";
+  } else {
+    std::cerr << s.mismatched << " elements beyond atol + rtol * |reference|, max |err| " << fmt(s.max_abs) << " at index " << s.worst_index << "\n";
+  }
+}
+
 }  // namespace
 
 Command add_compare(CLI::App& app) {
@@ -440,183 +644,22 @@ Command add_compare(CLI::App& app) {
       return report_error(Status(StatusCode::kUsage, "--rtol and --atol must be finite numbers >= 0"), o->json);
     }
     Side a, b;
-    a.path = o->positional[0];
-    a.backend = o->backend;
-    if (!o->against.empty()) {
-      KILN_RETURN_IF_ERROR_CLI(check_backend(o->backend), o->json);
-      KILN_RETURN_IF_ERROR_CLI(check_backend(o->against), o->json);
-      b.path = a.path;
-      b.backend = o->against;
-      a.label = a.path + " on " + a.backend;
-      b.label = b.path + " on " + b.backend;
-    } else {
-      if (o->positional.size() < 2) {
-        return report_error(Status(StatusCode::kUsage, "compare needs two bundles (A.kiln B.kiln) or one with --against BACKEND"), o->json);
-      }
-      KILN_RETURN_IF_ERROR_CLI(check_backend(o->backend), o->json);
-      b.path = o->positional[1];
-      b.backend = o->backend;
-      a.label = a.path;
-      b.label = b.path;
-    }
-    for (Side* s : {&a, &b}) {
-      auto program = open_unfused(s->path, s->backend, !o->no_mmap);
-      if (!program.ok()) return report_error(program.status(), o->json);
-      s->program = *program;
-    }
+    KILN_RETURN_IF_ERROR_CLI(open_sides(*o, a, b), o->json);
     KILN_RETURN_IF_ERROR_CLI(check_same_signature(a, b), o->json);
     std::vector<InputSource> sources;
     auto inputs = make_inputs(*o, a.program->bundle(), sources);
     if (!inputs.ok()) return report_error(inputs.status(), o->json);
     for (Side* s : {&a, &b}) KILN_RETURN_IF_ERROR_CLI(run_side(*s, *o, *inputs), o->json);
 
-    // Match the nodes: by index on one bundle, by key (node_keys) across two bundles.
-    std::vector<Row> rows;
-    std::vector<bool> matched_b(b.nodes.size(), false);
-    std::vector<std::size_t> unmatched_a;
-    const bool same_graph = !o->against.empty() && a.graph == b.graph;
-    const std::vector<std::string> keys_a = node_keys(a), keys_b = node_keys(b);
-    std::map<std::string, std::size_t> index_b;
-    for (std::size_t j = 0; j < b.nodes.size(); ++j) index_b[same_graph ? std::to_string(b.nodes[j].node) : keys_b[j]] = j;
-    for (std::size_t i = 0; i < a.nodes.size(); ++i) {
-      auto it = index_b.find(same_graph ? std::to_string(a.nodes[i].node) : keys_a[i]);
-      if (it == index_b.end()) {
-        unmatched_a.push_back(i);
-        continue;
-      }
-      Row row{i, it->second, {}, false};
-      matched_b[it->second] = true;
-      const NodeRecord &ra = a.nodes[i], &rb = b.nodes[it->second];
-      for (std::size_t k = 0; k < std::max(ra.outputs.size(), rb.outputs.size()); ++k) {
-        Stats s;
-        if (k >= ra.outputs.size() || k >= rb.outputs.size()) {
-          s.error = "output " + std::to_string(k) + " exists on one side only";
-        } else if (ra.present[k] != rb.present[k]) {
-          s.error = std::string("absent on ") + (ra.present[k] ? "the reference" : "this side");
-        } else if (ra.present[k]) {
-          s = compare_values(ra.outputs[k], rb.outputs[k], o->rtol, o->atol);
-        }
-        row.diverged = row.diverged || s.diverged();
-        row.outputs.push_back(std::move(s));
-      }
-      rows.push_back(std::move(row));
-    }
-    std::vector<Stats> outputs;
-    bool outputs_diverged = false;
-    for (std::size_t k = 0; k < a.result.outputs.size() && k < b.result.outputs.size(); ++k) {
-      outputs.push_back(compare_values(a.result.outputs[k], b.result.outputs[k], o->rtol, o->atol));
-      outputs_diverged = outputs_diverged || outputs.back().diverged();
-    }
-    const auto first = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.diverged; });
-    const bool diverged = first != rows.end() || outputs_diverged;
-
-    json first_json = nullptr;
-    if (first != rows.end()) {
-      const NodeRecord &ra = a.nodes[first->a], &rb = b.nodes[first->b];
-      std::size_t k = 0;
-      while (!first->outputs[k].diverged()) ++k;
-      json out_shapes = json::array(), ref_shapes = json::array();
-      for (std::size_t j = 0; j < ra.outputs.size(); ++j) out_shapes.push_back(ra.present[j] ? value_text(ra.outputs[j]) : "absent");
-      for (std::size_t j = 0; j < rb.outputs.size(); ++j) ref_shapes.push_back(rb.present[j] ? value_text(rb.outputs[j]) : "absent");
-      first_json = {{"node", ra.node},
-                    {"reference_node", rb.node},
-                    {"op", op_of(a, ra.node)},
-                    {"reference_op", op_of(b, rb.node)},
-                    {"source", source_of(a, ra.node)},
-                    {"input_shapes", input_shapes(a, ra.node, *inputs)},
-                    {"output_shapes", out_shapes},
-                    {"reference_output_shapes", ref_shapes},
-                    {"output", k}};
-      first_json.update(stats_json(first->outputs[k]));
-    }
+    const Comparison c = compare_sides(a, b, *o);
+    const json first = first_divergence_json(a, b, c, *inputs);
     if (o->json) {
-      auto side_json = [](const Side& s) {
-        return json{{"bundle", s.path}, {"backend", s.program->backend_name()}, {"variant", s.result.variant}, {"graph", s.graph},
-                    {"nodes", s.nodes.size()}};
-      };
-      json in = json::array();
-      for (const InputSource& src : sources) {
-        json j{{"name", src.name}, {"source", src.source}};
-        if (!src.detail.empty()) j["detail"] = src.detail;
-        in.push_back(j);
-      }
-      json nodes = json::array();
-      for (const Row& row : rows) {
-        const NodeRecord &ra = a.nodes[row.a], &rb = b.nodes[row.b];
-        json outs = json::array();
-        for (std::size_t k = 0; k < row.outputs.size(); ++k) {
-          json oj{{"index", k}, {"value", k < ra.outputs.size() && ra.present[k] ? json(value_text(ra.outputs[k])) : json("absent")}};
-          oj.update(stats_json(row.outputs[k]));
-          outs.push_back(oj);
-        }
-        json nj{{"node", ra.node}, {"reference_node", rb.node}, {"op", op_of(a, ra.node)}, {"source", source_of(a, ra.node)}};
-        if (!same_graph) nj["key"] = keys_a[row.a];
-        if (ra.subgraph_nodes > 0 || rb.subgraph_nodes > 0) nj["subgraph_nodes"] = {ra.subgraph_nodes, rb.subgraph_nodes};
-        nj["outputs"] = outs;
-        nj["diverged"] = row.diverged;
-        nodes.push_back(nj);
-      }
-      auto unmatched = [](const Side& s, const std::vector<std::string>& keys, auto&& include) {
-        json list = json::array();
-        for (std::size_t i = 0; i < s.nodes.size(); ++i) {
-          if (include(i)) list.push_back({{"node", s.nodes[i].node}, {"op", op_of(s, s.nodes[i].node)}, {"source", source_of(s, s.nodes[i].node)}, {"key", keys[i]}});
-        }
-        return list;
-      };
-      json outs = json::array();
-      for (std::size_t k = 0; k < outputs.size(); ++k) {
-        json oj{{"index", k}};
-        oj.update(stats_json(outputs[k]));
-        outs.push_back(oj);
-      }
-      std::cout << dump_json({{"mode", o->against.empty() ? "bundles" : "backends"},
-                              {"a", side_json(a)},
-                              {"b", side_json(b)},
-                              {"tolerance", {{"rtol", o->rtol}, {"atol", o->atol}}},
-                              {"inputs", in},
-                              {"nodes", nodes},
-                              {"unmatched_a", unmatched(a, keys_a, [&](std::size_t i) { return std::find(unmatched_a.begin(), unmatched_a.end(), i) != unmatched_a.end(); })},
-                              {"unmatched_b", unmatched(b, keys_b, [&](std::size_t j) { return !matched_b[j]; })},
-                              {"outputs", outs},
-                              {"first_divergence", first_json},
-                              {"diverged", diverged}})
-                << "\n";
+      std::cout << dump_json(report_json(a, b, c, *o, sources, first)) << "\n";
     } else {
-      std::cerr << "comparing " << printable(a.label) << " (variant " << printable(a.result.variant) << ") against " << printable(b.label)
-                << " (variant " << printable(b.result.variant) << "), rtol " << o->rtol << ", atol " << o->atol << "\n";
-      for (const InputSource& src : sources) {
-        if (src.source != "given") std::cerr << "input " << printable(src.name) << ": " << src.source << " (" << printable(src.detail) << ")\n";
-      }
-      print_table(a, rows);
-      for (std::size_t i : unmatched_a) {
-        std::cerr << "unmatched in " << printable(a.label) << ": node " << a.nodes[i].node << " " << printable(op_of(a, a.nodes[i].node)) << " '"
-                  << printable(keys_a[i]) << "'\n";
-      }
-      for (std::size_t j = 0; j < b.nodes.size(); ++j) {
-        if (matched_b[j]) continue;
-        std::cerr << "unmatched in " << printable(b.label) << ": node " << b.nodes[j].node << " " << printable(op_of(b, b.nodes[j].node)) << " '"
-                  << printable(keys_b[j]) << "'\n";
-      }
-      for (std::size_t k = 0; k < outputs.size(); ++k) {
-        const Stats& s = outputs[k];
-        std::cerr << "output " << k << ": " << (s.error.empty() ? "max |err| " + fmt(s.max_abs) + ", cosine " + fmt(s.cosine, 7) + ", SQNR " + fmt(s.sqnr_db, 4) + " dB" : printable(s.error))
-                  << (s.diverged() ? "  DIVERGED" : "") << "\n";
-      }
-      if (first != rows.end()) {
-        const Stats& s = first->outputs[first_json["output"].get<std::size_t>()];
-        std::string ins;
-        for (const auto& t : first_json["input_shapes"]) ins += (ins.empty() ? "" : ", ") + t.get<std::string>();
-        std::cerr << "first divergence: node " << first_json["node"].get<std::uint32_t>() << " " << printable(first_json["op"].get<std::string>())
-                  << "(" << printable(ins) << ") -> " << printable(first_json["output_shapes"][first_json["output"].get<std::size_t>()].get<std::string>());
-        const std::string src = first_json["source"].get<std::string>();
-        if (!src.empty()) std::cerr << " at " << printable(src);
-        std::cerr << ": ";
-        if (!s.error.empty()) std::cerr << printable(s.error) << "\n";
-        else std::cerr << s.mismatched << " elements beyond atol + rtol * |reference|, max |err| " << fmt(s.max_abs) << " at index " << s.worst_index << "\n";
-      }
+      print_report(a, b, c, *o, sources, first);
     }
-    if (diverged) {
-      std::cerr << "kiln: error: " << (first != rows.end() ? "a node" : "an output") << " diverged beyond the tolerance\n";
+    if (c.diverged) {
+      std::cerr << "kiln: error: " << (c.first >= 0 ? "a node" : "an output") << " diverged beyond the tolerance\n";
       return exit_code(StatusCode::kValidationFailed);
     }
     if (!o->json) std::cerr << "no node diverged\n";

@@ -553,8 +553,8 @@ struct InspectOptions {
   bool no_mmap = false;
 };
 
-// Writes `text` to `path` atomically (a temporary file, then rename): nothing partial is
-// left on failure.
+}  // namespace
+
 Status write_text_file(const std::string& path, const std::string& text) {
   KILN_RETURN_IF_ERROR(check_output_target(path));
   remove_stale_temporaries(path);
@@ -577,6 +577,8 @@ Status write_text_file(const std::string& path, const std::string& text) {
   }
   return Status::Ok();
 }
+
+namespace {
 
 // Where every node runs once loaded for `backend`: the CPU or an accelerator segment, and
 // which activations were fused into the node before them.

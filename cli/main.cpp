@@ -24,7 +24,7 @@ constexpr const char* kExitCodes =
     "      version, failed verification)\n"
     "  3   the inputs are invalid (count, name, dtype, shape, range, unreadable .npy, failed runtime assert)\n"
     "  4   a requested backend is unavailable\n"
-    "  5   validation failed: a self-test output outside its tolerance\n"
+    "  5   validation failed: a self-test output outside its tolerance (compare: a node diverged)\n"
     "  6   unsupported: an op or feature this build cannot run\n"
     "  7   export failed\n"
     "  8   an output could not be written (I/O error: missing folder, disk full, permission)\n"
@@ -120,6 +120,8 @@ int main(int argc, char** argv) {
   commands[validate] = kiln::cli::add_validate(*validate);
   auto* bench = app.add_subcommand("bench", "Measure latency, load time and memory of a bundle on given inputs");
   commands[bench] = kiln::cli::add_bench(*bench);
+  auto* compare = app.add_subcommand("compare", "Run two bundles, or one on two backends, and compare every node's outputs");
+  commands[compare] = kiln::cli::add_compare(*compare);
   for (auto& [sub, unused] : commands) sub->footer(sub->get_footer() + "\n\n" + kiln::cli::kExitCodes);
   try {
     app.parse(argc, argv);

@@ -161,7 +161,7 @@ Status save_state(const Session& session, const std::string& dir) {
 
 }  // namespace
 
-Result<std::vector<HostValue>> parse_inputs(const fb::Program& p, const std::vector<std::string>& args) {
+Result<std::vector<HostValue>> parse_inputs(const fb::Program& p, const std::vector<std::string>& args, const InputFiller* fill) {
   const auto* sig = p.signature()->inputs();
   const std::uint32_t n = sig ? sig->size() : 0;
   std::vector<std::optional<HostValue>> values(n);
@@ -191,6 +191,11 @@ Result<std::vector<HostValue>> parse_inputs(const fb::Program& p, const std::vec
   }
   std::vector<HostValue> out;
   for (std::uint32_t i = 0; i < n; ++i) {
+    if (!values[i] && fill != nullptr) {
+      auto v = (*fill)(i, *sig->Get(i));
+      if (!v.ok()) return v.status();
+      values[i] = std::move(v).value();
+    }
     if (!values[i]) return Status(StatusCode::kInvalidInput, "missing input '" + sig->Get(i)->name()->str() + "'");
     out.push_back(std::move(*values[i]));
   }
@@ -198,11 +203,12 @@ Result<std::vector<HostValue>> parse_inputs(const fb::Program& p, const std::vec
 }
 
 Result<std::shared_ptr<const Program>> open_program(const std::string& path, bool verify_segments, const std::string& backend,
-                                                    bool use_mmap) {
+                                                    bool use_mmap, bool fuse_activations) {
   auto bundle = Bundle::open(path, {.verify_segment_checksums = verify_segments, .use_mmap = use_mmap});
   if (!bundle.ok()) return with_path(bundle.status(), path);
   ProgramOptions options;
   options.backend = backend;
+  options.fuse_activations = fuse_activations;
   const char* validation = std::getenv("KILN_VULKAN_VALIDATION");
   options.validation = validation != nullptr && std::string(validation) == "1";
   if (const char* cache = std::getenv("KILN_PIPELINE_CACHE")) options.pipeline_cache_path = cache;

@@ -1,5 +1,7 @@
 // kiln validate BUNDLE [--backend ...] [--json]: full verification, then replay of the
 // bundle's embedded self-tests (golden inputs and outputs with per-output tolerances).
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -9,6 +11,7 @@
 #include "commands.h"
 #include "max_memory.h"
 #include "kiln/format/kiln_generated.h"
+#include "kiln/runtime/file_io.h"
 
 namespace kiln::cli {
 namespace {
@@ -21,17 +24,8 @@ struct ValidateOptions {
   std::uint64_t max_memory = 0;  // --max-memory; 0 = the runtime default
   bool json = false;
   bool no_mmap = false;
+  std::string junit;  // --junit FILE
 };
-
-HostValue test_value(const Bundle& b, const fb::TestTensor& t) {
-  if (t.kind() == fb::InputKind::Int) return HostValue::integer(t.int_value());
-  HostTensor h;
-  h.dtype = static_cast<DType>(t.dtype());
-  if (t.shape()) h.shape.assign(t.shape()->begin(), t.shape()->end());
-  const auto bytes = b.data_ref(t.segment(), t.offset(), t.nbytes());
-  h.data.assign(bytes.begin(), bytes.end());
-  return HostValue::of(std::move(h));
-}
 
 // Compares one output; fills `report` and returns whether it passed.
 bool compare(const HostValue& got, const HostValue& want, const fb::TestTensor& spec, json& report) {
@@ -48,7 +42,7 @@ bool compare(const HostValue& got, const HostValue& want, const fb::TestTensor& 
     return false;
   }
   const bool exact = !dtype_is_floating(w.dtype);
-  double max_abs = 0.0;
+  double max_abs = 0.0, max_rel = 0.0;
   std::size_t worst = 0, failures = 0;
   const std::size_t n = static_cast<std::size_t>(w.numel());
   for (std::size_t i = 0; i < n; ++i) {
@@ -58,8 +52,10 @@ bool compare(const HostValue& got, const HostValue& want, const fb::TestTensor& 
     const bool ok = exact ? diff == 0.0 : diff <= spec.atol() + spec.rtol() * std::fabs(b);
     if (!ok) ++failures;
     if (diff > max_abs) max_abs = diff, worst = i;
+    if (b != 0.0 && std::isfinite(b)) max_rel = std::max(max_rel, diff / std::fabs(b));
   }
   report["max_abs_diff"] = max_abs;
+  report["max_rel_diff"] = max_rel;
   report["worst_index"] = worst;
   report["mismatched"] = failures;
   if (!exact) report["tolerance"] = {{"rtol", spec.rtol()}, {"atol", spec.atol()}};
@@ -68,6 +64,16 @@ bool compare(const HostValue& got, const HostValue& want, const fb::TestTensor& 
 
 }  // namespace
 
+HostValue self_test_value(const Bundle& b, const fb::TestTensor& t) {
+  if (t.kind() == fb::InputKind::Int) return HostValue::integer(t.int_value());
+  HostTensor h;
+  h.dtype = static_cast<DType>(t.dtype());
+  if (t.shape()) h.shape.assign(t.shape()->begin(), t.shape()->end());
+  const auto bytes = b.data_ref(t.segment(), t.offset(), t.nbytes());
+  h.data.assign(bytes.begin(), bytes.end());
+  return HostValue::of(std::move(h));
+}
+
 Command add_validate(CLI::App& app) {
   auto o = std::make_shared<ValidateOptions>();
   app.add_option("bundle", o->path, "The .kiln bundle")->required();
@@ -75,11 +81,19 @@ Command add_validate(CLI::App& app) {
   add_max_memory_option(app, o->max_memory);
   app.add_flag("--json", o->json, "Print one JSON object on stdout");
   add_no_mmap_flag(app, &o->no_mmap);
-  app.footer("Example:\n  kiln validate model.kiln --json");
+  app.add_option("--junit", o->junit, "Also write a JUnit XML report (one test case per self-test and output) to FILE");
+  app.footer("Example:\n  kiln validate model.kiln --json\n  kiln validate model.kiln --junit report.xml");
   return [o]() {
     KILN_RETURN_IF_ERROR_CLI(check_backend(o->backend), o->json);
     auto program = open_program(o->path, /*verify_segments=*/true, o->backend, !o->no_mmap);
-    if (!program.ok()) return report_error(program.status(), o->json);
+    if (!program.ok()) {
+      if (!o->junit.empty()) {  // CI still gets a report saying why
+        const Status written = write_text_file(o->junit, junit_xml(o->path, o->backend, json::array(), program.status().message()));
+        if (!written.ok()) std::cerr << "kiln: error: " << printable(written.message()) << "\n";
+      }
+      return report_error(program.status(), o->json);
+    }
+    if (!o->junit.empty()) KILN_RETURN_IF_ERROR_CLI(check_output_target(o->junit), o->json);
     const Bundle& b = (*program)->bundle();
     const fb::Program& p = b.program();
     Session session(**program, {.max_memory_bytes = o->max_memory});
@@ -90,9 +104,12 @@ Command add_validate(CLI::App& app) {
     for (std::uint32_t t = 0; t < n_tests; ++t) {
       const auto* st = p.self_tests()->Get(t);
       std::vector<HostValue> inputs;
-      for (std::uint32_t k = 0; k < st->inputs()->size(); ++k) inputs.push_back(test_value(b, *st->inputs()->Get(k)));
+      for (std::uint32_t k = 0; k < st->inputs()->size(); ++k) inputs.push_back(self_test_value(b, *st->inputs()->Get(k)));
       json tj{{"name", st->name() ? st->name()->str() : ""}};
+      const auto t0 = std::chrono::steady_clock::now();
       auto result = session.run(inputs);
+      tj["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      tj["expected_outputs"] = st->outputs() ? st->outputs()->size() : 0;
       bool passed = result.ok();
       if (!result.ok()) {
         tj["error"] = result.status().message();
@@ -103,7 +120,7 @@ Command add_validate(CLI::App& app) {
         json outs = json::array();
         for (std::uint32_t k = 0; k < st->outputs()->size(); ++k) {
           json oj{{"index", k}};
-          const bool ok = compare(result->outputs[k], test_value(b, *st->outputs()->Get(k)), *st->outputs()->Get(k), oj);
+          const bool ok = compare(result->outputs[k], self_test_value(b, *st->outputs()->Get(k)), *st->outputs()->Get(k), oj);
           oj["passed"] = ok;
           passed = passed && ok;
           outs.push_back(oj);
@@ -134,6 +151,7 @@ Command add_validate(CLI::App& app) {
         }
       }
     }
+    if (!o->junit.empty()) KILN_RETURN_IF_ERROR_CLI(write_text_file(o->junit, junit_xml(o->path, (*program)->backend_name(), tests, "")), o->json);
     if (!first_error.ok()) {
       std::cerr << "kiln: error: validation failed: " << printable(first_error.message()) << "\n";
       return exit_code(first_error.code());

@@ -9,7 +9,8 @@
 // backend to prepare it; prepared segments are cached per shape signature by the
 // executor. Running a prepared segment uploads its host inputs, runs every node on the
 // device, and downloads its outputs into host memory the executor owns. Intermediates of
-// a segment never leave the device.
+// a segment never leave the device, except under a SessionOptions::observer: the executor
+// then declares every value of the segment an output (kOutput), so all come down.
 //
 // Constants (weights) are uploaded once per Program: SegmentDesc names them by their
 // bundle constant index, and the backend keeps one device copy per index.

@@ -414,7 +414,9 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
       for (std::uint32_t g = 0; g < count(p.graphs()); ++g) partition(p, g, *impl.accelerator, impl.graphs[g]);
     }
   }
-  for (std::uint32_t g = 0; g < count(p.graphs()); ++g) fuse_activations(p, g, impl.graphs[g]);
+  if (options.fuse_activations) {
+    for (std::uint32_t g = 0; g < count(p.graphs()); ++g) fuse_activations(p, g, impl.graphs[g]);
+  }
   if (options.prepack_weights) KILN_RETURN_IF_ERROR(pack_weights(p, *bundle, impl));
   program->bundle_ = std::move(bundle);
   return std::shared_ptr<const Program>(std::move(program));

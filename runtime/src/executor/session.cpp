@@ -287,7 +287,8 @@ Status Session::Impl::run_segment(Frame& f, std::uint32_t s) {
   const Segment& seg = f.info->segments[s];
   std::unique_ptr<backend::PreparedSegment>& prepared = f.plan->prepared[s];
   const std::vector<std::uint32_t>& in_values = f.plan->segment_inputs[s];
-  const std::vector<std::uint32_t>& out_values = f.plan->segment_outputs[s];
+  KILN_ASSIGN_OR_RETURN(const std::vector<std::uint32_t>* out_list, segment_outputs(f, s));
+  const std::vector<std::uint32_t>& out_values = *out_list;
   if (!prepared) {
     backend::SegmentDesc desc;
     std::vector<std::int32_t> tensor_of(f.info->values.size(), -1);
@@ -414,6 +415,7 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
       KILN_RETURN_IF_ERROR(run_segment(f, static_cast<std::uint32_t>(ni.segment)));
       if (!plan->segment_on_cpu[static_cast<std::size_t>(ni.segment)]) {
         for (std::uint32_t m = seg.first; m <= seg.last; ++m) KILN_RETURN_IF_ERROR(check_asserts(f, m + 1));
+        if (options.observer) observe_nodes(f, seg.first, seg.last);
         n = seg.last;
         continue;
       }
@@ -425,6 +427,7 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
       KILN_RETURN_IF_ERROR(bind_node(f, n));
     }
     if (!f.info->asserts_after[n + 1].empty()) KILN_RETURN_IF_ERROR(check_asserts(f, n + 1));
+    if (options.observer) observe_nodes(f, n, n);
   }
   for (std::uint32_t k = 0; k < count(f.graph->outputs()); ++k) {
     const std::uint32_t v = f.graph->outputs()->Get(k);

@@ -4,6 +4,7 @@
 //   plan.cpp          plan_graph: shapes, attributes, segments, memory (once per signature);
 //   session.cpp       the run loop: run_graph, run_node, run_segment, Session::run;
 //   control_flow.cpp  cond, while_loop and invoke_subgraph nodes.
+//   observe.cpp       SessionOptions::observer: nodes' outputs to the caller.
 //
 // Every graph call (the entry graph, and each subgraph a control-flow node calls) goes
 // through run_graph. Its inputs form a *signature* (dtypes, ranks, dims, int values): the
@@ -179,6 +180,14 @@ struct Session::Impl {
   // control_flow.cpp
   Status run_control_flow(Frame& f, std::uint32_t n);
   Status store_output(Frame& f, std::uint32_t n, std::size_t k, const CallArg& value);
+
+  // observe.cpp (SessionOptions::observer)
+  // Hands nodes first..last of `f` (just run) to options.observer.
+  void observe_nodes(const Frame& f, std::uint32_t first, std::uint32_t last);
+  // Segment s's host-side outputs: the planned ones, plus with an observer every value its
+  // nodes produce (given heap bytes of their own here).
+  Result<const std::vector<std::uint32_t>*> segment_outputs(Frame& f, std::uint32_t s);
+  std::vector<std::uint32_t> observed_outputs;  // segment_outputs' storage with an observer
 };
 
 }  // namespace kiln

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -71,6 +72,10 @@ struct ProgramOptions {
   /// and pack 3x3 conv2d weights for the Winograd path (costs one extra copy of those
   /// weights in memory, four for Winograd; saves redoing it on every run).
   bool prepack_weights = true;
+  /// CPU: let a linear/conv2d kernel apply the activation node after it (linear+relu).
+  /// Off, every node computes its own output: what a SessionOptions::observer needs to see
+  /// the pre-activation value of such a node (`kiln compare` loads with false).
+  bool fuse_activations = true;
 };
 
 /// Where one node of a graph runs, as decided at load (Program::placement).
@@ -113,6 +118,34 @@ class Program {
   std::unique_ptr<Impl> impl_;
 };
 
+/// One output of an observed node (NodeObservation). The views are valid only during the
+/// observer call; copy what you keep.
+struct ObservedValue {
+  enum class Kind : std::uint8_t { kTensor, kInt, kAbsent };
+  Kind kind = Kind::kTensor;
+  std::int64_t int_value = 0;               // kInt (a SymInt/SymBool output)
+  DType dtype = DType::kF32;                // kTensor
+  std::span<const std::int64_t> shape;      // kTensor
+  std::span<const std::uint8_t> data;       // kTensor: dense, C order, shape's bytes
+};
+
+/// What SessionOptions::observer receives right after a node ran.
+struct NodeObservation {
+  std::uint32_t graph = 0;  // Program.graphs index: the variant that ran, or a subgraph
+  std::uint32_t node = 0;   // index of the node in that graph
+  /// 0 for the graph run() called (the entry or the specialization chosen); 1 + the
+  /// nesting for nodes of a subgraph called by cond/while_loop/invoke_subgraph (a loop's
+  /// body is observed on every iteration). The control-flow node itself is observed at its
+  /// own depth after the call returns, with its outputs.
+  std::uint32_t depth = 0;
+  std::span<const ObservedValue> outputs;  // one per node output, in order
+};
+
+/// Called by Session::run after every executed node, on the calling thread. With an
+/// accelerator, a segment's nodes are observed after the segment ran, in node order, and
+/// every value they produce is downloaded to host memory for it (slow: a debugging aid).
+using NodeObserver = std::function<void(const NodeObservation&)>;
+
 struct SessionOptions {
   int threads = 1;
   /// Record per-node timings (RunStats::ops); costs two clock reads per node.
@@ -131,6 +164,12 @@ struct SessionOptions {
   /// control-flow node it ran out in. Bounds the time of loops that never end and of calls
   /// that multiply (subgraphs that each call the next one twice).
   std::int64_t max_nodes_executed = 100'000'000;
+  /// When set, receives every node's outputs as the run goes (NodeObserver): for
+  /// debugging numerics (`kiln compare`). Empty (the default) costs one test per node.
+  /// Intermediates then also count against max_memory_bytes where they are downloaded
+  /// from an accelerator. With activation fusion (ProgramOptions::fuse_activations) a
+  /// fused linear/conv2d reports its output after the activation.
+  NodeObserver observer;
 };
 
 /// SessionOptions::max_memory_bytes when 0: three quarters of the physical memory (8 GiB

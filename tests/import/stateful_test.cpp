@@ -1,9 +1,11 @@
-// Stateful programs (mutable buffers): the core IR's BUFFER_MUTATION outputs imported as
-// state tensors, run step by step against the fixtures' `sequences` (each from the initial
-// values, every step on the state the one before left), and the Session's state API:
+// Stateful programs (mutable buffers): the core IR's BUFFER_MUTATION outputs and the
+// training IR's in-place updates of buffers imported as state tensors, run step by step
+// against the fixtures' `sequences` (each from the initial values, every step on the state
+// the one before left), and the Session's state API:
 // read / set / reset / snapshot / restore, and a failed run leaving the state unchanged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -136,49 +138,72 @@ int run_sequences(const fs::path& dir, const Loaded& l, Session& session) {
   return steps;
 }
 
-TEST(StatefulImport, CounterCoreIrRunsEverySequenceStepAgainstTheGoldens) {
+// Both IRs: the core IR's BUFFER_MUTATION outputs and the training IR's in-place add_ on
+// the buffers become the same state.
+TEST(StatefulImport, CounterBothIrsRunEverySequenceStepAgainstTheGoldens) {
   const fs::path dir = stateful_dir("counter");
-  for (const char* backend : {"cpu", "vulkan"}) {
-    SCOPED_TRACE(backend);
-    auto l = load(dir / "model.core.pt2", backend);
-    if (!l.ok() && l.status().code() == StatusCode::kUnavailable) continue;  // no Vulkan device
-    ASSERT_TRUE(l.ok()) << l.status().message();
-    Session session(*l->program);
-    EXPECT_EQ(run_sequences(dir, *l, session), 3);
-    // The state holds what the last step computed: the step counter is 3.
-    auto count = session.read_state("steps");
-    ASSERT_TRUE(count.ok()) << count.status().message();
-    EXPECT_EQ(count->element(0), 3.0);
+  for (const char* file : {"model.core.pt2", "model.pt2"}) {
+    for (const char* backend : {"cpu", "vulkan"}) {
+      SCOPED_TRACE(std::string(file) + " on " + backend);
+      auto l = load(dir / file, backend);
+      if (!l.ok() && l.status().code() == StatusCode::kUnavailable) continue;  // no Vulkan device
+      ASSERT_TRUE(l.ok()) << l.status().message();
+      ASSERT_EQ(l->ir.states.size(), 2u);
+      EXPECT_EQ(l->ir.states[0].name, "total");
+      EXPECT_EQ(l->ir.states[1].name, "steps");
+      Session session(*l->program);
+      EXPECT_EQ(run_sequences(dir, *l, session), 3);
+      // The state holds what the last step computed: the step counter is 3.
+      auto count = session.read_state("steps");
+      ASSERT_TRUE(count.ok()) << count.status().message();
+      EXPECT_EQ(count->element(0), 3.0);
+    }
   }
 }
 
-// The KV cache: index_put(cache, [None, None, input_pos], rows) writes the new K/V rows
-// into the k_cache_i / v_cache_i state; prefill and decode steps match PyTorch's.
-TEST(StatefulImport, KvDecoderCoreIrRunsPrefillAndDecodeStepsAgainstTheGoldens) {
+// The KV cache: the core IR's index_put(cache, [None, None, input_pos], rows) and the
+// training IR's cache.index_copy_(2, input_pos, rows) write the new K/V rows into the
+// k_cache_i / v_cache_i state; prefill and decode steps match PyTorch's.
+TEST(StatefulImport, KvDecoderBothIrsRunPrefillAndDecodeStepsAgainstTheGoldens) {
   const fs::path dir = stateful_dir("kv_decoder");
-  for (const char* backend : {"cpu", "vulkan"}) {
-    SCOPED_TRACE(backend);
-    auto l = load(dir / "model.core.pt2", backend);
-    if (!l.ok() && l.status().code() == StatusCode::kUnavailable) continue;  // no Vulkan device
-    ASSERT_TRUE(l.ok()) << l.status().message();
-    EXPECT_EQ(l->ir.states.size(), 4u);  // k_cache_0, v_cache_0, k_cache_1, v_cache_1
-    Session session(*l->program);
-    std::ifstream f(dir / "manifest.json");
-    const json m = json::parse(f);
-    std::size_t want = 0;
-    for (const json& seq : m["sequences"]) want += seq["steps"].size();
-    EXPECT_EQ(run_sequences(dir, *l, session), static_cast<int>(want));
+  std::ifstream f(dir / "manifest.json");
+  const json m = json::parse(f);
+  std::size_t want = 0;
+  for (const json& seq : m["sequences"]) want += seq["steps"].size();
+  for (const char* file : {"model.core.pt2", "model.pt2"}) {
+    for (const char* backend : {"cpu", "vulkan"}) {
+      SCOPED_TRACE(std::string(file) + " on " + backend);
+      auto l = load(dir / file, backend);
+      if (!l.ok() && l.status().code() == StatusCode::kUnavailable) continue;  // no Vulkan device
+      ASSERT_TRUE(l.ok()) << l.status().message();
+      ASSERT_EQ(l->ir.states.size(), 4u);
+      EXPECT_EQ(l->ir.states[0].name, "k_cache_0");
+      EXPECT_EQ(l->ir.states[3].name, "v_cache_1");
+      Session session(*l->program);
+      EXPECT_EQ(run_sequences(dir, *l, session), static_cast<int>(want));
+    }
   }
 }
 
-TEST(StatefulImport, TrainingIrInPlaceUpdatesOfBuffersAreStillRejected) {
-  for (const char* model : {"counter", "kv_decoder"}) {
-    SCOPED_TRACE(model);
-    auto ep = import_pt2((stateful_dir(model) / "model.pt2").string());
-    ASSERT_FALSE(ep.ok());
-    EXPECT_EQ(ep.status().code(), StatusCode::kUnsupported);
-    EXPECT_NE(ep.status().message().find("is mutated in place by"), std::string::npos) << ep.status().message();
-    EXPECT_NE(ep.status().message().find("stateful programs are not supported yet"), std::string::npos) << ep.status().message();
+// The training IR's in-place update is an index_put into the state, not a copy of the cache
+// through a cat: a decode step writes the new rows only.
+TEST(StatefulImport, TrainingIrIndexCopyOfTheCacheIsAnIndexPut) {
+  auto ep = import_pt2((stateful_dir("kv_decoder") / "model.pt2").string());
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const ir::Program& p = ep->program();
+  const ir::Graph& g = p.graphs[static_cast<std::size_t>(p.entry)];
+  int index_puts = 0;
+  for (const ir::Node& n : g.nodes) index_puts += n.op == OpKind::IndexPut;
+  EXPECT_EQ(index_puts, 4);
+  // Each state output is an IndexPut of its state input.
+  const std::size_t users = p.outputs.size();
+  for (std::size_t k = 0; k < p.states.size(); ++k) {
+    SCOPED_TRACE(p.states[k].name);
+    const int out = g.outputs[users + k];
+    auto producer = std::find_if(g.nodes.begin(), g.nodes.end(), [&](const ir::Node& n) { return n.outputs[0] == out; });
+    ASSERT_NE(producer, g.nodes.end());
+    EXPECT_EQ(producer->op, OpKind::IndexPut);
+    EXPECT_EQ(producer->inputs[0], g.inputs[p.inputs.size() + k]);
   }
 }
 

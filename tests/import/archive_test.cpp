@@ -442,7 +442,16 @@ TEST_F(ImportArchive, LegacyTorchSaveZipsThatAreDamagedAreInvalid) {
 
 // ---- mutations are never dropped ----------------------------------------------------------
 
-TEST_F(ImportArchive, EveryNonUserOutputKindIsRejectedNamingIt) {
+// Every OutputSpec kind of torch/_export/serde/schema.py: USER_OUTPUT and BUFFER_MUTATION
+// are represented (outputs, state), every other kind is refused naming it.
+TEST_F(ImportArchive, EveryOutputKindOfTheArchiveSchemaIsRepresentedOrRefusedNamingIt) {
+  {
+    auto ep = import_pt2(stateful_fixture("counter", "model.core.pt2"));  // 2 USER_OUTPUT, 2 BUFFER_MUTATION
+    ASSERT_TRUE(ep.ok()) << ep.status().message();
+    EXPECT_EQ(ep->program().outputs.size(), 2u);
+    ASSERT_EQ(ep->program().states.size(), 2u);
+    EXPECT_EQ(ep->program().states[0].name, "total");
+  }
   struct Case {
     json spec;
     std::string message;

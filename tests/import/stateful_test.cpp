@@ -13,6 +13,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "import/zip_testutil.h"
 #include "kiln/export/import_pt2.h"
 #include "kiln/export/serialize.h"
 #include "kiln/format/kiln_generated.h"
@@ -204,6 +205,52 @@ TEST(StatefulImport, TrainingIrIndexCopyOfTheCacheIsAnIndexPut) {
     ASSERT_NE(producer, g.nodes.end());
     EXPECT_EQ(producer->op, OpKind::IndexPut);
     EXPECT_EQ(producer->inputs[0], g.inputs[p.inputs.size() + k]);
+  }
+}
+
+// The counter's training IR with `self.total[1:3].fill_(5)` before `self.total.add_(...)`:
+// a write into a slice of a buffer reaches the state through a slice_scatter.
+TEST(StatefulImport, TrainingIrWriteIntoASliceOfABufferUpdatesTheState) {
+  auto entries = kiln::testing::read_zip((stateful_dir("counter") / "model.pt2").string());
+  json m = json::parse(entries.at("serialized_exported_program.json"));
+  json& g = m["graph_module"]["graph"];
+  auto arg = [](const std::string& name, json a) { return json{{"name", name}, {"arg", a}}; };
+  json slice = {{"target", "torch.ops.aten.slice.Tensor"},
+                {"inputs", json::array({arg("self", {{"as_tensor", {{"name", "b_total"}}}}), arg("dim", {{"as_int", 0}}),
+                                        arg("start", {{"as_int", 1}}), arg("end", {{"as_int", 3}})})},
+                {"outputs", json::array({{{"as_tensor", {{"name", "middle"}}}}})},
+                {"metadata", json::object()}};
+  json fill = {{"target", "torch.ops.aten.fill_.Scalar"},
+               {"inputs", json::array({arg("self", {{"as_tensor", {{"name", "middle"}}}}), arg("value", {{"as_float", 5.0}})})},
+               {"outputs", json::array({{{"as_tensor", {{"name", "fill_"}}}}})},
+               {"metadata", json::object()}};
+  g["nodes"].insert(g["nodes"].begin(), fill);
+  g["nodes"].insert(g["nodes"].begin(), slice);
+  json two = g["tensor_values"]["b_total"];
+  two["sizes"] = json::array({{{"as_int", 2}}});
+  g["tensor_values"]["middle"] = two;
+  g["tensor_values"]["fill_"] = two;
+  entries["serialized_exported_program.json"] = m.dump();
+  const fs::path p = fs::temp_directory_path() / ("kiln_slice_state_" + std::to_string(::getpid()) + ".pt2");
+  ASSERT_TRUE(kiln::testing::write_zip(p.string(), entries));
+  auto ep = import_pt2(p.string());
+  fs::remove(p);
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto bytes = serialize_bundle(ep->program());
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  auto program = Program::load(std::move(Bundle::from_bytes(*bytes)).value());
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  Session s(**program);
+  HostTensor x{DType::kF32, {1, 4}, std::vector<std::uint8_t>(16)};
+  const float ones[4] = {1, 1, 1, 1};
+  std::memcpy(x.data.data(), ones, 16);
+  for (int call = 1; call <= 2; ++call) {
+    auto r = s.run(std::vector<HostValue>{HostValue::of(x)});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    // Every call sets total[1:3] to 5, then adds 1 everywhere.
+    const std::vector<double> want = {static_cast<double>(call), 6, 6, static_cast<double>(call)};
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(r->outputs[0].tensor.element(k), want[static_cast<std::size_t>(k)]) << "call " << call << " element " << k;
+    EXPECT_EQ(s.read_state("total")->element(1), 6.0);
   }
 }
 

@@ -97,7 +97,7 @@ std::string junit_xml(const std::string& bundle, const std::string& backend, con
       const std::string message = t["error"].get<std::string>();
       for (std::size_t k = 0; k < std::max<std::size_t>(n, 1); ++k) {
         ++errors;
-        testcase(classname, "output " + std::to_string(k), seconds, element("error", t["error_code"].get<std::string>(), message, message));
+        testcase(classname, "output " + std::to_string(k), seconds, element("error", t.value("error_code", std::string("error")), message, message));
       }
       continue;
     }

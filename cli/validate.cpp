@@ -1,10 +1,12 @@
 // kiln validate BUNDLE [--backend ...] [--json]: full verification, then replay of the
-// bundle's embedded self-tests (golden inputs and outputs with per-output tolerances).
+// bundle's embedded self-tests (golden inputs and outputs with per-output tolerances):
+// each from the initial state, a sequence's steps one after another on one state.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -100,36 +102,68 @@ Command add_validate(CLI::App& app) {
     json tests = json::array();
     bool all_passed = true;
     Status first_error;  // the first self-test that could not run: reported with its own code
+    // Independent self-tests run from the initial state; the steps of a sequence
+    // (SelfTest.sequence) run in list order on one state, reset before its first step.
     const std::uint32_t n_tests = p.self_tests() ? p.self_tests()->size() : 0;
+    std::vector<std::vector<std::uint32_t>> runs;
+    std::map<std::string, std::size_t> run_of;
     for (std::uint32_t t = 0; t < n_tests; ++t) {
-      const auto* st = p.self_tests()->Get(t);
-      std::vector<HostValue> inputs;
-      for (std::uint32_t k = 0; k < st->inputs()->size(); ++k) inputs.push_back(self_test_value(b, *st->inputs()->Get(k)));
-      json tj{{"name", st->name() ? st->name()->str() : ""}};
-      const auto t0 = std::chrono::steady_clock::now();
-      auto result = session.run(inputs);
-      tj["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      tj["expected_outputs"] = st->outputs() ? st->outputs()->size() : 0;
-      bool passed = result.ok();
-      if (!result.ok()) {
-        tj["error"] = result.status().message();
-        tj["error_code"] = status_code_name(result.status().code());
-        if (first_error.ok()) first_error = result.status().with_context("self-test '" + tj["name"].get<std::string>() + "'");
-      } else {
-        tj["variant"] = result->variant;
-        json outs = json::array();
-        for (std::uint32_t k = 0; k < st->outputs()->size(); ++k) {
-          json oj{{"index", k}};
-          const bool ok = compare(result->outputs[k], self_test_value(b, *st->outputs()->Get(k)), *st->outputs()->Get(k), oj);
-          oj["passed"] = ok;
-          passed = passed && ok;
-          outs.push_back(oj);
-        }
-        tj["outputs"] = outs;
+      const auto* seq = p.self_tests()->Get(t)->sequence();
+      if (!seq || seq->size() == 0) {
+        runs.push_back({t});
+        continue;
       }
-      tj["passed"] = passed;
-      all_passed = all_passed && passed;
-      tests.push_back(tj);
+      auto [it, fresh] = run_of.emplace(seq->str(), runs.size());
+      if (fresh) runs.emplace_back();
+      runs[it->second].push_back(t);
+    }
+    for (const auto& run : runs) {
+      session.reset_state();
+      std::string failed_step;  // a step that could not run: the rest of its sequence is not run
+      for (std::size_t step = 0; step < run.size(); ++step) {
+        const auto* st = p.self_tests()->Get(run[step]);
+        json tj{{"name", st->name() ? st->name()->str() : ""}};
+        if (st->sequence() && st->sequence()->size() > 0) {
+          tj["sequence"] = st->sequence()->str();
+          tj["step"] = step;
+        }
+        if (!failed_step.empty()) {
+          tj["error"] = "not run: step '" + failed_step + "' of its sequence could not run";
+          tj["error_code"] = "not_run";
+          tj["expected_outputs"] = st->outputs() ? st->outputs()->size() : 0;
+          tj["passed"] = false;
+          all_passed = false;
+          tests.push_back(tj);
+          continue;
+        }
+        std::vector<HostValue> inputs;
+        for (std::uint32_t k = 0; k < st->inputs()->size(); ++k) inputs.push_back(self_test_value(b, *st->inputs()->Get(k)));
+        const auto t0 = std::chrono::steady_clock::now();
+        auto result = session.run(inputs);
+        tj["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        tj["expected_outputs"] = st->outputs() ? st->outputs()->size() : 0;
+        bool passed = result.ok();
+        if (!result.ok()) {
+          tj["error"] = result.status().message();
+          tj["error_code"] = status_code_name(result.status().code());
+          if (first_error.ok()) first_error = result.status().with_context("self-test '" + tj["name"].get<std::string>() + "'");
+          if (tj.contains("sequence")) failed_step = tj["name"].get<std::string>();
+        } else {
+          tj["variant"] = result->variant;
+          json outs = json::array();
+          for (std::uint32_t k = 0; k < st->outputs()->size(); ++k) {
+            json oj{{"index", k}};
+            const bool ok = compare(result->outputs[k], self_test_value(b, *st->outputs()->Get(k)), *st->outputs()->Get(k), oj);
+            oj["passed"] = ok;
+            passed = passed && ok;
+            outs.push_back(oj);
+          }
+          tj["outputs"] = outs;
+        }
+        tj["passed"] = passed;
+        all_passed = all_passed && passed;
+        tests.push_back(tj);
+      }
     }
     if (o->json) {
       std::cout << dump_json({{"bundle", o->path}, {"verified", true}, {"passed", all_passed}, {"self_tests", tests}}) << "\n";

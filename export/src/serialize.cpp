@@ -274,6 +274,7 @@ Status Serializer::self_tests() {
     auto st = std::make_unique<fb::SelfTestT>();
     st->name = c.name;
     st->variant = c.variant;
+    st->sequence = c.sequence;
     for (const auto& t : c.inputs) {
       auto v = test_value(t);
       if (!v.ok()) return v.status();

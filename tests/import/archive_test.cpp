@@ -611,26 +611,16 @@ TEST_F(ImportArchive, LegacyTorchSaveZipsThatAreDamagedAreInvalid) {
 
 // ---- mutations are never dropped ----------------------------------------------------------
 
-TEST_F(ImportArchive, StatefulTrainingIrIsRejectedNamingTheMutatedBuffer) {
-  struct Case {
-    const char* model;
-    const char* file;
-    const char* message;
-  };
-  const std::vector<Case> cases = {
-      // The core IR's BUFFER_MUTATION outputs become state (stateful_test.cpp); the training
-      // IR's in-place updates of buffers are not represented yet.
-      {"counter", "model.pt2", "buffer 'total' is mutated in place by aten.add_.Tensor (node 'add_')"},
-      {"kv_decoder", "model.pt2", "buffer 'k_cache_0' is mutated in place by aten.index_copy_.default (node 'index_copy_')"},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(std::string(c.model) + "/" + c.file);
-    auto ep = import_pt2(stateful_fixture(c.model, c.file));
-    expect_error(ep, StatusCode::kUnsupported, {c.message, "stateful programs are not supported yet"});
+// Every OutputSpec kind of torch/_export/serde/schema.py: USER_OUTPUT and BUFFER_MUTATION
+// are represented (outputs, state), every other kind is refused naming it.
+TEST_F(ImportArchive, EveryOutputKindOfTheArchiveSchemaIsRepresentedOrRefusedNamingIt) {
+  {
+    auto ep = import_pt2(stateful_fixture("counter", "model.core.pt2"));  // 2 USER_OUTPUT, 2 BUFFER_MUTATION
+    ASSERT_TRUE(ep.ok()) << ep.status().message();
+    EXPECT_EQ(ep->program().outputs.size(), 2u);
+    ASSERT_EQ(ep->program().states.size(), 2u);
+    EXPECT_EQ(ep->program().states[0].name, "total");
   }
-}
-
-TEST_F(ImportArchive, EveryNonUserOutputKindIsRejectedNamingIt) {
   struct Case {
     json spec;
     std::string message;
@@ -638,8 +628,8 @@ TEST_F(ImportArchive, EveryNonUserOutputKindIsRejectedNamingIt) {
   auto tensor_arg = json{{"name", "relu"}};
   const std::vector<Case> cases = {
       {{{"buffer_mutation", {{"arg", tensor_arg}, {"buffer_name", "running"}}}}, "buffer 'running' is mutated by the graph (output 0, BUFFER_MUTATION) but is not a buffer input of the graph"},
-      {{{"parameter_mutation", {{"arg", tensor_arg}, {"parameter_name", "fc1.weight"}}}}, "parameter 'fc1.weight' is mutated by the graph (output 0, PARAMETER_MUTATION)"},
-      {{{"user_input_mutation", {{"arg", tensor_arg}, {"user_input_name", "x"}}}}, "input 'x' is mutated by the graph (output 0, USER_INPUT_MUTATION)"},
+      {{{"parameter_mutation", {{"arg", tensor_arg}, {"parameter_name", "fc1.weight"}}}}, "parameter 'fc1.weight' is mutated by the graph (output 0, PARAMETER_MUTATION): only buffers can be state"},
+      {{{"user_input_mutation", {{"arg", tensor_arg}, {"user_input_name", "x"}}}}, "input 'x' is mutated by the graph (output 0, USER_INPUT_MUTATION): Kiln never writes into the caller's inputs"},
       {{{"gradient_to_parameter", {{"arg", tensor_arg}, {"parameter_name", "fc1.weight"}}}}, "output 0 is the gradient of parameter 'fc1.weight' (GRADIENT_TO_PARAMETER)"},
       {{{"gradient_to_user_input", {{"arg", tensor_arg}, {"user_input_name", "x"}}}}, "output 0 is the gradient of input 'x' (GRADIENT_TO_USER_INPUT)"},
       {{{"loss_output", {{"arg", tensor_arg}}}}, "output 0 is a loss (LOSS_OUTPUT)"},
@@ -659,7 +649,7 @@ TEST_F(ImportArchive, EveryNonUserOutputKindIsRejectedNamingIt) {
   }
 }
 
-TEST_F(ImportArchive, InPlaceUpdatesOfInputsAndOfViewsReadLaterAreRejected) {
+TEST_F(ImportArchive, InPlaceUpdatesOfUserInputsAndParametersAreRejectedNamingThem) {
   // x.add_(1) in the training IR: a user input mutated in place.
   const std::string on_input = json_edited(fixture("mlp"), "models/model.json", "inplace.pt2", [](json& j) {
     auto& nodes = j["graph_module"]["graph"]["nodes"];
@@ -671,7 +661,7 @@ TEST_F(ImportArchive, InPlaceUpdatesOfInputsAndOfViewsReadLaterAreRejected) {
     nodes.insert(nodes.begin(), node);
   });
   expect_error(import_pt2(on_input), StatusCode::kUnsupported,
-               {"input 'x' is mutated in place by aten.add_.Tensor (node 'add_'): programs that mutate their inputs are not supported yet"});
+               {"input 'x' is mutated in place by aten.add_.Tensor (node 'add_'): Kiln never writes into the caller's inputs; update a clone of the input instead"});
   // A parameter mutated through a view: t = fc1.weight.t(); t.mul_(2).
   const std::string on_view_of_param = json_edited(fixture("mlp"), "models/model.json", "viewparam.pt2", [](json& j) {
     auto& nodes = j["graph_module"]["graph"]["nodes"];
@@ -686,24 +676,7 @@ TEST_F(ImportArchive, InPlaceUpdatesOfInputsAndOfViewsReadLaterAreRejected) {
     nodes.insert(nodes.begin(), view);
   });
   expect_error(import_pt2(on_view_of_param), StatusCode::kUnsupported,
-               {"parameter 'fc1.weight' is mutated in place by aten.mul_.Tensor (node 'mul_')", "stateful programs are not supported yet"});
-  // relu's first row zeroed through a view, then relu read by the second linear.
-  const std::string through_view = json_edited(fixture("mlp"), "models/model.json", "view.pt2", [](json& j) {
-    auto& nodes = j["graph_module"]["graph"]["nodes"];
-    json select = {{"name", "select"}, {"target", "torch.ops.aten.select.int"},
-                   {"inputs", json::array({json{{"name", "self"}, {"arg", {{"as_tensor", {{"name", "relu"}}}}}},
-                                           json{{"name", "dim"}, {"arg", {{"as_int", 0}}}},
-                                           json{{"name", "index"}, {"arg", {{"as_int", 0}}}}})},
-                   {"outputs", json::array({json{{"as_tensor", {{"name", "select"}}}}})}};
-    json zero = {{"name", "zero_"}, {"target", "torch.ops.aten.zero_.default"},
-                 {"inputs", json::array({json{{"name", "self"}, {"arg", {{"as_tensor", {{"name", "select"}}}}}}})},
-                 {"outputs", json::array({json{{"as_tensor", {{"name", "zero_"}}}}})}};
-    nodes.insert(nodes.begin() + 2, zero);
-    nodes.insert(nodes.begin() + 2, select);
-  });
-  expect_error(import_pt2(through_view), StatusCode::kUnsupported,
-               {"[aten.zero_.default] writes in place to 'select', which shares memory with 'relu', read later",
-                "in-place updates through views are not supported"});
+               {"parameter 'fc1.weight' is mutated in place by aten.mul_.Tensor (node 'mul_'): only buffers can be state; register it as a buffer"});
 }
 
 }  // namespace

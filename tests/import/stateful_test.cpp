@@ -1,9 +1,11 @@
-// Stateful programs (mutable buffers): the core IR's BUFFER_MUTATION outputs imported as
-// state tensors, run step by step against the fixtures' `sequences` (each from the initial
-// values, every step on the state the one before left), and the Session's state API:
+// Stateful programs (mutable buffers): the core IR's BUFFER_MUTATION outputs and the
+// training IR's in-place updates of buffers imported as state tensors, run step by step
+// against the fixtures' `sequences` (each from the initial values, every step on the state
+// the one before left), and the Session's state API:
 // read / set / reset / snapshot / restore, and a failed run leaving the state unchanged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +13,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "import/zip_testutil.h"
 #include "kiln/export/import_pt2.h"
 #include "kiln/export/serialize.h"
 #include "kiln/format/kiln_generated.h"
@@ -136,49 +139,118 @@ int run_sequences(const fs::path& dir, const Loaded& l, Session& session) {
   return steps;
 }
 
-TEST(StatefulImport, CounterCoreIrRunsEverySequenceStepAgainstTheGoldens) {
+// Both IRs: the core IR's BUFFER_MUTATION outputs and the training IR's in-place add_ on
+// the buffers become the same state.
+TEST(StatefulImport, CounterBothIrsRunEverySequenceStepAgainstTheGoldens) {
   const fs::path dir = stateful_dir("counter");
-  for (const char* backend : {"cpu", "vulkan"}) {
-    SCOPED_TRACE(backend);
-    auto l = load(dir / "model.core.pt2", backend);
-    if (!l.ok() && l.status().code() == StatusCode::kUnavailable) continue;  // no Vulkan device
-    ASSERT_TRUE(l.ok()) << l.status().message();
-    Session session(*l->program);
-    EXPECT_EQ(run_sequences(dir, *l, session), 3);
-    // The state holds what the last step computed: the step counter is 3.
-    auto count = session.read_state("steps");
-    ASSERT_TRUE(count.ok()) << count.status().message();
-    EXPECT_EQ(count->element(0), 3.0);
+  for (const char* file : {"model.core.pt2", "model.pt2"}) {
+    for (const char* backend : {"cpu", "vulkan"}) {
+      SCOPED_TRACE(std::string(file) + " on " + backend);
+      auto l = load(dir / file, backend);
+      if (!l.ok() && l.status().code() == StatusCode::kUnavailable) continue;  // no Vulkan device
+      ASSERT_TRUE(l.ok()) << l.status().message();
+      ASSERT_EQ(l->ir.states.size(), 2u);
+      EXPECT_EQ(l->ir.states[0].name, "total");
+      EXPECT_EQ(l->ir.states[1].name, "steps");
+      Session session(*l->program);
+      EXPECT_EQ(run_sequences(dir, *l, session), 3);
+      // The state holds what the last step computed: the step counter is 3.
+      auto count = session.read_state("steps");
+      ASSERT_TRUE(count.ok()) << count.status().message();
+      EXPECT_EQ(count->element(0), 3.0);
+    }
   }
 }
 
-// The KV cache: index_put(cache, [None, None, input_pos], rows) writes the new K/V rows
-// into the k_cache_i / v_cache_i state; prefill and decode steps match PyTorch's.
-TEST(StatefulImport, KvDecoderCoreIrRunsPrefillAndDecodeStepsAgainstTheGoldens) {
+// The KV cache: the core IR's index_put(cache, [None, None, input_pos], rows) and the
+// training IR's cache.index_copy_(2, input_pos, rows) write the new K/V rows into the
+// k_cache_i / v_cache_i state; prefill and decode steps match PyTorch's.
+TEST(StatefulImport, KvDecoderBothIrsRunPrefillAndDecodeStepsAgainstTheGoldens) {
   const fs::path dir = stateful_dir("kv_decoder");
-  for (const char* backend : {"cpu", "vulkan"}) {
-    SCOPED_TRACE(backend);
-    auto l = load(dir / "model.core.pt2", backend);
-    if (!l.ok() && l.status().code() == StatusCode::kUnavailable) continue;  // no Vulkan device
-    ASSERT_TRUE(l.ok()) << l.status().message();
-    EXPECT_EQ(l->ir.states.size(), 4u);  // k_cache_0, v_cache_0, k_cache_1, v_cache_1
-    Session session(*l->program);
-    std::ifstream f(dir / "manifest.json");
-    const json m = json::parse(f);
-    std::size_t want = 0;
-    for (const json& seq : m["sequences"]) want += seq["steps"].size();
-    EXPECT_EQ(run_sequences(dir, *l, session), static_cast<int>(want));
+  std::ifstream f(dir / "manifest.json");
+  const json m = json::parse(f);
+  std::size_t want = 0;
+  for (const json& seq : m["sequences"]) want += seq["steps"].size();
+  for (const char* file : {"model.core.pt2", "model.pt2"}) {
+    for (const char* backend : {"cpu", "vulkan"}) {
+      SCOPED_TRACE(std::string(file) + " on " + backend);
+      auto l = load(dir / file, backend);
+      if (!l.ok() && l.status().code() == StatusCode::kUnavailable) continue;  // no Vulkan device
+      ASSERT_TRUE(l.ok()) << l.status().message();
+      ASSERT_EQ(l->ir.states.size(), 4u);
+      EXPECT_EQ(l->ir.states[0].name, "k_cache_0");
+      EXPECT_EQ(l->ir.states[3].name, "v_cache_1");
+      Session session(*l->program);
+      EXPECT_EQ(run_sequences(dir, *l, session), static_cast<int>(want));
+    }
   }
 }
 
-TEST(StatefulImport, TrainingIrInPlaceUpdatesOfBuffersAreStillRejected) {
-  for (const char* model : {"counter", "kv_decoder"}) {
-    SCOPED_TRACE(model);
-    auto ep = import_pt2((stateful_dir(model) / "model.pt2").string());
-    ASSERT_FALSE(ep.ok());
-    EXPECT_EQ(ep.status().code(), StatusCode::kUnsupported);
-    EXPECT_NE(ep.status().message().find("is mutated in place by"), std::string::npos) << ep.status().message();
-    EXPECT_NE(ep.status().message().find("stateful programs are not supported yet"), std::string::npos) << ep.status().message();
+// The training IR's in-place update is an index_put into the state, not a copy of the cache
+// through a cat: a decode step writes the new rows only.
+TEST(StatefulImport, TrainingIrIndexCopyOfTheCacheIsAnIndexPut) {
+  auto ep = import_pt2((stateful_dir("kv_decoder") / "model.pt2").string());
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const ir::Program& p = ep->program();
+  const ir::Graph& g = p.graphs[static_cast<std::size_t>(p.entry)];
+  int index_puts = 0;
+  for (const ir::Node& n : g.nodes) index_puts += n.op == OpKind::IndexPut;
+  EXPECT_EQ(index_puts, 4);
+  // Each state output is an IndexPut of its state input.
+  const std::size_t users = p.outputs.size();
+  for (std::size_t k = 0; k < p.states.size(); ++k) {
+    SCOPED_TRACE(p.states[k].name);
+    const int out = g.outputs[users + k];
+    auto producer = std::find_if(g.nodes.begin(), g.nodes.end(), [&](const ir::Node& n) { return n.outputs[0] == out; });
+    ASSERT_NE(producer, g.nodes.end());
+    EXPECT_EQ(producer->op, OpKind::IndexPut);
+    EXPECT_EQ(producer->inputs[0], g.inputs[p.inputs.size() + k]);
+  }
+}
+
+// The counter's training IR with `self.total[1:3].fill_(5)` before `self.total.add_(...)`:
+// a write into a slice of a buffer reaches the state through a slice_scatter.
+TEST(StatefulImport, TrainingIrWriteIntoASliceOfABufferUpdatesTheState) {
+  auto entries = kiln::testing::read_zip((stateful_dir("counter") / "model.pt2").string());
+  json m = json::parse(entries.at("serialized_exported_program.json"));
+  json& g = m["graph_module"]["graph"];
+  auto arg = [](const std::string& name, json a) { return json{{"name", name}, {"arg", a}}; };
+  json slice = {{"target", "torch.ops.aten.slice.Tensor"},
+                {"inputs", json::array({arg("self", {{"as_tensor", {{"name", "b_total"}}}}), arg("dim", {{"as_int", 0}}),
+                                        arg("start", {{"as_int", 1}}), arg("end", {{"as_int", 3}})})},
+                {"outputs", json::array({{{"as_tensor", {{"name", "middle"}}}}})},
+                {"metadata", json::object()}};
+  json fill = {{"target", "torch.ops.aten.fill_.Scalar"},
+               {"inputs", json::array({arg("self", {{"as_tensor", {{"name", "middle"}}}}), arg("value", {{"as_float", 5.0}})})},
+               {"outputs", json::array({{{"as_tensor", {{"name", "fill_"}}}}})},
+               {"metadata", json::object()}};
+  g["nodes"].insert(g["nodes"].begin(), fill);
+  g["nodes"].insert(g["nodes"].begin(), slice);
+  json two = g["tensor_values"]["b_total"];
+  two["sizes"] = json::array({{{"as_int", 2}}});
+  g["tensor_values"]["middle"] = two;
+  g["tensor_values"]["fill_"] = two;
+  entries["serialized_exported_program.json"] = m.dump();
+  const fs::path p = fs::temp_directory_path() / ("kiln_slice_state_" + std::to_string(::getpid()) + ".pt2");
+  ASSERT_TRUE(kiln::testing::write_zip(p.string(), entries));
+  auto ep = import_pt2(p.string());
+  fs::remove(p);
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto bytes = serialize_bundle(ep->program());
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  auto program = Program::load(std::move(Bundle::from_bytes(*bytes)).value());
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  Session s(**program);
+  HostTensor x{DType::kF32, {1, 4}, std::vector<std::uint8_t>(16)};
+  const float ones[4] = {1, 1, 1, 1};
+  std::memcpy(x.data.data(), ones, 16);
+  for (int call = 1; call <= 2; ++call) {
+    auto r = s.run(std::vector<HostValue>{HostValue::of(x)});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    // Every call sets total[1:3] to 5, then adds 1 everywhere.
+    const std::vector<double> want = {static_cast<double>(call), 6, 6, static_cast<double>(call)};
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(r->outputs[0].tensor.element(k), want[static_cast<std::size_t>(k)]) << "call " << call << " element " << k;
+    EXPECT_EQ(s.read_state("total")->element(1), 6.0);
   }
 }
 

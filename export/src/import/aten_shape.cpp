@@ -169,32 +169,9 @@ void pad(Importer& im) {
   im.emit_out(OpKind::Pad, {x}, {pads, value});
 }
 
-// True when value v is the output of a Kiln node that a PyTorch view op maps to. An
-// in-place op on such a value (`x[a:b].fill_(v)`, `x[:, 0][idx] = v` in the training IR)
-// mutates the base tensor through the view, which importing it functionally would lose.
-bool is_view_result(Importer& im, int v) {
-  for (const ir::Node& n : im.graph().nodes) {
-    if (std::find(n.outputs.begin(), n.outputs.end(), v) == n.outputs.end()) continue;
-    return n.op == OpKind::Slice || n.op == OpKind::Reshape || n.op == OpKind::Permute || n.op == OpKind::Expand ||
-           n.op == OpKind::Split;
-  }
-  return false;
-}
-
-void refuse_view_mutation(Importer& im, int self) {
-  const std::string& t = im.target();
-  const std::size_t dot = t.rfind('.');
-  const std::string packet = t.substr(0, dot);
-  if (packet.empty() || packet.back() != '_' || !is_view_result(im, self)) return;
-  im.unsupported("in-place " + packet.substr(5) +
-                 " on a view (an assignment into a slice of another tensor); export the core IR "
-                 "(ep.run_decompositions()), where it is a slice_scatter / index_put");
-}
-
 // fill(self, value): a tensor of self's shape holding value (a number or a 0-d tensor).
 void fill(Importer& im) {
   const int x = im.tensor(0, "self");
-  refuse_view_mutation(im, x);
   const Operand v = im.operand(1, "value");
   const DType dt = im.out_dtype();
   if (v.is_tensor() || v.symbolic) {
@@ -208,7 +185,6 @@ void fill(Importer& im) {
 // zero(self): zeros of self's shape and dtype (zero_ in the training IR).
 void zero(Importer& im) {
   const int x = im.tensor(0, "self");
-  refuse_view_mutation(im, x);
   im.emit_out(OpKind::Full, {}, {im.shape(x), 0.0, im.out_dtype()});
 }
 
@@ -292,7 +268,6 @@ void index_put_ints(Importer& im, int x, const std::vector<std::optional<int>>& 
 // value: where(mask, values, self); integer indices: the index_put op.
 void index_put(Importer& im) {
   const int x = im.tensor(0, "self");
-  refuse_view_mutation(im, x);
   const auto idx = im.opt_tensor_list(1, "indices");
   bool has_mask = false;
   for (const auto& i : idx) has_mask = has_mask || (i && (im.dtype(*i) == DType::kBool || im.dtype(*i) == DType::kU8));
@@ -310,6 +285,22 @@ void index_put(Importer& im) {
     im.unsupported("index_put of more than one value through a boolean mask");
   }
   im.emit_out(OpKind::Where, {im.cast(*idx[0], DType::kBool), im.reshape(values, {}), x});
+}
+
+// index_copy(self, dim, index, source): self[..., index, ...] = source along dim (the
+// training IR's KV-cache update), an index_put on one dim.
+void index_copy(Importer& im) {
+  const int x = im.tensor(0, "self");
+  const std::int64_t d = im.norm_dim(im.int_arg(1, "dim"), im.rank(x));
+  int index = im.tensor(2, "index");
+  if (dtype_is_floating(im.dtype(index)) || im.dtype(index) == DType::kBool) im.bad("index_copy with a non-integer index");
+  if (im.rank(index) > 1) im.bad("index_copy with an index of rank " + std::to_string(im.rank(index)) + " (expected 0 or 1)");
+  int source = im.cast(im.tensor(3, "source"), im.dtype(x));
+  if (im.rank(index) == 0) {  // one position: source lacks dim d when it has rank(self) - 1
+    index = im.reshape(index, {c(1)});
+    if (im.rank(source) + 1 == im.rank(x)) source = im.unsqueeze(source, d);
+  }
+  im.emit_out(OpKind::IndexPut, {x, source, index}, {std::vector<std::int64_t>{d}, false});
 }
 
 void index(Importer& im) {
@@ -416,6 +407,8 @@ void repeat(Importer& im) {
   im.define(0, im.reshape(e, im.out_shape()));
 }
 
+}  // namespace
+
 // slice_scatter(self, src, dim, start, end, step=1): cat(self[:start], src, self[end:]).
 int slice_scatter_impl(Importer& im, int self, int src, std::int64_t d, Expr start, Expr end) {
   const Shape s = im.shape(self);
@@ -446,6 +439,8 @@ int slice_scatter_impl(Importer& im, int self, int src, std::int64_t d, Expr sta
   if (parts.size() == 1) return parts[0];
   return im.emit(OpKind::Cat, parts, {d}, dt, s);
 }
+
+namespace {
 
 void slice_scatter(Importer& im) {
   const int self = im.tensor(0, "self");
@@ -685,6 +680,7 @@ void register_shape(HandlerTable& t) {
   };
   t["aten.index"] = index;
   t["aten.index_put"] = index_put;
+  t["aten.index_copy"] = index_copy;
   t["aten.diff"] = diff;
   t["aten.fill"] = fill;
   t["aten.zero"] = zero;

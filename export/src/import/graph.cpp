@@ -205,9 +205,12 @@ int Importer::build_graph(const json& jg, const std::string& name, bool entry) {
     }
   }
   std::vector<int> state_inputs;
+  std::map<std::string, std::string> placeholders;  // input name -> what it is, for messages
+  std::map<std::string, std::string> inplace_state;  // buffer written in place -> its input name
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const json& in = inputs[i];
     const std::string n = out_arg_name(in);
+    placeholders[n] = "input '" + n + "'";
     if (specs) {
       const json& spec = (*specs)[i];
       auto lookup = [&](const std::map<std::string, int>& m1, const std::map<std::string, int>& m2, const std::string& key) {
@@ -218,16 +221,20 @@ int Importer::build_graph(const json& jg, const std::string& name, bool entry) {
         fail(StatusCode::kInvalidBundle, "input '" + n + "' refers to '" + key + "', which is not in the archive's weights or constants");
       };
       if (const json* p = member(spec, "parameter")) {
-        scope.tensors[n] = constant_value(lookup(weights_, constants_, need(*p, "parameter_name", "parameter spec").get<std::string>()));
+        const std::string parameter = need(*p, "parameter_name", "parameter spec").get<std::string>();
+        placeholders[n] = "parameter '" + parameter + "'";
+        scope.tensors[n] = constant_value(lookup(weights_, constants_, parameter));
         continue;
       }
       if (const json* b = member(spec, "buffer")) {
         const std::string buffer = need(*b, "buffer_name", "buffer spec").get<std::string>();
+        placeholders[n] = "buffer '" + buffer + "'";
         const int constant = lookup(weights_, constants_, buffer);
-        if (mutated.count(buffer) == 0) {
+        if (mutated.count(buffer) == 0 && inplace_buffers_.count(buffer) == 0) {
           scope.tensors[n] = constant_value(constant);
           continue;
         }
+        if (mutated.count(buffer) == 0) inplace_state[buffer] = n;
         const ir::ConstantTensor& c = program.constants[static_cast<std::size_t>(constant)];
         std::vector<sym::Expr> shape;
         for (std::int64_t d : c.shape) shape.push_back(sym::Expr::constant(d));
@@ -239,6 +246,7 @@ int Importer::build_graph(const json& jg, const std::string& name, bool entry) {
         continue;
       }
       if (const json* c = member(spec, "tensor_constant")) {
+        placeholders[n] = "constant '" + need(*c, "tensor_constant_name", "constant spec").get<std::string>() + "'";
         scope.tensors[n] = constant_value(lookup(constants_, weights_, need(*c, "tensor_constant_name", "constant spec").get<std::string>()));
         continue;
       }
@@ -309,7 +317,12 @@ int Importer::build_graph(const json& jg, const std::string& name, bool entry) {
     }
   }
   for (int v : state_inputs) program.graphs[static_cast<std::size_t>(index)].inputs.push_back(v);
-  for (const json& node : list(jg, "nodes")) map_node(node);
+  scope.entry = entry;
+  start_alias_tracking(jg, placeholders);
+  for (const json& node : list(jg, "nodes")) {
+    map_node(node);
+    ++scope.node_index;
+  }
   // Outputs: the user outputs, then the new value of each state (in state order).
   const json& outputs = need(jg, "outputs", "graph " + name);
   if (out_specs && out_specs->size() != outputs.size()) {
@@ -356,15 +369,25 @@ int Importer::build_graph(const json& jg, const std::string& name, bool entry) {
     g.outputs.push_back(v);
     if (entry) program.outputs.push_back(spec);
   }
+  // The new value of each state: its BUFFER_MUTATION output (core IR), or what the buffer's
+  // input name is bound to after the in-place ops (training IR).
   for (const ir::StateSpec& st : entry ? program.states : std::vector<ir::StateSpec>{}) {
-    const std::size_t i = mutated.at(st.name);
-    const std::string n = out_arg_name(outputs[i]);
-    auto it = member(outputs[i], "as_tensor") ? scope.tensors.find(n) : scope.tensors.end();
-    if (it == scope.tensors.end()) fail(StatusCode::kInvalidBundle, "graph " + name + " output " + std::to_string(i) + " (new value of buffer '" + st.name + "') is not a defined tensor");
+    auto it = scope.tensors.end();
+    std::string what;
+    if (auto m = mutated.find(st.name); m != mutated.end()) {
+      const std::size_t i = m->second;
+      what = "output " + std::to_string(i);
+      const std::string n = out_arg_name(outputs[i]);
+      if (member(outputs[i], "as_tensor")) it = scope.tensors.find(n);
+      if (it == scope.tensors.end()) fail(StatusCode::kInvalidBundle, "graph " + name + " " + what + " (new value of buffer '" + st.name + "') is not a defined tensor");
+    } else {
+      what = "the in-place updates";
+      it = scope.tensors.find(inplace_state.at(st.name));
+    }
     ir::Graph& g = program.graphs[static_cast<std::size_t>(index)];
     const ir::Value& val = g.values[static_cast<std::size_t>(it->second)];
     if (val.dtype != st.dtype || val.shape.size() != st.shape.size()) {
-      fail(StatusCode::kUnsupported, "output " + std::to_string(i) + " (new value of buffer '" + st.name + "') has another dtype or rank than the buffer");
+      fail(StatusCode::kUnsupported, what + " (new value of buffer '" + st.name + "') has another dtype or rank than the buffer");
     }
     g.outputs.push_back(it->second);
   }
@@ -372,7 +395,7 @@ int Importer::build_graph(const json& jg, const std::string& name, bool entry) {
   return index;
 }
 
-void Importer::map_node(const json& node) {
+void Importer::enter_node(const json& node) {
   node_ = &node;
   target_ = strip_prefix(need(node, "target", "node").get<std::string>());
   const std::size_t dot = target_.rfind('.');
@@ -397,6 +420,20 @@ void Importer::map_node(const json& node) {
       outputs_.push_back(&o);
     }
   }
+}
+
+// An in-place variant (`relu_`) is computed by its functional handler; track_aliases
+// rebinds self to the result and writes it back through views.
+void Importer::apply_handler() {
+  const auto& table = aten_handlers();
+  auto it = table.find(packet_of(target_));
+  if (it == table.end()) it = table.find(inplace_base(packet_of(target_)));
+  if (it == table.end()) unsupported("is not supported");
+  it->second(*this);
+}
+
+void Importer::map_node(const json& node) {
+  enter_node(node);
   const int first_node = static_cast<int>(graph().nodes.size());
   if (is_noop_target(target_)) return;
   if (is_symbolic_target(target_)) {
@@ -429,24 +466,10 @@ void Importer::map_node(const json& node) {
   if (target_.rfind("higher_order.", 0) == 0) {
     map_hop();
   } else {
-    const auto& table = aten_handlers();
-    auto it = table.find(packet_of(target_));
-    if (it != table.end()) {
-      it->second(*this);
-    } else {
-      // An in-place variant (`relu_`): computed functionally; later uses of the mutated
-      // tensor's name see the result.
-      it = table.find(inplace_base(packet_of(target_)));
-      if (it == table.end()) unsupported("is not supported");
-      it->second(*this);
-      const json* self = arg(0, "self");
-      const json* t = self ? member(*self, "as_tensor") : nullptr;
-      if (t && !outputs_.empty()) {
-        const std::string out = out_arg_name(*outputs_[0]);
-        auto v = scope_->tensors.find(out);
-        if (v != scope_->tensors.end()) scope_->tensors[(*t)["name"].get<std::string>()] = v->second;
-      }
-    }
+    apply_handler();
+    bind_unbacked(first_node);
+    track_aliases(node);
+    return;
   }
   bind_unbacked(first_node);
 }

@@ -3,6 +3,7 @@
 #include "kiln/export/import_pt2.h"
 
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <cstring>
 #include <map>
@@ -220,39 +221,105 @@ Status add_self_test_case(ir::Program& program, const std::string& name, const s
   return Status::Ok();
 }
 
+namespace {
+
+using nlohmann::json;
+
+// One case object of a manifest ({"inputs": {name: file}, "outputs": [file, ...]}) as a
+// self-test named `name`; `where` names it in errors ("case 'a'", "sequence 's' step 2").
+Status add_manifest_case(ir::Program& program, const json& c, const std::string& name, const std::string& where,
+                         const std::filesystem::path& dir, const std::vector<std::string>& order, const std::string& manifest,
+                         double rtol, double atol) {
+  if (!c.is_object() || !c.contains("inputs") || !c.contains("outputs") || !c["inputs"].is_object() || !c["outputs"].is_array()) {
+    return Status(StatusCode::kUsage, "'" + manifest + "' " + where + ": needs an 'inputs' object and an 'outputs' list");
+  }
+  std::vector<std::string> inputs;
+  for (std::size_t i = 0; i < program.inputs.size(); ++i) {
+    const std::string& sig_name = program.inputs[i].name;
+    std::string key = c["inputs"].contains(sig_name) ? sig_name : (i < order.size() ? order[i] : "");
+    if (!c["inputs"].contains(key) || !c["inputs"][key].is_string()) {
+      return Status(StatusCode::kUsage, "'" + manifest + "' " + where + ": no file for input '" + sig_name + "'");
+    }
+    inputs.push_back((dir / c["inputs"][key].get<std::string>()).string());
+  }
+  std::vector<std::string> outputs;
+  for (const auto& o : c["outputs"]) {
+    if (!o.is_string()) return Status(StatusCode::kUsage, "'" + manifest + "' " + where + ": output entries must be file names");
+    outputs.push_back((dir / o.get<std::string>()).string());
+  }
+  return add_self_test_case(program, name, inputs, outputs, rtol, atol);
+}
+
+Result<std::string> manifest_name(const json& c, const std::string& fallback, const std::string& where, const std::string& manifest) {
+  const auto it = c.is_object() ? c.find("name") : c.end();
+  if (!c.is_object() || it == c.end()) return fallback;
+  if (!it->is_string() || it->get<std::string>().empty() || it->get<std::string>().size() > kMaxSelfTestNameBytes) {
+    return Status(StatusCode::kUsage, "'" + manifest + "' " + where + ": 'name' must be a string of 1 to " +
+                                          std::to_string(kMaxSelfTestNameBytes) + " bytes");
+  }
+  return it->get<std::string>();
+}
+
+}  // namespace
+
 Status add_self_tests_from_manifest(ir::Program& program, const std::string& manifest_path, double rtol, double atol) {
   // A regular file only (a FIFO or /dev/zero must not hang the import), at most 64 MiB.
   auto text = read_regular_file(manifest_path, std::uint64_t{64} << 20, StatusCode::kUsage);
   if (!text.ok()) return text.status();
-  const nlohmann::json m = nlohmann::json::parse(text->begin(), text->end(), nullptr, false);
+  const json m = json::parse(text->begin(), text->end(), nullptr, false);
   if (m.is_discarded() || !m.is_object()) return Status(StatusCode::kUsage, "'" + manifest_path + "' is not valid JSON");
   const std::filesystem::path dir = std::filesystem::path(manifest_path).parent_path();
   const auto valid = m.find("valid");
-  if (valid == m.end() || !valid->is_array()) return Status(StatusCode::kUsage, "'" + manifest_path + "' has no 'valid' list");
+  const auto sequences = m.find("sequences");
+  if ((valid == m.end() || !valid->is_array()) && (sequences == m.end() || !sequences->is_array())) {
+    return Status(StatusCode::kUsage, "'" + manifest_path + "' has no 'valid' or 'sequences' list");
+  }
+  if (valid != m.end() && !valid->is_array()) return Status(StatusCode::kUsage, "'" + manifest_path + "': 'valid' is not a list");
+  if (sequences != m.end() && !sequences->is_array()) return Status(StatusCode::kUsage, "'" + manifest_path + "': 'sequences' is not a list");
+  // Count before reading any .npy: a manifest of a million steps is refused up front.
+  std::size_t total = program.self_tests.size() + (valid != m.end() ? valid->size() : 0);
+  if (sequences != m.end()) {
+    for (const json& s : *sequences) {
+      const auto steps = s.is_object() ? s.find("steps") : s.end();
+      if (s.is_object() && steps != s.end() && steps->is_array()) total += steps->size();
+    }
+  }
+  if (total > kMaxSelfTests) {
+    return Status(StatusCode::kUsage, "'" + manifest_path + "' holds " + std::to_string(total) + " cases and sequence steps; at most " +
+                                          std::to_string(kMaxSelfTests) + " self-tests fit in a bundle");
+  }
   std::vector<std::string> order;
   if (auto in = m.find("inputs"); in != m.end() && in->is_array()) {
     for (const auto& n : *in) if (n.is_string()) order.push_back(n.get<std::string>());
   }
-  for (const auto& c : *valid) {
-    if (!c.is_object() || !c.contains("inputs") || !c.contains("outputs") || !c["inputs"].is_object() || !c["outputs"].is_array()) {
-      return Status(StatusCode::kUsage, "'" + manifest_path + "': a valid case needs an 'inputs' object and an 'outputs' list");
+  if (valid != m.end()) {
+    for (const auto& c : *valid) {
+      const std::string fallback = "case" + std::to_string(program.self_tests.size());
+      auto name = manifest_name(c, fallback, "valid case " + std::to_string(program.self_tests.size()), manifest_path);
+      if (!name.ok()) return name.status();
+      KILN_RETURN_IF_ERROR(add_manifest_case(program, c, *name, "case '" + *name + "'", dir, order, manifest_path, rtol, atol));
     }
-    const std::string name = c.value("name", "case" + std::to_string(program.self_tests.size()));
-    std::vector<std::string> inputs;
-    for (std::size_t i = 0; i < program.inputs.size(); ++i) {
-      const std::string& sig_name = program.inputs[i].name;
-      std::string key = c["inputs"].contains(sig_name) ? sig_name : (i < order.size() ? order[i] : "");
-      if (!c["inputs"].contains(key) || !c["inputs"][key].is_string()) {
-        return Status(StatusCode::kUsage, "'" + manifest_path + "' case '" + name + "': no file for input '" + sig_name + "'");
-      }
-      inputs.push_back((dir / c["inputs"][key].get<std::string>()).string());
+  }
+  if (sequences == m.end()) return Status::Ok();
+  std::set<std::string> seen;
+  for (const ir::SelfTestCase& c : program.self_tests) if (!c.sequence.empty()) seen.insert(c.sequence);
+  for (std::size_t k = 0; k < sequences->size(); ++k) {
+    const json& s = (*sequences)[k];
+    const std::string where = "sequence " + std::to_string(k);
+    if (!s.is_object()) return Status(StatusCode::kUsage, "'" + manifest_path + "' " + where + ": not an object");
+    auto name = manifest_name(s, "sequence" + std::to_string(k), where, manifest_path);
+    if (!name.ok()) return name.status();
+    if (!seen.insert(*name).second) return Status(StatusCode::kUsage, "'" + manifest_path + "': two sequences are named '" + *name + "'");
+    const auto steps = s.find("steps");
+    if (steps == s.end() || !steps->is_array() || steps->empty()) {
+      return Status(StatusCode::kUsage, "'" + manifest_path + "' sequence '" + *name + "': needs a non-empty 'steps' list");
     }
-    std::vector<std::string> outputs;
-    for (const auto& o : c["outputs"]) {
-      if (!o.is_string()) return Status(StatusCode::kUsage, "'" + manifest_path + "': output entries must be file names");
-      outputs.push_back((dir / o.get<std::string>()).string());
+    for (std::size_t j = 0; j < steps->size(); ++j) {
+      const std::string step = *name + "[" + std::to_string(j) + "]";
+      KILN_RETURN_IF_ERROR(add_manifest_case(program, (*steps)[j], step, "sequence '" + *name + "' step " + std::to_string(j), dir,
+                                             order, manifest_path, rtol, atol));
+      program.self_tests.back().sequence = *name;
     }
-    KILN_RETURN_IF_ERROR(add_self_test_case(program, name, inputs, outputs, rtol, atol));
   }
   return Status::Ok();
 }

@@ -55,6 +55,18 @@ struct Operand {
   bool is_tensor() const { return value >= 0; }
 };
 
+/// How a tensor name aliases another (the training IR's view ops; mutations.cpp): in-place
+/// writes to a view are written back into its base, and views read after their base was
+/// written are recomputed from it.
+struct ViewEdge {
+  std::string parent;          // the tensor it views
+  const json* node = nullptr;  // the view node; nullptr: the result of an in-place op (self itself)
+  std::size_t output = 0;      // which output of `node`
+  bool contiguous = false;     // known to be a contiguous view (reshape / contiguous of it are views)
+  bool ambiguous = false;      // reshape / contiguous of a maybe non-contiguous view: a view or a copy
+  std::size_t order = 0;       // creation order (recomputation replays views in this order)
+};
+
 /// One pt2 graph being emitted into one ir::Graph.
 struct Scope {
   int graph = -1;
@@ -64,10 +76,17 @@ struct Scope {
   std::unordered_map<int, int> constant_values;     // program constant -> value id
   std::unordered_map<int, int> binder;              // unbacked symbol -> binding node
   std::set<sym::Expr, sym::ExprLess> asserted;      // asserts already added
+  // In-place ops (mutations.cpp).
+  std::unordered_map<std::string, ViewEdge> views;         // view name -> how it views its parent
+  std::unordered_map<std::string, std::size_t> last_use;   // name -> index of its last reader (outputs: #nodes)
+  std::set<std::string> contiguous;                        // non-view names known to be contiguous
+  std::map<std::string, std::string> placeholders;         // graph input name -> what it is ("buffer 'total'")
+  std::size_t node_index = 0;                              // the node being mapped
+  bool entry = false;
 };
 
-/// Why output `index` with this OutputSpec cannot be imported ("buffer 'total' is mutated
-/// by the graph (output 0, BUFFER_MUTATION): stateful programs are not supported yet").
+/// Why output `index` with this OutputSpec cannot be imported ("output 0 is a loss
+/// (LOSS_OUTPUT): training programs are not supported").
 std::string non_user_output_message(const json& spec, std::size_t index);
 
 class Importer;
@@ -79,6 +98,8 @@ const HandlerTable& aten_handlers();
 void register_elementwise(HandlerTable& t);  // aten_elementwise.cpp
 void register_nn(HandlerTable& t);           // aten_nn.cpp
 void register_shape(HandlerTable& t);        // aten_shape.cpp
+/// slice_scatter(self, src, d, start, end) with step 1, Python-clamped bounds (aten_shape.cpp).
+int slice_scatter_impl(Importer& im, int self, int src, std::int64_t d, sym::Expr start, sym::Expr end);
 
 class Importer {
  public:
@@ -165,9 +186,25 @@ class Importer {
   friend struct ImporterAccess;
   void read_archive(const std::string& path);
   void check_schema_version();
-  /// Rejects (kUnsupported) every non-user output and every in-place write to a graph input
-  /// or through a view read later (mutations.cpp).
+  /// Rejects (kUnsupported) every output that is neither a user output nor a BUFFER_MUTATION,
+  /// and every in-place write to a parameter, constant or user input (or a view of one);
+  /// collects the buffers written in place (training IR) into inplace_buffers_ (mutations.cpp).
   void check_mutations();
+  /// Before the graph's nodes are mapped: every name's last reader and the inputs' kinds.
+  void start_alias_tracking(const json& jgraph, const std::map<std::string, std::string>& placeholders);
+  /// After `node` was mapped: records its outputs as views of their input, or, for an in-place
+  /// op, rebinds self to the result, writes it back through the views it was reached by and
+  /// recomputes the views of the same base read later (mutations.cpp).
+  void track_aliases(const json& node);
+  /// Sets the node context (target_, args_, outputs_, meta_) to `node`.
+  void enter_node(const json& node);
+  /// Runs the aten handler of the node in context (the in-place base for `relu_`).
+  void apply_handler();
+  /// Runs `fn` with `node` as the node context (and `meta` for emitted nodes, when given).
+  void in_context(const json& node, const ir::NodeMeta* meta, const std::function<void()>& fn);
+  std::optional<int> write_back(const ViewEdge& edge, int base, int value);
+  void recompute_views(const std::string& root, const std::vector<std::string>& path);
+  ir::ValueKind value_kind(int id) { return value(id).kind; }
   void create_symbols();
   sym::Expr parse_sym(const std::string& srepr);
   Shape tensor_shape(const json& meta);
@@ -194,6 +231,7 @@ class Importer {
   std::map<std::string, std::int64_t> hints_;
   std::map<std::string, std::pair<std::int64_t, std::int64_t>> ranges_;
   std::map<std::string, int> subgraphs_;  // pt2 subgraph name -> graph index
+  std::set<std::string> inplace_buffers_; // buffers the training IR writes in place (state)
   std::vector<std::pair<std::string, std::string>> input_dims_;  // "x.0" -> archive symbol
   std::unordered_map<int, std::string> symbol_origin_;           // u0 -> "item(n_t)" for messages
   std::string origin_of(int node_index, const std::string& suffix);

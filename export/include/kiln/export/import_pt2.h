@@ -61,12 +61,22 @@ struct ImportOptions {
 /// Reads the archive at `path` and maps it into an ExportedProgram (no self-tests).
 Result<ExportedProgram> import_pt2(const std::string& path, const ImportOptions& options = {});
 
+/// At most this many self-tests (cases and sequence steps) per manifest read.
+inline constexpr std::size_t kMaxSelfTests = 4096;
+/// A case's or sequence's `name`: 1 to this many bytes.
+inline constexpr std::size_t kMaxSelfTestNameBytes = 256;
+
 /// Golden cases in the fixtures' `manifest.json` format: `{"valid": [{"name": ...,
-/// "inputs": {"x": "cases/a.npy", ...}, "outputs": ["cases/o.npy", ...]}, ...]}`, paths
-/// relative to the manifest's folder. Inputs are matched to `program`'s signature by name
-/// (else by position); an int input reads a 0-d or one-element integer .npy. Appends one
-/// SelfTestCase per valid case with tolerances `rtol` / `atol`.
-/// Errors: kIoError (unreadable files), kUsage (malformed manifest, count mismatch).
+/// "inputs": {"x": "cases/a.npy", ...}, "outputs": ["cases/o.npy", ...]}, ...],
+/// "sequences": [{"name": "s", "steps": [case, case, ...]}, ...]}` (either list may be
+/// absent, not both), paths relative to the manifest's folder. Inputs are matched to
+/// `program`'s signature by name (else by position); an int input reads a 0-d or
+/// one-element integer .npy. Appends one SelfTestCase per valid case, then one per
+/// sequence step (named `s[j]`, with `sequence` = the sequence's name: the steps run one
+/// after another on one state), with tolerances `rtol` / `atol`.
+/// Errors: kIoError (unreadable files), kUsage (malformed manifest: a wrong type, a missing
+/// or empty `steps` list, two sequences of one name, a name of 0 or more than
+/// kMaxSelfTestNameBytes bytes, more than kMaxSelfTests cases and steps, count mismatch).
 Status add_self_tests_from_manifest(ir::Program& program, const std::string& manifest_path, double rtol = 1e-4,
                                     double atol = 1e-5);
 /// One golden case from explicit files: `inputs` in signature order (`NAME=FILE.npy` or

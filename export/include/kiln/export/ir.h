@@ -156,6 +156,7 @@ struct SelfTestCase {
   std::vector<TestValue> inputs;   // signature order
   std::vector<TestValue> outputs;  // signature order
   std::string variant;             // expected variant label; may be empty
+  std::string sequence;            // "" or the sequence this case is the next step of (SelfTest.sequence)
 };
 
 struct Program {

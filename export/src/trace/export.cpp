@@ -275,6 +275,9 @@ Result<ExportedProgram> export_program(const ModelFn& fn, const std::vector<Exam
     // runs them in order on one session).
     detail::StateBytesGuard restore(ctx->states);
     detail::add_self_tests(ctx->program, fn, inputs, options);
+    if (!ctx->program.states.empty()) {
+      for (auto& c : ctx->program.self_tests) c.sequence = "self_tests";  // SelfTest.sequence: one state, in order
+    }
   } catch (const ExportError& e) {
     return e.status();
   } catch (const std::exception& e) {

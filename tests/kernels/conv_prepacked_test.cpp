@@ -342,8 +342,12 @@ TEST(Conv2dPrepacked, CoversFixedEdgeShapes) {
       {3, 6, 5, 4, 6, 1, 1, 6, 1, 1, 0, 0, 1, 1},       // depthwise 1x1: nothing prepared
       {1, 9, 33, 35, 9, 3, 3, 9, 2, 2, 1, 1, 1, 1},     // depthwise 3x3 stride 2 (rows kernel)
       {1, 5, 17, 40, 5, 5, 5, 5, 2, 2, 2, 2, 1, 1},     // depthwise 5x5 stride 2
+      {2, 3, 9, 37, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1},      // depthwise stride 1, 37 wide (rows kernel, 5 vectors)
+      {1, 4, 6, 150, 4, 3, 3, 4, 1, 1, 1, 1, 1, 2},     // 150 wide: blocks of 8 vectors + a remainder, dilated
+      {1, 4, 21, 9, 4, 3, 3, 4, 2, 2, 1, 1, 1, 1},      // 5 px rows: 8 rows x 1 vector blocks
   };
-  const char* kinds[] = {"both", "both", "gemm", "gemm", "gemm", "gemm", "gemm", "gemm", "none", "none", "none"};
+  const char* kinds[] = {"both", "both", "gemm", "gemm", "gemm", "gemm", "gemm", "gemm", "none", "none", "none",
+                         "none", "none", "none"};
   for (std::size_t i = 0; i < std::size(cases); ++i) {
     EXPECT_EQ(check_conv(cases[i], FusedActivation::kRelu6, rng), kinds[i]) << cases[i].text();
   }

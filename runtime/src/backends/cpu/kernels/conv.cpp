@@ -454,13 +454,15 @@ Status conv_direct(const float* x, const float* w, const float* bias, float* y, 
 // kernel rows and kConvDepthwiseMaxTaps taps: SimdKernels::conv_depthwise_rows on each plane in place, threaded over
 // (image, channel, output rows); relu / relu6 clamp in the kernel, other activations on
 // the chunk's rows while they are in cache.
-// Stride-1 depthwise layers stay on the direct path (conv_direct: 4 channels x 3 vectors
-// per tile over a padded copy), which measured faster there: mobilenet_v2's 144@56
-// depthwise 3x3 took 0.35-0.44 ms on it against 0.47-0.66 ms here, its stride-2 96@112
-// 0.83-1.2 ms against 0.52-0.78 ms (bench/conv_bench.cpp cases 12-13, 1 thread, loaded VM).
+// Stride-1 depthwise layers with rows narrower than 32 pixels stay on the direct path
+// (conv_direct: 4 channels x 3 vectors per tile over a padded copy), which measured faster
+// there (bench/conv_bench.cpp, 1 thread CPU time, loaded VM): 384@14 0.13-0.16 ms there vs
+// 0.18 here, 960@7 0.12-0.18 vs 0.21, 5x5 240@14 0.10-0.14 vs 0.16; wider rows and strided
+// layers are faster here: 144@56 0.40-0.41 vs 0.46 ms, stride-2 96@112 0.37-0.58 vs
+// 0.94-1.65 ms.
 bool use_depthwise(const ConvGeometry& g) {
   return g.group_in() == 1 && g.group_out() == 1 && g.kh <= kConvDepthwiseMaxRows &&
-         g.kh * g.kw <= kConvDepthwiseMaxTaps && g.stride[1] > 1;
+         g.kh * g.kw <= kConvDepthwiseMaxTaps && (g.stride[1] > 1 || g.ow >= 32);
 }
 
 Status conv_depthwise(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g,

@@ -1,8 +1,11 @@
-// conv2d (NCHW, or unbatched CHW) with stride, padding, dilation and groups. Three paths:
+// conv2d (NCHW, or unbatched CHW) with stride, padding, dilation and groups. The paths:
+// - depthwise with a column stride >= 2 or stride-1 rows of >= 32 pixels, up to 16 kernel
+//   rows and 64 taps (use_depthwise): SimdKernels::conv_depthwise_rows per plane, reading
+//   a few padded input rows at a time, relu/relu6 in the kernel;
 // - up to kDirectMaxOut output channels per group, kernels of 2 to 64 taps: a direct
 //   convolution over a padded, phase-split copy of the input (SimdKernels::
 //   conv_direct_rows), where a GEMM would have too few rows to fill its micro-kernel;
-//   depthwise convolutions take it too, 4 channels per tile;
+//   the other depthwise convolutions take it too, 4 channels per tile;
 // - depthwise 1x1 (or over 64 taps): a direct loop per plane;
 // - 3x3 stride-1 ungrouped convolutions with enough channels and tiles (winograd_profitable):
 //   Winograd F(4x4, 3x3) (conv_winograd.h);

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/cpu/kernels/conv_prepared.h"
 #include "backends/cpu/kernels/conv_winograd.h"
 #include "backends/cpu/thread_pool.h"
 #include "kernel_testutil.h"
@@ -309,22 +310,29 @@ TEST(Conv2dKernel, AppliesEveryFusedActivationOnEveryPath) {
   }
 }
 
-TEST(Conv2dKernel, PreparesWinogradWeightsOnlyWhereItsPathCanUseThem) {
+TEST(Conv2dKernel, PreparesWeightsForThePathsThatUseThem) {
   std::mt19937 rng(19);
-  auto prepare = [&](Shape w_shape, std::vector<std::int64_t> stride, std::vector<std::int64_t> dilation, std::int64_t groups) {
+  // "winograd", "gemm", "both" or "none": the parts of the ConvWeights made.
+  auto prepare = [&](Shape w_shape, std::vector<std::int64_t> stride, std::vector<std::int64_t> dilation,
+                     std::int64_t groups) -> std::string {
     Tensor w = Tensor::random(DType::kF32, w_shape, rng, -1.0, 1.0);
     auto made = prepare_weights(OpKind::Conv2d, 1, w.view(), AttrList().ints(stride).ints({1, 1}).ints(dilation).i(groups).span());
     EXPECT_TRUE(made.ok()) << made.status().message();
-    return made.ok() && *made != nullptr;
+    if (!made.ok() || *made == nullptr) return "none";
+    const auto* cw = static_cast<const kernels::ConvWeights*>(made->get());
+    return cw->winograd != nullptr && cw->gemm != nullptr ? "both" : cw->winograd != nullptr ? "winograd" : "gemm";
   };
-  EXPECT_TRUE(prepare({64, 64, 3, 3}, {1, 1}, {1, 1}, 1));
-  EXPECT_TRUE(prepare({512, 256, 3, 3}, {1}, {1}, 1));
-  EXPECT_FALSE(prepare({64, 32, 3, 3}, {1, 1}, {1, 1}, 1));   // too few input channels
-  EXPECT_FALSE(prepare({32, 64, 3, 3}, {1, 1}, {1, 1}, 1));   // too few output channels
-  EXPECT_FALSE(prepare({128, 64, 3, 3}, {2, 2}, {1, 1}, 1));  // stride 2
-  EXPECT_FALSE(prepare({128, 64, 3, 3}, {1, 1}, {2, 2}, 1));  // dilated
-  EXPECT_FALSE(prepare({128, 64, 3, 3}, {1, 1}, {1, 1}, 2));  // grouped
-  EXPECT_FALSE(prepare({128, 64, 1, 1}, {1, 1}, {1, 1}, 1));  // 1x1
+  EXPECT_EQ(prepare({64, 64, 3, 3}, {1, 1}, {1, 1}, 1), "winograd");  // 64 outputs: the direct path otherwise
+  EXPECT_EQ(prepare({512, 256, 3, 3}, {1}, {1}, 1), "both");          // Winograd, or the GEMM on small images
+  EXPECT_EQ(prepare({64, 32, 3, 3}, {1, 1}, {1, 1}, 1), "none");     // direct
+  EXPECT_EQ(prepare({32, 64, 3, 3}, {1, 1}, {1, 1}, 1), "none");     // direct
+  EXPECT_EQ(prepare({128, 64, 3, 3}, {2, 2}, {1, 1}, 1), "gemm");    // stride 2
+  EXPECT_EQ(prepare({128, 64, 3, 3}, {1, 1}, {2, 2}, 1), "gemm");    // dilated
+  EXPECT_EQ(prepare({256, 64, 3, 3}, {1, 1}, {1, 1}, 2), "gemm");    // grouped, 128 outputs per group
+  EXPECT_EQ(prepare({128, 64, 3, 3}, {1, 1}, {1, 1}, 2), "none");    // grouped, 64 per group: direct
+  EXPECT_EQ(prepare({128, 64, 1, 1}, {1, 1}, {1, 1}, 1), "gemm");    // 1x1
+  EXPECT_EQ(prepare({16, 8, 1, 1}, {1, 1}, {1, 1}, 1), "gemm");      // 1x1, few channels
+  EXPECT_EQ(prepare({32, 1, 3, 3}, {1, 1}, {1, 1}, 32), "none");     // depthwise
   // Other ops and inputs: nothing to prepare.
   Tensor m = Tensor::random(DType::kF32, {64, 64}, rng, -1.0, 1.0);
   auto other = prepare_weights(OpKind::Linear, 1, m.view(), {});

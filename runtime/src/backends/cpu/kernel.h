@@ -39,8 +39,9 @@ class PreparedWeights {
 
 /// Prepares input `index` (a constant, `weight`) of a node of `op` with attributes `attrs`
 /// (expression attributes not evaluated: kExpr/kExprs then carry no values) for its
-/// kernel. Null when the kernel has nothing to prepare for it (conv2d: only 3x3 stride-1
-/// ungrouped weights of at least 64 x 64 channels, for the Winograd path). Errors:
+/// kernel. Null when the kernel has nothing to prepare for it (conv2d: the Winograd transform
+/// of 3x3 stride-1 ungrouped weights of at least 64 x 64 channels, and the packed GEMM
+/// operand of weights taking the GEMM paths; kernels/conv_prepared.h). Errors:
 /// kUnavailable when the memory cannot be had (the caller then runs unprepared).
 Result<std::unique_ptr<PreparedWeights>> prepare_weights(OpKind op, int index, const TensorView& weight,
                                                          std::span<const AttrValue> attrs);

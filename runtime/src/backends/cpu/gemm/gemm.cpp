@@ -391,6 +391,8 @@ Status sgemm_prepacked(const GemmParams& params, const PackedB& packed, ThreadPo
 
 GemmIsa active_gemm_isa() { return select_kernels().isa; }
 
+const gemm_detail::GemmKernels& gemm_detail::active_kernels() { return select_kernels(); }
+
 bool set_gemm_isa_for_testing(GemmIsa isa) {
   if (isa == GemmIsa::kAvx2 && !cpu_has_avx2_fma()) return false;
   g_forced_isa.store(isa, std::memory_order_relaxed);

@@ -69,6 +69,8 @@ const GemmKernels& scalar_kernels();
 const GemmKernels& avx2_kernels();
 /// True when this build has the AVX2 table and the CPU can run it.
 bool cpu_has_avx2_fma();
+/// The table sgemm uses now (set_gemm_isa_for_testing included); gemm.cpp.
+const GemmKernels& active_kernels();
 
 /// Packs rows [0, m) x columns [0, kc) of op(A) starting at `a` (element (i, k) at
 /// a[i*row_stride + k*col_stride]) into ceil(m/kMr) panels of kc x kMr, zero-padding rows.

@@ -1,14 +1,20 @@
-// conv2d (NCHW, or unbatched CHW) with stride, padding, dilation and groups. Three paths:
+// conv2d (NCHW, or unbatched CHW) with stride, padding, dilation and groups. The paths:
+// - depthwise with a column stride >= 2 or stride-1 rows of >= 32 pixels, up to 16 kernel
+//   rows and 64 taps (use_depthwise): SimdKernels::conv_depthwise_rows per plane, reading
+//   a few padded input rows at a time, relu/relu6 in the kernel;
 // - up to kDirectMaxOut output channels per group, kernels of 2 to 64 taps: a direct
 //   convolution over a padded, phase-split copy of the input (SimdKernels::
 //   conv_direct_rows), where a GEMM would have too few rows to fill its micro-kernel;
-//   depthwise convolutions take it too, 4 channels per tile;
+//   the other depthwise convolutions take it too, 4 channels per tile;
 // - depthwise 1x1 (or over 64 taps): a direct loop per plane;
 // - 3x3 stride-1 ungrouped convolutions with enough channels and tiles (winograd_profitable):
 //   Winograd F(4x4, 3x3) (conv_winograd.h);
-// - otherwise im2col + the packed SGEMM per (image, group), tiled over output rows so the
-//   column buffer stays small, bias and activation in the SGEMM's epilogue; 1x1 stride-1
-//   unpadded convolutions skip im2col (the GEMM reads the NCHW planes).
+// - otherwise a GEMM per (image, group), W_g [out x patch] times the patches, bias and
+//   activation in the SGEMM's epilogue. With weights prepared at load (ConvWeights::gemm,
+//   conv_prepared.h) W_g is the prepacked A of sgemm_packed_a and the patches are written
+//   straight into its packed B panels (im2col_panels; 1x1 stride-1 unpadded convolutions
+//   pack the NCHW planes as they are), so a run packs only the activations, once. Without
+//   them: im2col tiles of a few output rows + sgemm, which packs both operands per call.
 // f32 (f16/bf16 via f32).
 #include <algorithm>
 #include <array>
@@ -16,12 +22,15 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <new>
 #include <string_view>
 
 #include "backends/cpu/gemm/gemm.h"
+#include "backends/cpu/gemm/gemm_packed_a.h"
 #include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/conv_prepared.h"
 #include "backends/cpu/kernels/conv_winograd.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/simd.h"
@@ -77,6 +86,122 @@ void im2col(const float* src, const ConvGeometry& g, std::int64_t oh0, std::int6
       }
     }
   }
+}
+
+// The output columns [x_lo, x_hi) of a kernel column with input offset dx (= j * dilation -
+// padding) whose input column x * stride + dx lies in [0, w).
+void valid_columns(const ConvGeometry& g, std::int64_t dx, std::int64_t& x_lo, std::int64_t& x_hi) {
+  const std::int64_t w = g.in.width, sw = g.stride[1];
+  x_lo = dx >= 0 ? 0 : (-dx + sw - 1) / sw;
+  x_hi = w - dx <= 0 ? 0 : (w - dx - 1) / sw + 1;
+  x_lo = std::min(x_lo, g.ow);
+  x_hi = std::clamp(x_hi, x_lo, g.ow);
+}
+
+// im2col written straight into sgemm_packed_a's B panels (PackBFn): rows [k0, k0 + kc) of
+// the patch matrix (k = (c * kh + i) * kw + j) x output pixels [j0, j0 + cols) of one image
+// and group, 16 pixels per panel (a panel may span output rows), zeros for padding.
+void im2col_panels(const float* src, const ConvGeometry& g, std::int64_t k0, std::int64_t kc, std::int64_t j0,
+                   std::int64_t cols, float* out) {
+  struct Segment {
+    std::int64_t oy, x0, len, lane;  // output row, first column, pixels, first lane
+  };
+  const std::int64_t taps = g.kh * g.kw, h = g.in.height, w = g.in.width;
+  const std::int64_t sh = g.stride[0], sw = g.stride[1];
+  for (std::int64_t q = 0; q * 16 < cols; ++q) {
+    Segment segs[16];
+    int count = 0;
+    std::int64_t lane = 0;
+    for (std::int64_t p = j0 + q * 16, end = j0 + std::min(cols, q * 16 + 16); p < end;) {
+      const std::int64_t oy = p / g.ow, x = p % g.ow, len = std::min(g.ow - x, end - p);
+      segs[count++] = Segment{oy, x, len, lane};
+      lane += len;
+      p += len;
+    }
+    float* panel = out + q * kc * 16;
+    for (std::int64_t t = 0; t < kc; ++t) {
+      const std::int64_t k = k0 + t, c = k / taps, i = k % taps / g.kw, j = k % g.kw;
+      const std::int64_t dx = j * g.dilation[1] - g.padding[1];
+      std::int64_t x_lo, x_hi;
+      valid_columns(g, dx, x_lo, x_hi);
+      const float* plane = src + c * h * w;
+      float* dst = panel + t * 16;
+      for (int sgi = 0; sgi < count; ++sgi) {
+        const Segment& sg = segs[sgi];
+        float* d = dst + sg.lane - sg.x0;  // d[x] for output column x
+        const std::int64_t y = sg.oy * sh - g.padding[0] + i * g.dilation[0];
+        const std::int64_t x1 = sg.x0 + sg.len;
+        if (y < 0 || y >= h) {
+          std::fill(d + sg.x0, d + x1, 0.0f);
+          continue;
+        }
+        const float* row = plane + y * w + dx;
+        const std::int64_t a = std::clamp(x_lo, sg.x0, x1), b = std::clamp(x_hi, a, x1);
+        std::fill(d + sg.x0, d + a, 0.0f);
+        if (sw == 1) {
+          std::copy(row + a, row + b, d + a);
+        } else {
+          for (std::int64_t x = a; x < b; ++x) d[x] = row[x * sw];
+        }
+        std::fill(d + b, d + x1, 0.0f);
+      }
+      std::fill(dst + lane, dst + 16, 0.0f);
+    }
+  }
+}
+
+// One (image, group) with prepacked weights: dst [out][oh*ow] = act(W_g * patches + bias).
+Status conv_group_packed(const float* x, const PackedA& wg, const float* bias, float* y, const ConvGeometry& g,
+                         std::int64_t n, std::int64_t grp, GemmActivation act, ThreadPool* pool) {
+  const std::int64_t spatial = g.oh * g.ow, in_plane = g.in.height * g.in.width;
+  const float* src = x + (n * g.in.channels + grp * g.group_in()) * in_plane;
+  GemmParams p;
+  p.m = g.group_out();
+  p.n = spatial;
+  p.k = g.patch();
+  p.c = y + (n * g.out_channels + grp * g.group_out()) * spatial;
+  p.ldc = spatial;
+  p.bias = bias != nullptr ? bias + grp * g.group_out() : nullptr;
+  p.bias_kind = bias != nullptr ? GemmBias::kPerRow : GemmBias::kNone;
+  p.activation = act;
+  const bool plain = g.kh == 1 && g.kw == 1 && g.stride[0] == 1 && g.stride[1] == 1 && g.padding[0] == 0 &&
+                     g.padding[1] == 0;
+  if (plain) {  // the patch matrix is the NCHW planes themselves
+    p.b = src;
+    p.ldb = spatial;
+    return sgemm_packed_a(p, wg, pool);
+  }
+  return sgemm_packed_a(
+      p, wg,
+      [&](std::int64_t k0, std::int64_t kc, std::int64_t j0, std::int64_t cols, float* out) {
+        im2col_panels(src, g, k0, kc, j0, cols, out);
+      },
+      pool);
+}
+
+// Every (image, group) of a convolution with prepacked weights: many small problems
+// (batches, groups) one per thread at a time, else one at a time, each over the pool.
+Status conv_packed(const float* x, const ConvWeights& prepared, const float* bias, float* y, const ConvGeometry& g,
+                   GemmActivation act, ThreadPool& pool) {
+  const std::int64_t items = g.in.batch * g.groups;
+  const double flops = 2.0 * static_cast<double>(g.group_out()) * static_cast<double>(g.patch()) *
+                       static_cast<double>(g.oh * g.ow);
+  if (pool.num_threads() > 1 && items >= 2 * pool.num_threads() && flops < 4.0e7) {
+    std::atomic<bool> failed{false};
+    pool.parallel_for(items, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t it = begin; it < end; ++it) {
+        const std::int64_t grp = it % g.groups;
+        if (!conv_group_packed(x, prepared.gemm[grp], bias, y, g, it / g.groups, grp, act, nullptr).ok()) failed = true;
+      }
+    });
+    if (failed) return op_error(StatusCode::kUnavailable, "conv2d", "the GEMM could not allocate its buffers");
+    return Status::Ok();
+  }
+  for (std::int64_t it = 0; it < items; ++it) {
+    const std::int64_t grp = it % g.groups;
+    KILN_RETURN_IF_ERROR(conv_group_packed(x, prepared.gemm[grp], bias, y, g, it / g.groups, grp, act, &pool));
+  }
+  return Status::Ok();
 }
 
 // One output channel of a depthwise convolution (one input channel per group): a direct
@@ -177,6 +302,26 @@ constexpr std::int64_t kDirectMaxOut = 64;
 bool winograd_enabled() {
   static const bool enabled = [] {
     const char* v = std::getenv("KILN_CONV_WINOGRAD");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+}
+
+// KILN_CONV_PREPACK=0 leaves the GEMM paths' weights unprepared (the per-call im2col +
+// sgemm), to compare speed; read once.
+bool prepack_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("KILN_CONV_PREPACK");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+}
+
+// KILN_CONV_DEPTHWISE=0 sends depthwise convolutions to the older paths (direct tiles over
+// a padded copy, per-plane loops), to compare speed; read once.
+bool depthwise_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("KILN_CONV_DEPTHWISE");
     return v == nullptr || std::string_view(v) != "0";
   }();
   return enabled;
@@ -308,6 +453,78 @@ Status conv_direct(const float* x, const float* w, const float* bias, float* y, 
   return Status::Ok();
 }
 
+// Depthwise (one input and output channel per group) with at most kConvDepthwiseMaxRows
+// kernel rows and kConvDepthwiseMaxTaps taps: SimdKernels::conv_depthwise_rows on each plane in place, threaded over
+// (image, channel, output rows); relu / relu6 clamp in the kernel, other activations on
+// the chunk's rows while they are in cache.
+// Stride-1 depthwise layers with rows narrower than 32 pixels stay on the direct path
+// (conv_direct: 4 channels x 3 vectors per tile over a padded copy), which measured faster
+// there (bench/conv_bench.cpp, 1 thread CPU time, loaded VM): 384@14 0.13-0.16 ms there vs
+// 0.18 here, 960@7 0.12-0.18 vs 0.21, 5x5 240@14 0.10-0.14 vs 0.16; wider rows and strided
+// layers are faster here: 144@56 0.40-0.41 vs 0.46 ms, stride-2 96@112 0.37-0.58 vs
+// 0.94-1.65 ms.
+bool use_depthwise(const ConvGeometry& g) {
+  return g.group_in() == 1 && g.group_out() == 1 && g.kh <= kConvDepthwiseMaxRows &&
+         g.kh * g.kw <= kConvDepthwiseMaxTaps && (g.stride[1] > 1 || g.ow >= 32);
+}
+
+Status conv_depthwise(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g,
+                      FusedActivation act, ThreadPool& pool) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  float lo = -kInf, hi = kInf;
+  if (act == FusedActivation::kRelu || act == FusedActivation::kRelu6) lo = 0.0f;
+  if (act == FusedActivation::kRelu6) hi = 6.0f;
+  const bool clamped = act == FusedActivation::kNone || act == FusedActivation::kRelu || act == FusedActivation::kRelu6;
+  const auto rows = simd().conv_depthwise_rows;
+  const std::int64_t planes = g.in.batch * g.out_channels, taps = g.kh * g.kw;
+  const std::int64_t total = planes * g.oh;
+  // Chunks of about 4K multiply-adds, at least one row; calls of at most kBatch rows, whose
+  // padded input rows stay in L1.
+  const std::int64_t grain = std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(1, g.ow * taps));
+  constexpr std::int64_t kBatch = 8;
+  const std::int64_t row_floats = ((g.ow + 8) * g.stride[1] + (g.kw - 1) * g.dilation[1] + 16 + 7) / 8 * 8;
+  const std::int64_t scratch_floats = ((kBatch - 1) * g.stride[0] + (g.kh - 1) * g.dilation[0] + 1) * row_floats;
+  std::atomic<bool> failed{false};
+  pool.parallel_for(total, grain, [&](std::int64_t begin, std::int64_t end) {
+    std::unique_ptr<float[]> scratch(new (std::nothrow) float[static_cast<std::size_t>(scratch_floats)]);
+    if (scratch == nullptr) {
+      failed = true;
+      return;
+    }
+    while (begin < end) {
+      const std::int64_t plane = begin / g.oh, oy0 = begin % g.oh;
+      const std::int64_t oy1 = std::min({g.oh, oy0 + (end - begin), oy0 + kBatch});
+      const std::int64_t c = plane % g.out_channels;
+      ConvDepthwiseArgs a{};
+      a.input = x + plane * g.in.height * g.in.width;
+      a.h = g.in.height;
+      a.w = g.in.width;
+      a.kh = g.kh;
+      a.kw = g.kw;
+      a.stride_h = g.stride[0];
+      a.stride_w = g.stride[1];
+      a.pad_h = g.padding[0];
+      a.pad_w = g.padding[1];
+      a.dilation_h = g.dilation[0];
+      a.dilation_w = g.dilation[1];
+      a.weights = w + c * taps;
+      a.bias = bias != nullptr ? bias[c] : 0.0f;
+      a.lo = lo;
+      a.hi = hi;
+      a.output = y + plane * g.oh * g.ow;
+      a.oh = g.oh;
+      a.ow = g.ow;
+      a.scratch = scratch.get();
+      a.row_floats = row_floats;
+      rows(a, oy0, oy1);
+      if (!clamped) apply_activation(act, a.output + oy0 * g.ow, (oy1 - oy0) * g.ow);
+      begin += oy1 - oy0;
+    }
+  });
+  if (failed) return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate ", scratch_floats, " floats of rows");
+  return Status::Ok();
+}
+
 Status conv_f32(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g, GemmActivation act,
                 ThreadPool& pool) {
   const std::int64_t patch = g.patch();
@@ -401,7 +618,8 @@ Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   const float* bp = bias != nullptr ? bias->as<float>() : nullptr;
   const bool relu = ctx.fused_activation() == FusedActivation::kRelu;
   // Only conv2d_prepare makes conv2d's prepared weights.
-  const auto* prepared = static_cast<const WinogradWeights*>(ctx.prepared_weights(1));
+  const auto* weights = static_cast<const ConvWeights*>(ctx.prepared_weights(1));
+  const WinogradWeights* prepared = weights != nullptr ? weights->winograd.get() : nullptr;
   if (prepared != nullptr && (prepared->k != g.out_channels || prepared->c != g.in.channels)) prepared = nullptr;
   if (WinogradShape ws; winograd_shape(g, ws) && winograd_profitable(ws, prepared != nullptr)) {
     KILN_RETURN_IF_ERROR(
@@ -409,27 +627,56 @@ Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
     if (!relu) apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
     return Status::Ok();
   }
+  if (use_depthwise(g) && depthwise_enabled()) {
+    return conv_depthwise(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.fused_activation(), ctx.pool());
+  }
   if (use_direct(g)) {
     KILN_RETURN_IF_ERROR(conv_direct(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.pool(), relu));
     if (!relu) apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
     return Status::Ok();
+  }
+  if (weights != nullptr && weights->gemm != nullptr && weights->out_channels == g.out_channels &&
+      weights->groups == g.groups && weights->patch == g.patch()) {
+    return conv_packed(x.as<float>(), *weights, bp, out[0].as<float>(), g, ctx.fused_activation(), ctx.pool());
   }
   return conv_f32(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.fused_activation(), ctx.pool());
 }
 
 Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight, Attrs attrs) {
   std::unique_ptr<PreparedWeights> none;
-  if (weight.dtype != DType::kF32 || weight.rank != 4 || weight.shape[2] != 3 || weight.shape[3] != 3) return none;
+  if (weight.dtype != DType::kF32 || weight.rank != 4) return none;
   // Attributes 0-3: stride, padding, dilation, groups (unevaluated expressions: not prepared).
-  auto all_ones = [&](std::size_t k) {
-    if (attrs.size() <= k || attrs[k].type == AttrType::kNone) return true;
-    if (attrs[k].type != AttrType::kInts || attrs[k].ints.empty()) return false;
-    return std::all_of(attrs[k].ints.begin(), attrs[k].ints.end(), [](std::int64_t v) { return v == 1; });
+  if (attrs.size() < 4 || attrs[3].type != AttrType::kInt) return none;
+  const std::int64_t groups = attrs[3].i;
+  const std::int64_t k = weight.shape[0], c = weight.shape[1], kh = weight.shape[2], kw = weight.shape[3];
+  if (groups < 1 || k % groups != 0 || k == 0 || c == 0 || kh == 0 || kw == 0) return none;
+  auto all_ones = [&](std::size_t i) {
+    if (attrs[i].type == AttrType::kNone) return true;
+    if (attrs[i].type != AttrType::kInts || attrs[i].ints.empty()) return false;
+    return std::all_of(attrs[i].ints.begin(), attrs[i].ints.end(), [](std::int64_t v) { return v == 1; });
   };
-  if (!all_ones(0) || !all_ones(2) || attrs.size() < 4 || attrs[3].type != AttrType::kInt || attrs[3].i != 1) return none;
-  const std::int64_t k = weight.shape[0], c = weight.shape[1];
-  if (!winograd_enabled() || !winograd_channels(c, k)) return none;
-  KILN_ASSIGN_OR_RETURN(auto prepared, winograd_prepare(weight.as<float>(), k, c));
+  auto prepared = std::unique_ptr<ConvWeights>(new (std::nothrow) ConvWeights());
+  if (prepared == nullptr) return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate prepared weights");
+  if (kh == 3 && kw == 3 && groups == 1 && all_ones(0) && all_ones(2) && winograd_enabled() && winograd_channels(c, k)) {
+    KILN_ASSIGN_OR_RETURN(prepared->winograd, winograd_prepare(weight.as<float>(), k, c));
+  }
+  // The GEMM paths' weights: not depthwise, not the direct path's (use_direct).
+  const std::int64_t per_group = k / groups, taps = kh * kw;
+  const bool depthwise = c == 1 && per_group == 1;
+  const bool direct = per_group <= kDirectMaxOut && taps <= 64 && taps > 1;
+  if (!depthwise && !direct && prepack_enabled()) {
+    prepared->gemm.reset(new (std::nothrow) PackedA[static_cast<std::size_t>(groups)]);
+    if (prepared->gemm == nullptr) return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate prepared weights");
+    const std::int64_t patch = c * taps;
+    for (std::int64_t grp = 0; grp < groups; ++grp) {
+      KILN_ASSIGN_OR_RETURN(prepared->gemm[grp],
+                            pack_a_matrix(weight.as<float>() + grp * per_group * patch, patch, per_group, patch));
+    }
+    prepared->out_channels = k;
+    prepared->groups = groups;
+    prepared->patch = patch;
+  }
+  if (prepared->winograd == nullptr && prepared->gemm == nullptr) return none;
   return std::unique_ptr<PreparedWeights>(std::move(prepared));
 }
 

@@ -159,8 +159,9 @@ KILN_DECLARE_KERNEL(Bmm);
 // conv2d(x [N, C, H, W] or [C, H, W], weight [O, C/groups, kH, kW], bias[O]?) with
 // stride, padding (symmetric), dilation (each 1 or 2 values) and groups: f32 (conv.cpp).
 KILN_DECLARE_KERNEL(Conv2d);
-// conv2d's prepare_weights (backends/cpu/kernel.h): the Winograd-transformed weights, packed
-// for the SGEMM, of a 3x3 stride-1 ungrouped weight with >= 64 x 64 channels; else null.
+// conv2d's prepare_weights (backends/cpu/kernel.h): a ConvWeights (conv_prepared.h) with
+// the Winograd-transformed weights of a 3x3 stride-1 ungrouped weight with >= 64 x 64
+// channels and/or the weights of the GEMM paths packed as the SGEMM's A; else null.
 Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight, std::span<const AttrValue> attrs);
 
 // Normalizations (norm.cpp): f32 f64.

@@ -33,6 +33,26 @@ struct ConvDirectArgs {
   bool depthwise;
 };
 
+/// One channel plane of a depthwise convolution (conv.cpp), read in place: output rows of
+/// out[oh][ow] = clamp(bias + sum_ij weights[i * kw + j] * input[y][x], lo, hi) with
+/// y = oy * stride_h - pad_h + i * dilation_h, x likewise, taps outside the plane skipped.
+/// kh <= kConvDepthwiseMaxRows, kh * kw <= kConvDepthwiseMaxTaps. A call over output rows [oy0, oy1) copies the input rows
+/// they read, zero-padded, to `scratch`: ((oy1 - oy0 - 1) * stride_h + (kh - 1) *
+/// dilation_h + 1) rows of row_floats >= (ow + 8) * stride_w + (kw - 1) * dilation_w + 16
+/// floats (so the last, partial pixel vector reads inside its row).
+inline constexpr int kConvDepthwiseMaxRows = 16;
+inline constexpr int kConvDepthwiseMaxTaps = 64;
+struct ConvDepthwiseArgs {
+  const float* input;  // [h][w]
+  std::int64_t h, w, kh, kw, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  const float* weights;  // [kh][kw]
+  float bias, lo, hi;    // lo/hi: -inf/inf without a clamp; relu 0/inf; relu6 0/6
+  float* output;         // [oh][ow]
+  std::int64_t oh, ow;
+  float* scratch;
+  std::int64_t row_floats;
+};
+
 struct SimdKernels {
   const char* name;
   void (*exp)(const float* x, float* y, std::int64_t n);
@@ -74,6 +94,8 @@ struct SimdKernels {
   /// The weight transform U = G g G^T of one output channel's `channels` 3x3 kernels
   /// (w[c * 9 + 3 * row + column]): element xi of channel c goes to u[xi * xi_stride + c].
   void (*winograd_weights)(const float* w, std::int64_t channels, float* u, std::int64_t xi_stride);
+  /// Output rows [oy0, oy1) of one depthwise channel plane (conv_depthwise.inc).
+  void (*conv_depthwise_rows)(const ConvDepthwiseArgs& args, std::int64_t oy0, std::int64_t oy1);
 };
 
 /// The table for this CPU (AVX2+FMA when available).

@@ -1,0 +1,357 @@
+// conv2d with weights prepared at load (ConvWeights, conv_prepared.h): the prepacked-A
+// GEMM (sgemm_packed_a, gemm_packed_a.h) on its own, and every conv path against a naive
+// double-precision convolution over randomized shapes (odd sizes, channel counts that are
+// not multiples of 8, padding, stride 2, dilation, groups, depthwise), on 1 and 2 threads,
+// with and without prepared weights and fused activations.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/gemm/gemm.h"
+#include "backends/cpu/gemm/gemm_packed_a.h"
+#include "backends/cpu/kernel.h"
+#include "backends/cpu/kernels/conv_prepared.h"
+#include "backends/cpu/thread_pool.h"
+#include "kernels/kernel_testutil.h"
+
+namespace kiln::cpu {
+namespace {
+
+using testing::AttrList;
+using testing::Shape;
+using testing::Tensor;
+
+std::vector<float> uniform(std::mt19937& rng, std::int64_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+double activate(GemmActivation act, double v) {
+  switch (act) {
+    case GemmActivation::kNone: return v;
+    case GemmActivation::kRelu: return std::max(v, 0.0);
+    case GemmActivation::kRelu6: return std::min(std::max(v, 0.0), 6.0);
+    case GemmActivation::kHardswish: return v * std::min(std::max(v + 3.0, 0.0), 6.0) / 6.0;
+    case GemmActivation::kHardsigmoid: return std::min(std::max(v + 3.0, 0.0), 6.0) / 6.0;
+    case GemmActivation::kSilu: return v / (1.0 + std::exp(-v));
+    case GemmActivation::kGeluErf: return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    case GemmActivation::kGeluTanh:
+      return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+  }
+  return v;
+}
+
+// ---- sgemm_packed_a ----
+
+TEST(SgemmPackedA, MatchesNaiveProductOverShapesBlocksAndEpilogues) {
+  struct Case {
+    std::int64_t m, n, k;
+  };
+  // Around the 6x16 tile, the 256 K block (several blocks), the 144-row block, N < 16.
+  const Case cases[] = {{1, 1, 1},   {5, 3, 7},     {6, 16, 8},    {7, 17, 256}, {13, 49, 257},
+                        {145, 33, 70}, {64, 200, 600}, {300, 20, 40}, {32, 700, 16}};
+  const GemmActivation acts[] = {GemmActivation::kNone, GemmActivation::kRelu6, GemmActivation::kHardswish};
+  std::mt19937 rng(31);
+  ThreadPool pool2(2);
+  int variant = 0;
+  for (const Case& c : cases) {
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+      ++variant;
+      const bool trans_b = variant % 3 == 0;
+      const GemmBias bias_kind = variant % 3 == 1 ? GemmBias::kPerRow : variant % 3 == 2 ? GemmBias::kPerColumn
+                                                                                       : GemmBias::kNone;
+      const GemmActivation act = acts[variant % 3];
+      const float alpha = variant % 4 == 0 ? 0.5f : 1.0f, beta = variant % 5 == 0 ? 0.25f : 0.0f;
+      const std::int64_t lda = c.k + 3, ldb = (trans_b ? c.k : c.n) + 1, ldc = c.n + 2;
+      const std::vector<float> a = uniform(rng, c.m * lda), b = uniform(rng, (trans_b ? c.n : c.k) * ldb);
+      const std::vector<float> bias = uniform(rng, std::max(c.m, c.n));
+      std::vector<float> out = uniform(rng, c.m * ldc);
+      const std::vector<float> before = out;
+      auto packed = pack_a_matrix(a.data(), lda, c.m, c.k);
+      ASSERT_TRUE(packed.ok()) << packed.status().message();
+      GemmParams p;
+      p.m = c.m;
+      p.n = c.n;
+      p.k = c.k;
+      p.trans_b = trans_b;
+      p.alpha = alpha;
+      p.beta = beta;
+      p.b = b.data();
+      p.ldb = ldb;
+      p.c = out.data();
+      p.ldc = ldc;
+      p.bias = bias.data();
+      p.bias_kind = bias_kind;
+      p.activation = act;
+      const Status st = sgemm_packed_a(p, *packed, pool);
+      ASSERT_TRUE(st.ok()) << st.message();
+      for (std::int64_t i = 0; i < c.m; ++i) {
+        for (std::int64_t j = 0; j < ldc; ++j) {
+          const float got = out[static_cast<std::size_t>(i * ldc + j)];
+          if (j >= c.n) {  // past the row: untouched
+            ASSERT_EQ(got, before[static_cast<std::size_t>(i * ldc + j)]) << "wrote past n at " << i << "," << j;
+            continue;
+          }
+          double sum = 0.0, mag = 0.0;
+          for (std::int64_t t = 0; t < c.k; ++t) {
+            const double bv = trans_b ? b[static_cast<std::size_t>(j * ldb + t)] : b[static_cast<std::size_t>(t * ldb + j)];
+            sum += a[static_cast<std::size_t>(i * lda + t)] * bv;
+            mag += std::abs(a[static_cast<std::size_t>(i * lda + t)] * bv);
+          }
+          double want = alpha * sum + beta * before[static_cast<std::size_t>(i * ldc + j)];
+          if (bias_kind == GemmBias::kPerRow) want += bias[static_cast<std::size_t>(i)];
+          if (bias_kind == GemmBias::kPerColumn) want += bias[static_cast<std::size_t>(j)];
+          want = activate(act, want);
+          ASSERT_NEAR(got, want, 1e-5 + 1e-6 * mag) << c.m << "x" << c.n << "x" << c.k << " at " << i << "," << j;
+        }
+      }
+    }
+  }
+}
+
+TEST(SgemmPackedA, RejectsMismatchedShapesAndStrides) {
+  const std::vector<float> a(12, 1.0f), b(12, 1.0f);
+  std::vector<float> c(16, 0.0f);
+  auto packed = pack_a_matrix(a.data(), 4, 3, 4);
+  ASSERT_TRUE(packed.ok());
+  EXPECT_EQ(packed->m(), 3);
+  EXPECT_EQ(packed->k(), 4);
+  GemmParams p;
+  p.m = 3;
+  p.n = 3;
+  p.k = 5;  // packed A has k = 4
+  p.b = b.data();
+  p.ldb = 3;
+  p.c = c.data();
+  p.ldc = 3;
+  Status st = sgemm_packed_a(p, *packed, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidInput);
+  EXPECT_EQ(st.message(), "[sgemm_packed_a] packed A is [3,4] but m=3 k=5");
+  p.k = 4;
+  p.ldb = 2;
+  st = sgemm_packed_a(p, *packed, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidInput);
+  EXPECT_EQ(st.message(), "[sgemm_packed_a] ldb=2 < n=3");
+  auto bad = pack_a_matrix(a.data(), 3, 3, 4);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "[sgemm_packed_a] pack_a_matrix: lda=3 < k=4");
+  auto negative = pack_a_matrix(a.data(), 4, -1, 4);
+  ASSERT_FALSE(negative.ok());
+  EXPECT_EQ(negative.status().code(), StatusCode::kInvalidInput);
+}
+
+// ---- conv2d against the naive convolution ----
+
+struct ConvCase {
+  std::int64_t n, c, h, w, o, kh, kw, groups;
+  std::int64_t sh, sw, ph, pw, dh, dw;
+  std::int64_t oh() const { return (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1; }
+  std::int64_t ow() const { return (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1; }
+  std::string text() const {
+    return std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w) + " -> " +
+           std::to_string(o) + " k" + std::to_string(kh) + "x" + std::to_string(kw) + " g" + std::to_string(groups) +
+           " s" + std::to_string(sh) + "," + std::to_string(sw) + " p" + std::to_string(ph) + "," + std::to_string(pw) +
+           " d" + std::to_string(dh) + "," + std::to_string(dw);
+  }
+};
+
+// Sums and sum |x w| per output element, in double.
+void naive_conv(const ConvCase& s, const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b,
+                std::vector<double>& sum, std::vector<double>& mag) {
+  const std::int64_t oh = s.oh(), ow = s.ow(), cg = s.c / s.groups, og = s.o / s.groups;
+  sum.assign(static_cast<std::size_t>(s.n * s.o * oh * ow), 0.0);
+  mag.assign(sum.size(), 0.0);
+  for (std::int64_t img = 0; img < s.n; ++img) {
+    for (std::int64_t oc = 0; oc < s.o; ++oc) {
+      const std::int64_t grp = oc / og;
+      for (std::int64_t y = 0; y < oh; ++y) {
+        for (std::int64_t xx = 0; xx < ow; ++xx) {
+          double acc = b[static_cast<std::size_t>(oc)], m = std::abs(b[static_cast<std::size_t>(oc)]);
+          for (std::int64_t ci = 0; ci < cg; ++ci) {
+            for (std::int64_t i = 0; i < s.kh; ++i) {
+              for (std::int64_t j = 0; j < s.kw; ++j) {
+                const std::int64_t iy = y * s.sh - s.ph + i * s.dh, ix = xx * s.sw - s.pw + j * s.dw;
+                if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+                const double v = x[static_cast<std::size_t>(((img * s.c + grp * cg + ci) * s.h + iy) * s.w + ix)] *
+                                 w[static_cast<std::size_t>(((oc * cg + ci) * s.kh + i) * s.kw + j)];
+                acc += v;
+                m += std::abs(v);
+              }
+            }
+          }
+          const std::size_t at = static_cast<std::size_t>(((img * s.o + oc) * oh + y) * ow + xx);
+          sum[at] = acc;
+          mag[at] = m;
+        }
+      }
+    }
+  }
+}
+
+class PoolContext : public testing::TestContext {
+ public:
+  explicit PoolContext(int threads) : pool_(threads) {}
+  ThreadPool& pool() override { return pool_; }
+  FusedActivation fused_activation() const override { return act; }
+  const PreparedWeights* prepared_weights(int index) const override { return index == 1 ? prepared : nullptr; }
+  FusedActivation act = FusedActivation::kNone;
+  const PreparedWeights* prepared = nullptr;
+
+ private:
+  ThreadPool pool_;
+};
+
+GemmActivation gemm_act(FusedActivation a) {
+  switch (a) {
+    case FusedActivation::kRelu: return GemmActivation::kRelu;
+    case FusedActivation::kRelu6: return GemmActivation::kRelu6;
+    case FusedActivation::kHardswish: return GemmActivation::kHardswish;
+    case FusedActivation::kHardsigmoid: return GemmActivation::kHardsigmoid;
+    case FusedActivation::kSilu: return GemmActivation::kSilu;
+    default: return GemmActivation::kNone;
+  }
+}
+
+// Runs conv2d on `s` with 1 and 2 threads, prepared and not, and compares with the naive
+// convolution. Returns the prepared weights' kind ("winograd", "gemm", "both" or "none").
+std::string check_conv(const ConvCase& s, FusedActivation act, std::mt19937& rng) {
+  const std::vector<float> x = uniform(rng, s.n * s.c * s.h * s.w), w = uniform(rng, s.o * (s.c / s.groups) * s.kh * s.kw),
+                           b = uniform(rng, s.o);
+  std::vector<double> sum, mag;
+  naive_conv(s, x, w, b, sum, mag);
+  const AttrList attrs = AttrList().ints({s.sh, s.sw}).ints({s.ph, s.pw}).ints({s.dh, s.dw}).i(s.groups);
+  Tensor xt(DType::kF32, {s.n, s.c, s.h, s.w}), wt(DType::kF32, {s.o, s.c / s.groups, s.kh, s.kw}), bt(DType::kF32, {s.o});
+  std::copy(x.begin(), x.end(), xt.as<float>());
+  std::copy(w.begin(), w.end(), wt.as<float>());
+  std::copy(b.begin(), b.end(), bt.as<float>());
+  auto made = prepare_weights(OpKind::Conv2d, 1, wt.view(), attrs.span());
+  EXPECT_TRUE(made.ok()) << made.status().message();
+  if (!made.ok()) return "error";
+  std::string kind = "none";
+  if (*made != nullptr) {
+    const auto* cw = static_cast<const kernels::ConvWeights*>(made->get());
+    kind = cw->winograd != nullptr && cw->gemm != nullptr ? "both" : cw->winograd != nullptr ? "winograd" : "gemm";
+  }
+  for (int threads : {1, 2}) {
+    for (bool use_prepared : {false, true}) {
+      PoolContext ctx(threads);
+      ctx.act = act;
+      ctx.prepared = use_prepared ? made->get() : nullptr;
+      Tensor out(DType::kF32, {s.n, s.o, s.oh(), s.ow()});
+      std::vector<TensorView> ov{out.view()};
+      const Status st = testing::run_views(OpKind::Conv2d, {xt.view(), wt.view(), bt.view()}, ov, attrs, &ctx);
+      EXPECT_TRUE(st.ok()) << s.text() << ": " << st.message();
+      if (!st.ok()) return "error";
+      EXPECT_TRUE(out.canary_intact()) << s.text();
+      for (std::size_t i = 0; i < sum.size(); ++i) {
+        const double want = activate(gemm_act(act), sum[i]);
+        // Winograd's error grows with the magnitude (conv_winograd.h): 2e-6 per unit.
+        const double tol = 1e-5 + 1e-5 * std::abs(want) + 3e-6 * mag[i];
+        const double got = out.as<float>()[i];
+        if (!(std::abs(got - want) <= tol)) {
+          ADD_FAILURE() << s.text() << " threads=" << threads << " prepared=" << use_prepared << " act="
+                        << activation_name(act) << " at " << i << ": " << got << " vs " << want;
+          return "error";
+        }
+      }
+    }
+  }
+  return kind;
+}
+
+TEST(Conv2dPrepacked, MatchesNaiveConvolutionOverRandomShapes) {
+  std::mt19937 rng(41);
+  const FusedActivation acts[] = {FusedActivation::kNone, FusedActivation::kRelu, FusedActivation::kRelu6,
+                                  FusedActivation::kHardswish, FusedActivation::kSilu};
+  int gemm_cases = 0;
+  for (int it = 0; it < 48; ++it) {
+    auto pick = [&](std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); };
+    ConvCase s{};
+    s.n = pick(1, 2);
+    s.groups = pick(0, 3) == 0 ? pick(2, 3) : 1;
+    s.c = s.groups * pick(1, 21);
+    const bool wide = pick(0, 1) == 1;  // > 64 outputs per group: the GEMM path for any kernel
+    s.o = s.groups * (wide ? pick(65, 131) : pick(1, 40));
+    const std::int64_t sizes[] = {1, 1, 2, 3, 3, 5};
+    s.kh = sizes[pick(0, 5)];
+    s.kw = pick(0, 2) == 0 ? sizes[pick(0, 5)] : s.kh;
+    s.sh = pick(1, 2);
+    s.sw = pick(0, 3) == 0 ? 3 - s.sh : s.sh;
+    s.dh = pick(0, 4) == 0 ? 2 : 1;
+    s.dw = pick(0, 4) == 0 ? 2 : 1;
+    s.ph = pick(0, s.kh / 2 + (s.dh - 1));
+    s.pw = pick(0, s.kw / 2 + (s.dw - 1));
+    s.h = pick(std::max<std::int64_t>(1, s.dh * (s.kh - 1) + 1 - 2 * s.ph), 19);
+    s.w = pick(std::max<std::int64_t>(1, s.dw * (s.kw - 1) + 1 - 2 * s.pw), 23);
+    const std::string kind = check_conv(s, acts[it % 5], rng);
+    ASSERT_NE(kind, "error") << s.text();
+    if (kind == "gemm" || kind == "both") ++gemm_cases;
+    // Prepared exactly where a GEMM path runs: 1x1 kernels, or more than 64 outputs per group.
+    const bool expects_gemm = (s.kh * s.kw == 1 || s.o / s.groups > 64) && !(s.c == s.groups && s.o == s.groups);
+    EXPECT_EQ(kind == "gemm" || kind == "both", expects_gemm) << s.text() << " prepared " << kind;
+  }
+  EXPECT_GE(gemm_cases, 15);
+}
+
+TEST(Conv2dDepthwise, MatchesNaiveConvolutionOverRandomShapes) {
+  // Strides 1 (the direct tiles) and 2-3 (conv_depthwise_rows), 3x3 / 5x5 / non-square
+  // kernels, dilation, padding up to the window, widths around the 8- and 16-pixel vectors.
+  std::mt19937 rng(43);
+  const FusedActivation acts[] = {FusedActivation::kRelu6, FusedActivation::kNone, FusedActivation::kRelu,
+                                  FusedActivation::kHardswish, FusedActivation::kSilu};
+  for (int it = 0; it < 40; ++it) {
+    auto pick = [&](std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); };
+    ConvCase s{};
+    s.n = pick(1, 2);
+    s.c = s.o = s.groups = pick(1, 13);
+    const std::int64_t sizes[] = {3, 3, 5, 1, 7};
+    s.kh = sizes[pick(0, 4)];
+    s.kw = pick(0, 3) == 0 ? sizes[pick(0, 4)] : s.kh;
+    s.sh = pick(1, 3);
+    s.sw = it % 4 == 0 ? 1 : pick(2, 3);
+    s.dh = pick(0, 3) == 0 ? 2 : 1;
+    s.dw = pick(0, 3) == 0 ? 2 : 1;
+    s.ph = pick(0, s.dh * (s.kh - 1));
+    s.pw = pick(0, s.dw * (s.kw - 1));
+    s.h = pick(std::max<std::int64_t>(1, s.dh * (s.kh - 1) + 1 - 2 * s.ph), 30);
+    s.w = pick(std::max<std::int64_t>(1, s.dw * (s.kw - 1) + 1 - 2 * s.pw), 45);
+    EXPECT_EQ(check_conv(s, acts[it % 5], rng), "none") << s.text();
+  }
+}
+
+TEST(Conv2dPrepacked, CoversFixedEdgeShapes) {
+  std::mt19937 rng(42);
+  const ConvCase cases[] = {
+      // n  c   h   w   o   kh kw g  sh sw ph pw dh dw
+      {1, 64, 7, 7, 96, 3, 3, 1, 1, 1, 1, 1, 1, 1},     // winograd + gemm prepared, 4 tiles: gemm
+      {1, 72, 17, 13, 80, 3, 3, 1, 1, 1, 1, 1, 1, 1},   // both prepared, winograd runs
+      {2, 40, 7, 5, 129, 1, 1, 1, 1, 1, 0, 0, 1, 1},    // 1x1 over the planes, batch 2
+      {1, 36, 9, 9, 132, 1, 1, 1, 2, 2, 0, 0, 1, 1},    // 1x1 stride 2 (im2col panels)
+      {1, 8, 15, 15, 16, 1, 1, 1, 1, 1, 0, 0, 1, 1},    // 1x1 with few outputs: still the GEMM
+      {1, 3, 23, 21, 70, 7, 7, 1, 2, 2, 3, 3, 1, 1},    // 7x7 stem, stride 2
+      {2, 12, 11, 10, 130, 3, 3, 2, 1, 2, 2, 1, 2, 1},  // grouped, dilated, mixed stride
+      {1, 5, 1, 1, 67, 3, 3, 1, 1, 1, 1, 1, 1, 1},      // 1x1 image, padding only
+      {3, 6, 5, 4, 6, 1, 1, 6, 1, 1, 0, 0, 1, 1},       // depthwise 1x1: nothing prepared
+      {1, 9, 33, 35, 9, 3, 3, 9, 2, 2, 1, 1, 1, 1},     // depthwise 3x3 stride 2 (rows kernel)
+      {1, 5, 17, 40, 5, 5, 5, 5, 2, 2, 2, 2, 1, 1},     // depthwise 5x5 stride 2
+      {2, 3, 9, 37, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1},      // depthwise stride 1, 37 wide (rows kernel, 5 vectors)
+      {1, 4, 6, 150, 4, 3, 3, 4, 1, 1, 1, 1, 1, 2},     // 150 wide: blocks of 8 vectors + a remainder, dilated
+      {1, 4, 21, 9, 4, 3, 3, 4, 2, 2, 1, 1, 1, 1},      // 5 px rows: 8 rows x 1 vector blocks
+  };
+  const char* kinds[] = {"both", "both", "gemm", "gemm", "gemm", "gemm", "gemm", "gemm", "none", "none", "none",
+                         "none", "none", "none"};
+  for (std::size_t i = 0; i < std::size(cases); ++i) {
+    EXPECT_EQ(check_conv(cases[i], FusedActivation::kRelu6, rng), kinds[i]) << cases[i].text();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::cpu

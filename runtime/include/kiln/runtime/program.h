@@ -152,6 +152,9 @@ struct RunStats {
   /// Accelerator traffic of the run.
   std::uint64_t bytes_uploaded = 0;
   std::uint64_t bytes_downloaded = 0;
+  /// Bytes of state tensors the run wrote: the elements an in-place update changed (a KV
+  /// cache decode step: the new K/V rows) plus every new value copied in whole.
+  std::uint64_t state_bytes_written = 0;
   struct Op {
     std::string op;
     std::string where;  // "model.cpp:41, fc" when the bundle has debug info

@@ -525,11 +525,12 @@ Status Session::Impl::run(std::span<const HostValue> inputs, RunResult& result) 
       // (Its dtype and static shape were verified; the byte count is checked again here.)
       const std::size_t j = k - result.outputs.size();
       HostTensor& next = state_next[j];
-      if (value.is_int || value.t.nbytes() != next.data.size()) {
+      if (value.is_int || value.t.nbytes() != state[j].data.size()) {
         return Status(StatusCode::kInvalidBundle, "the new value of state '" + p.signature()->states()->Get(static_cast<std::uint32_t>(j))->name()->str() +
                                                       "' does not have the state's size");
       }
       if (value.t.data == state[j].data.data()) return Status::Ok();  // updated in place, or unchanged
+      next.data.resize(state[j].data.size());  // allocated by the first run that copies this state
       std::memcpy(next.data.data(), value.t.data, next.data.size());
       state_copied[j] = 1;
       stats.state_bytes_written += next.data.size();
@@ -579,7 +580,6 @@ void Session::Impl::reset_state() {
       for (std::uint32_t d = 0; d < count(st->shape()); ++d) t->shape.push_back(st->shape()->Get(d));
     }
     state[k].data.assign(bytes.begin(), bytes.end());
-    state_next[k].data.resize(bytes.size());
   }
 }
 

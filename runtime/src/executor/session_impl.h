@@ -116,7 +116,8 @@ struct Session::Impl {
   std::int64_t nodes_executed = 0;             // this run, against options.max_nodes_executed
   std::vector<const NodeInfo*> calls;          // the control-flow nodes running now, outermost first
   // State (Signature.states): the values the next run reads (`state`), and the buffers a
-  // run copies new values into (`state_next`; swapped in when the run succeeds). A state the
+  // run copies new values into (`state_next`; swapped in when the run succeeds; allocated
+  // only for states some run copied, so a cache updated in place is held once). A state the
   // plan updates in place (StateUpdate::kInPlace) is written in `state` directly: run_node
   // first saves the elements the write changes in the undo log, and a failed run puts them
   // back (newest first), so a failed run changes nothing either way.

@@ -83,7 +83,8 @@ Command add_bench(CLI::App& app) {
            {"median_ms", median}, {"p10_ms", p10}, {"p90_ms", p90}, {"throughput_per_s", 1000.0 / median},
            {"load_ms", load_ms}, {"peak_bytes", session.last_stats().peak_bytes},
            {"arena_bytes", session.last_stats().arena_bytes}, {"unplanned_bytes", session.last_stats().unplanned_bytes},
-           {"bytes_uploaded", session.last_stats().bytes_uploaded}, {"bytes_downloaded", session.last_stats().bytes_downloaded}};
+           {"bytes_uploaded", session.last_stats().bytes_uploaded}, {"bytes_downloaded", session.last_stats().bytes_downloaded},
+           {"state_bytes_written_per_run", session.last_stats().state_bytes_written}};
     std::vector<std::pair<double, json>> rows;
     for (const auto& [key, acc] : per_op) {
       const double avg = acc.first / o->iters;
@@ -108,6 +109,9 @@ Command add_bench(CLI::App& app) {
     if (st.bytes_uploaded + st.bytes_downloaded > 0) {
       std::printf("copies    %llu bytes to the device, %llu bytes back per run\n", static_cast<unsigned long long>(st.bytes_uploaded),
                   static_cast<unsigned long long>(st.bytes_downloaded));
+    }
+    if (!session.state_names().empty()) {
+      std::printf("state     %llu bytes written per run\n", static_cast<unsigned long long>(st.state_bytes_written));
     }
     if (o->profile) {
       std::printf("\n%-22s %-34s %10s %8s\n", "op", "source", "ms/run", "share");

@@ -1,5 +1,5 @@
-// plan_graph, in named steps: shapes, attributes, accelerator segments, buffers (aliasing
-// and in-place reuse), arena placement.
+// plan_graph, in named steps: shapes, attributes, accelerator segments, state updates,
+// buffers (aliasing and in-place reuse), arena placement.
 #include "executor/plan.h"
 
 #include <algorithm>
@@ -34,6 +34,7 @@ struct Planner {
   std::span<const std::int64_t> symbols;
   std::span<const std::uint8_t> bound;
   GraphPlan& plan;
+  bool entry;
   std::vector<std::uint64_t> bytes;  // per value with a planned shape
 
   std::string graph_name() const {
@@ -49,7 +50,8 @@ struct Planner {
   Status plan_attrs();
   void find_segment_io();
   std::vector<std::uint8_t> place_segments();
-  void plan_buffers(const std::vector<std::uint8_t>& device_only);
+  std::vector<std::int32_t> state_candidates();
+  void plan_buffers(const std::vector<std::uint8_t>& device_only, const std::vector<std::int32_t>& state_candidate);
 };
 
 // Shapes: every tensor whose dims mention no symbol bound inside the graph.
@@ -165,10 +167,43 @@ std::vector<std::uint8_t> Planner::place_segments() {
   return device_only;
 }
 
+// State updates (entry graphs). State k is input |inputs| + k and its new value output
+// |outputs| + k. A new value that is the input value itself changes nothing; one produced
+// on the CPU by an op that can update its first operand in place (cpu::updates_in_place:
+// index_put, a KV cache row write) from the state's own input value, which no later node
+// reads, may be written over the state's buffer. Returns per node the state it may update
+// that way (-1: none); plan_buffers confirms it once it knows which values alias the state.
+// Every other new value is copied into the Session's buffer after the run.
+std::vector<std::int32_t> Planner::state_candidates() {
+  std::vector<std::int32_t> candidate(info.nodes.size(), -1);
+  const std::uint32_t states = entry ? count(p.signature()->states()) : 0;
+  const std::uint32_t in0 = count(p.signature()->inputs()), out0 = count(p.signature()->outputs());
+  if (states == 0 || count(graph.inputs()) != in0 + states || count(graph.outputs()) != out0 + states) return candidate;
+  plan.state_update.assign(states, StateUpdate::kCopy);
+  plan.node_state.assign(info.nodes.size(), -1);
+  for (std::uint32_t k = 0; k < states; ++k) {
+    const std::uint32_t u = graph.inputs()->Get(in0 + k), v = graph.outputs()->Get(out0 + k);
+    if (u == v) {
+      plan.state_update[k] = StateUpdate::kUnchanged;
+      continue;
+    }
+    const std::int32_t n = info.values[v].producer;
+    if (n < 0) continue;
+    const NodeInfo& ni = info.nodes[static_cast<std::size_t>(n)];
+    if (!cpu::updates_in_place(ni.op) || ni.segment >= 0 || ni.outputs.size() != 1 || ni.inputs.empty() || ni.inputs[0] != u ||
+        std::count(ni.inputs.begin(), ni.inputs.end(), u) != 1 || info.values[u].last_use != n || plan.dynamic[u] ||
+        plan.dynamic[v] || ni.kernel_allocates[0] || bytes[u] != bytes[v] || candidate[static_cast<std::size_t>(n)] >= 0) {
+      continue;
+    }
+    candidate[static_cast<std::size_t>(n)] = static_cast<std::int32_t>(k);
+  }
+  return candidate;
+}
+
 // Buffers: tensors produced by nodes with planned shapes, merged when a node may write its
 // output over a dying input (elementwise) or share its input's bytes (reshape); then placed
-// into the arena.
-void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only) {
+// into the arena. A state updated in place (state_candidates) shares the state input's bytes.
+void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const std::vector<std::int32_t>& state_candidate) {
   struct Buffer {
     std::uint64_t bytes = 0;
     std::int32_t first = 0, last = 0;
@@ -214,6 +249,22 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only) {
     }
     return false;
   };
+  // The node updating state `k` in place: no view of the state's old value (a reshape
+  // sharing its bytes) may be read after it, or by it as another operand.
+  auto try_state_in_place = [&](const NodeInfo& ni, std::uint32_t v, std::size_t n) {
+    const std::int32_t k = state_candidate[n];
+    if (k < 0) return false;
+    const std::uint32_t u = ni.inputs[0];
+    for (std::size_t w = 0; w < nv; ++w) {
+      if (plan.alias[w] != static_cast<std::int32_t>(u)) continue;
+      if (info.values[w].last_use > static_cast<std::int32_t>(n)) return false;
+      if (std::find(ni.inputs.begin() + 1, ni.inputs.end(), w) != ni.inputs.end()) return false;
+    }
+    plan.alias[v] = static_cast<std::int32_t>(u);
+    plan.node_state[n] = k;
+    plan.state_update[static_cast<std::size_t>(k)] = StateUpdate::kInPlace;
+    return true;
+  };
   bool oversized = false;
   for (std::size_t n = 0; n < nn; ++n) {
     const NodeInfo& ni = info.nodes[n];
@@ -221,6 +272,7 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only) {
       const std::uint32_t v = ni.outputs[k];
       const ValueInfo& vi = info.values[v];
       if (vi.kind != fb::ValueKind::Tensor || plan.dynamic[v] || ni.kernel_allocates[k] || device_only[v]) continue;
+      if (k == 0 && try_state_in_place(ni, v, n)) continue;
       const std::int32_t last = std::max(vi.last_use, static_cast<std::int32_t>(n));
       if (try_alias(ni, v, last) || try_in_place(ni, v, n, last)) continue;
       buffer_of[v] = static_cast<std::int32_t>(buffers.size());
@@ -253,7 +305,7 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only) {
 }  // namespace
 
 Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint32_t g, std::span<const std::int64_t> symbols,
-                                              std::span<const std::uint8_t> bound) {
+                                              std::span<const std::uint8_t> bound, bool entry) {
   const Program::Impl& prog = ProgramInternals::of(program);
   const fb::Program& p = program.bundle().program();
   auto plan = std::make_unique<GraphPlan>();
@@ -268,11 +320,12 @@ Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint3
   plan->dynamic.assign(nv, 0);
   plan->attrs.resize(nn);
   plan->attrs_ready.assign(nn, 0);
-  Planner planner{program, p, info, *p.graphs()->Get(g), g, symbols, bound, *plan, {}};
+  Planner planner{program, p, info, *p.graphs()->Get(g), g, symbols, bound, *plan, entry, {}};
   KILN_RETURN_IF_ERROR(planner.plan_shapes());
   KILN_RETURN_IF_ERROR(planner.plan_attrs());
   planner.find_segment_io();
-  planner.plan_buffers(planner.place_segments());
+  const std::vector<std::uint8_t> device_only = planner.place_segments();
+  planner.plan_buffers(device_only, planner.state_candidates());
   return plan;
 }
 

@@ -18,6 +18,15 @@
 
 namespace kiln {
 
+/// How the new value of a state tensor (Signature.states) reaches the Session's buffer,
+/// decided per entry plan (plan_state_updates in plan.cpp).
+enum class StateUpdate : std::uint8_t {
+  kCopy,       // computed into the arena (or is a constant or another input): copied in after the run
+  kInPlace,    // its producer (cpu::updates_in_place) writes over the state's buffer, which it
+               // alone reads from then on; the executor saves the elements it overwrites first
+  kUnchanged,  // the graph returns the state's own input value
+};
+
 /// Everything one graph call needs for one input signature.
 struct GraphPlan {
   std::uint32_t graph = 0;            // the graph that runs (a specialization for the entry)
@@ -33,6 +42,10 @@ struct GraphPlan {
   std::vector<std::uint8_t> segment_on_cpu;  // per accelerator segment: shapes not static
   std::vector<std::unique_ptr<backend::PreparedSegment>> prepared;
   std::vector<std::vector<std::uint32_t>> segment_inputs, segment_outputs;  // per segment: host-side values
+  /// Entry plans of programs with state: per state, how its new value is stored; per node,
+  /// the state it updates in place (-1: none). Empty otherwise.
+  std::vector<StateUpdate> state_update;
+  std::vector<std::int32_t> node_state;
   /// The arena the planned tensors need (saturates at UINT64_MAX when a tensor's size does
   /// not fit in 64 bits), and what they would take without reuse.
   std::uint64_t arena_bytes = 0, naive_bytes = 0;
@@ -46,9 +59,11 @@ struct GraphPlan {
 std::optional<std::uint64_t> checked_nbytes(DType dtype, std::span<const std::int64_t> shape);
 
 /// Plans graph `g` of `program` with the given symbol values (`bound[s]`: symbol s has a
-/// value; the others are bound inside the graph, by the nodes that produce them). Fails
-/// with kInvalidInput when a shape evaluates negative or an expression overflows.
+/// value; the others are bound inside the graph, by the nodes that produce them). `entry`:
+/// g is the entry graph or a specialization, whose trailing inputs and outputs are the
+/// state tensors (their updates are planned: GraphPlan::state_update). Fails with
+/// kInvalidInput when a shape evaluates negative or an expression overflows.
 Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint32_t g, std::span<const std::int64_t> symbols,
-                                              std::span<const std::uint8_t> bound);
+                                              std::span<const std::uint8_t> bound, bool entry = false);
 
 }  // namespace kiln

@@ -263,6 +263,7 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
     KILN_RETURN_IF_ERROR(read_attrs(p, *f.graph->nodes()->Get(n), symbols, dyn_attrs));
     attrs = &dyn_attrs;
   }
+  if (!f.plan->node_state.empty() && f.plan->node_state[n] >= 0) KILN_RETURN_IF_ERROR(save_state_writes(f, n, ins, attrs->values));
   auto alloc = [&](int index, std::size_t bytes) { return heap_alloc(f, ni.outputs[static_cast<std::size_t>(index)], bytes); };
   KernelCtx ctx(out, pool, alloc, ni);
   const auto t0 = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
@@ -281,6 +282,40 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
     }
   }
   return Status::Ok();
+}
+
+Status Session::Impl::save_state_writes(const Frame& f, std::uint32_t n, std::span<const TensorView> ins, std::span<const AttrValue> attrs) {
+  const NodeInfo& ni = f.info->nodes[n];
+  state_writes.clear();
+  const Status st = cpu::in_place_writes(ni.op, ins, attrs, state_writes);
+  if (!st.ok()) return Status(st.code(), st.message() + " [" + graph_name(f.graph_id) + ", node " + std::to_string(n) + "]" + location(p, ni.debug));
+  const TensorView& x = ins[0];
+  const std::int64_t numel = x.numel();
+  const std::size_t elem = dtype_size(x.dtype);
+  std::int64_t written = 0;
+  for (const cpu::ElementRange& r : state_writes) {
+    if (r.offset < 0 || r.count < 0 || r.offset > numel || r.count > numel - r.offset) {
+      return Status(StatusCode::kInternal, "node " + std::to_string(n) + ": an in-place write outside its state tensor");
+    }
+    written += r.count;
+    if (written > numel) break;
+  }
+  if (written > numel) state_writes.assign(1, cpu::ElementRange{0, numel});  // save it all once
+  auto* base = static_cast<std::uint8_t*>(x.data);
+  for (const cpu::ElementRange& r : state_writes) {
+    const std::size_t bytes = static_cast<std::size_t>(r.count) * elem;
+    std::uint8_t* at = base + static_cast<std::size_t>(r.offset) * elem;
+    undo.push_back({at, undo_bytes.size(), bytes});
+    undo_bytes.insert(undo_bytes.end(), at, at + bytes);
+    stats.state_bytes_written += bytes;
+  }
+  return Status::Ok();
+}
+
+void Session::Impl::undo_state_writes() {
+  for (auto it = undo.rbegin(); it != undo.rend(); ++it) std::memcpy(it->at, undo_bytes.data() + it->saved, it->bytes);
+  undo.clear();
+  undo_bytes.clear();
 }
 
 Status Session::Impl::run_segment(Frame& f, std::uint32_t s) {
@@ -376,7 +411,7 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
     probe.info = &prog.graphs[g];
     probe.graph = p.graphs()->Get(g);
     KILN_RETURN_IF_ERROR(check_asserts(probe, 0));
-    KILN_ASSIGN_OR_RETURN(auto made, plan_graph(program, g, symbols, bound));
+    KILN_ASSIGN_OR_RETURN(auto made, plan_graph(program, g, symbols, bound, entry));
     made->variant = label;
     if (cache.size() >= 256) cache.clear();  // a bound on memory for callers with many shapes
     plan = cache.emplace(std::move(key), std::move(made)).first->second.get();
@@ -491,12 +526,17 @@ Status Session::Impl::run(std::span<const HostValue> inputs, RunResult& result) 
     if (k >= result.outputs.size() && k - result.outputs.size() < state.size()) {
       // A state's new value: into the buffer that becomes current when the run succeeds.
       // (Its dtype and static shape were verified; the byte count is checked again here.)
-      HostTensor& next = state_next[k - result.outputs.size()];
-      if (value.is_int || value.t.nbytes() != next.data.size()) {
-        return Status(StatusCode::kInvalidBundle, "the new value of state '" + p.signature()->states()->Get(k - result.outputs.size())->name()->str() +
+      const std::size_t j = k - result.outputs.size();
+      HostTensor& next = state_next[j];
+      if (value.is_int || value.t.nbytes() != state[j].data.size()) {
+        return Status(StatusCode::kInvalidBundle, "the new value of state '" + p.signature()->states()->Get(static_cast<std::uint32_t>(j))->name()->str() +
                                                       "' does not have the state's size");
       }
+      if (value.t.data == state[j].data.data()) return Status::Ok();  // updated in place, or unchanged
+      next.data.resize(state[j].data.size());  // allocated by the first run that copies this state
       std::memcpy(next.data.data(), value.t.data, next.data.size());
+      state_copied[j] = 1;
+      stats.state_bytes_written += next.data.size();
       return Status::Ok();
     }
     if (k >= result.outputs.size()) return Status(StatusCode::kInvalidBundle, "the entry graph returns more outputs than the signature lists");
@@ -513,8 +553,16 @@ Status Session::Impl::run(std::span<const HostValue> inputs, RunResult& result) 
     out.tensor.data.assign(bytes, bytes + value.t.nbytes());
     return Status::Ok();
   };
-  KILN_RETURN_IF_ERROR(run_graph(p.entry_graph(), args, true, sink, &result.variant));
-  for (std::size_t k = 0; k < state.size(); ++k) std::swap(state[k].data, state_next[k].data);  // commit
+  state_copied.assign(state.size(), 0);
+  if (Status st = run_graph(p.entry_graph(), args, true, sink, &result.variant); !st.ok()) {
+    undo_state_writes();
+    return st;
+  }
+  undo.clear();  // commit: the in-place writes stay, the copied values swap in
+  undo_bytes.clear();
+  for (std::size_t k = 0; k < state.size(); ++k) {
+    if (state_copied[k]) std::swap(state[k].data, state_next[k].data);
+  }
   stats.peak_bytes = heap_peak;
   for (std::uint64_t a : arena_used) stats.peak_bytes += a;
   return Status::Ok();
@@ -535,7 +583,6 @@ void Session::Impl::reset_state() {
       for (std::uint32_t d = 0; d < count(st->shape()); ++d) t->shape.push_back(st->shape()->Get(d));
     }
     state[k].data.assign(bytes.begin(), bytes.end());
-    state_next[k].data.resize(bytes.size());
   }
 }
 

@@ -116,9 +116,22 @@ struct Session::Impl {
   std::uint64_t outputs_live = 0;              // bytes of outputs copied to the caller, this run
   std::int64_t nodes_executed = 0;             // this run, against options.max_nodes_executed
   std::vector<const NodeInfo*> calls;          // the control-flow nodes running now, outermost first
-  // State (Signature.states): the values the next run reads, and the buffers a run writes
-  // the new values into; they swap when the run succeeds, so a failed run changes nothing.
+  // State (Signature.states): the values the next run reads (`state`), and the buffers a
+  // run copies new values into (`state_next`; swapped in when the run succeeds; allocated
+  // only for states some run copied, so a cache updated in place is held once). A state the
+  // plan updates in place (StateUpdate::kInPlace) is written in `state` directly: run_node
+  // first saves the elements the write changes in the undo log, and a failed run puts them
+  // back (newest first), so a failed run changes nothing either way.
   std::vector<HostTensor> state, state_next;
+  std::vector<std::uint8_t> state_copied;  // per state: this run's new value is in state_next
+  struct UndoRecord {
+    std::uint8_t* at;       // in a state buffer
+    std::size_t saved;      // offset of the old bytes in undo_bytes
+    std::size_t bytes;
+  };
+  std::vector<UndoRecord> undo;
+  std::vector<std::uint8_t> undo_bytes;        // capacity kept across runs
+  std::vector<cpu::ElementRange> state_writes;  // scratch for cpu::in_place_writes
 
   // One graph call in progress.
   struct Frame {
@@ -163,6 +176,13 @@ struct Session::Impl {
   Status run_graph(std::uint32_t called, std::span<const CallArg> args, bool entry, OutputSink sink, std::string* variant);
   Status run_node(Frame& f, std::uint32_t n);
   Status run_segment(Frame& f, std::uint32_t s);
+  // Before node n of f writes its state in place: saves the elements it will change (all of
+  // the state when the writes add up to more) in the undo log and counts them in
+  // stats.state_bytes_written. Fails, naming the node, where its kernel would (an index out
+  // of range), having saved nothing.
+  Status save_state_writes(const Frame& f, std::uint32_t n, std::span<const TensorView> ins, std::span<const AttrValue> attrs);
+  // Puts back what the undo log saved (a failed run) and empties it.
+  void undo_state_writes();
   Result<std::uint8_t*> arena_for(const Frame& f, std::uint64_t bytes);
   // Heap bytes for value v of frame f (freeing what v held before: a re-sized loop carry).
   Result<void*> heap_alloc(Frame& f, std::uint32_t v, std::size_t bytes);

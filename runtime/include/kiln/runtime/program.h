@@ -191,6 +191,9 @@ struct RunStats {
   /// Accelerator traffic of the run.
   std::uint64_t bytes_uploaded = 0;
   std::uint64_t bytes_downloaded = 0;
+  /// Bytes of state tensors the run wrote: the elements an in-place update changed (a KV
+  /// cache decode step: the new K/V rows) plus every new value copied in whole.
+  std::uint64_t state_bytes_written = 0;
   struct Op {
     std::string op;
     std::string where;  // "model.cpp:41, fc" when the bundle has debug info
@@ -226,7 +229,10 @@ class Session {
   // State (a bundle with state tensors: mutable buffers such as a KV cache). The Session
   // owns the values; a new Session holds the bundle's initial values. run() reads them and
   // replaces them with the values the graph computes, only when the run succeeds: a failed
-  // run leaves every state tensor as it was.
+  // run leaves every state tensor as it was. A row write into a state that nothing reads
+  // afterwards (a KV cache's index_put) is done in place on the Session's buffer, saving the
+  // overwritten rows first so a failed run can put them back; other new values are copied
+  // in (RunStats::state_bytes_written; docs/FORMAT.md, "State").
 
   /// The state tensors' names, in the bundle's order (empty for a stateless program).
   std::vector<std::string> state_names() const;

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "backends/cpu/gemm/gemm.h"
 #include "kernel/kernel.h"
@@ -45,6 +46,25 @@ class PreparedWeights {
 /// kUnavailable when the memory cannot be had (the caller then runs unprepared).
 Result<std::unique_ptr<PreparedWeights>> prepare_weights(OpKind op, int index, const TensorView& weight,
                                                          std::span<const AttrValue> attrs);
+
+/// A run of `count` elements from element `offset` (C order) of a tensor.
+struct ElementRange {
+  std::int64_t offset = 0;
+  std::int64_t count = 0;
+};
+
+/// Whether the kernel of `op` may run with its output sharing input 0's bytes
+/// (out[0].data == in[0].data, same shape) and then changes only the elements
+/// in_place_writes names: index_put (a KV cache row update). The executor uses this to
+/// update a Session's state tensor in place, saving those elements first.
+bool updates_in_place(OpKind op);
+/// The elements of input 0 the kernel of `op` (updates_in_place) writes when it runs in
+/// place on `in` with `attrs`, appended to `writes` (ranges may repeat or overlap, in the
+/// kernel's write order). Fails with the Status the kernel itself returns for these inputs
+/// (an index out of range: kInvalidInput naming it), in which case the kernel writes
+/// nothing. kInternal for an op without in-place support.
+Status in_place_writes(OpKind op, std::span<const TensorView> in, std::span<const AttrValue> attrs,
+                       std::vector<ElementRange>& writes);
 
 /// The CPU kernel for `op`, or nullptr if this build has none (higher-order ops are run by
 /// the executor itself and have no kernel).

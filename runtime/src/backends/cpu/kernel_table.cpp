@@ -2,6 +2,7 @@
 // added to ops.def without a kernel in kernels/kernels.h stops this file compiling.
 #include <array>
 #include <cstddef>
+#include <string>
 
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/kernels/simd.h"
@@ -73,6 +74,14 @@ Result<std::unique_ptr<PreparedWeights>> prepare_weights(OpKind op, int index, c
                                                          std::span<const AttrValue> attrs) {
   if (op == OpKind::Conv2d && index == 1) return kernels::conv2d_prepare(weight, attrs);
   return std::unique_ptr<PreparedWeights>();
+}
+
+bool updates_in_place(OpKind op) { return op == OpKind::IndexPut; }
+
+Status in_place_writes(OpKind op, std::span<const TensorView> in, std::span<const AttrValue> attrs,
+                       std::vector<ElementRange>& writes) {
+  if (op == OpKind::IndexPut) return kernels::index_put_writes(in, attrs, writes);
+  return Status(StatusCode::kInternal, std::string(op_info(op).name) + " does not run in place");
 }
 
 KernelFn cpu_kernel(OpKind op) {

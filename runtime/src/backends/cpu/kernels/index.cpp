@@ -320,11 +320,22 @@ Status Index(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   return Status::Ok();
 }
 
-Status IndexPut(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
+namespace {
+
+// index_put's checks and index arithmetic, shared by the kernel and index_put_writes (which
+// must fail exactly where the kernel would, before anything is written).
+struct IndexPutPlan {
+  bool accumulate = false;
+  int irank = 0;
+  std::array<std::int64_t, kMaxRank> ishape{}, vstrides{};
+  std::vector<std::int64_t> offsets;  // x element offsets per broadcast index position
+  std::int64_t pre = 0, pre_stride = 0, post = 0;
+};
+
+Status plan_index_put(Inputs in, const TensorView& out, Attrs attrs, IndexPutPlan& plan) {
   constexpr std::string_view op = "index_put";
-  KILN_RETURN_IF_ERROR(check_io(op, in, out, {.min_inputs = 3, .max_inputs = -1, .num_outputs = 1}));
   KILN_ASSIGN_OR_RETURN(std::span<const std::int64_t> dims, attr_ints(op, attrs, 0, "dims"));
-  KILN_ASSIGN_OR_RETURN(bool accumulate, attr_bool(op, attrs, 1, "accumulate"));
+  KILN_ASSIGN_OR_RETURN(plan.accumulate, attr_bool(op, attrs, 1, "accumulate"));
   const TensorView& x = in[0];
   const TensorView& values = in[1];
   const auto k = static_cast<int>(in.size()) - 2;
@@ -339,52 +350,64 @@ Status IndexPut(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   }
   const int first = static_cast<int>(dims[0]);
   if (first + k > x.rank) return invalid(op, k, " index tensors from dim ", first, " exceed x.rank=", x.rank);
-  KILN_RETURN_IF_ERROR(check_same_shape(op, "x", x, "out", out[0]));
-  KILN_RETURN_IF_ERROR(check_dtype(op, "out", out[0], x.dtype));
+  KILN_RETURN_IF_ERROR(check_same_shape(op, "x", x, "out", out));
+  KILN_RETURN_IF_ERROR(check_dtype(op, "out", out, x.dtype));
   KILN_RETURN_IF_ERROR(check_dtype(op, "values", values, x.dtype));
   // x followed by the index tensors, as index_broadcast_shape / index_offsets expect.
-  std::vector<TensorView> xi{x};
+  std::array<TensorView, kMaxRank + 1> xi_storage{};  // k <= x.rank <= kMaxRank (checked above)
+  xi_storage[0] = x;
   for (int i = 0; i < k; ++i) {
     IndexReader unused{};
     KILN_RETURN_IF_ERROR(index_reader(op, Name("indices", i), in[2 + i], unused));
-    xi.push_back(in[2 + i]);
+    xi_storage[static_cast<std::size_t>(i) + 1] = in[2 + i];
   }
+  const Inputs xi(xi_storage.data(), static_cast<std::size_t>(k) + 1);
   std::array<std::int64_t, kMaxRank> bshape{};
   int brank = 0;
   KILN_RETURN_IF_ERROR(index_broadcast_shape(op, xi, bshape, brank));
-  const int irank = x.rank - k + brank;  // the indexed shape: x[:first] + bshape + x[first + k:]
-  if (irank > kMaxRank) return invalid(op, "indexed rank ", irank, " exceeds ", kMaxRank);
-  std::array<std::int64_t, kMaxRank> ishape{};
-  std::copy_n(x.shape.begin(), first, ishape.begin());
-  std::copy_n(bshape.begin(), brank, ishape.begin() + first);
-  std::copy_n(x.shape.begin() + first + k, x.rank - first - k, ishape.begin() + first + brank);
+  plan.irank = x.rank - k + brank;  // the indexed shape: x[:first] + bshape + x[first + k:]
+  if (plan.irank > kMaxRank) return invalid(op, "indexed rank ", plan.irank, " exceeds ", kMaxRank);
+  std::copy_n(x.shape.begin(), first, plan.ishape.begin());
+  std::copy_n(bshape.begin(), brank, plan.ishape.begin() + first);
+  std::copy_n(x.shape.begin() + first + k, x.rank - first - k, plan.ishape.begin() + first + brank);
+  const std::span<const std::int64_t> ish(plan.ishape.data(), static_cast<std::size_t>(plan.irank));
   // values broadcasts into the indexed shape (right-aligned; its dims equal or 1).
-  if (values.rank > irank) {
-    return invalid(op, "values.shape=", shape_text(values), " does not broadcast to the indexed shape ",
-                   shape_text(std::span<const std::int64_t>(ishape.data(), irank)));
-  }
-  std::array<std::int64_t, kMaxRank> vstrides{};
+  if (values.rank > plan.irank) return invalid(op, "values.shape=", shape_text(values), " does not broadcast to the indexed shape ", shape_text(ish));
   const auto vs = contiguous_strides(values);
-  for (int d = 0; d < irank; ++d) {
-    const int vd = d - (irank - values.rank);
+  for (int d = 0; d < plan.irank; ++d) {
+    const int vd = d - (plan.irank - values.rank);
     if (vd < 0 || values.shape[vd] == 1) continue;
-    if (values.shape[vd] != ishape[d]) {
-      return invalid(op, "values.shape=", shape_text(values), " does not broadcast to the indexed shape ",
-                     shape_text(std::span<const std::int64_t>(ishape.data(), irank)));
+    if (values.shape[vd] != plan.ishape[d]) {
+      return invalid(op, "values.shape=", shape_text(values), " does not broadcast to the indexed shape ", shape_text(ish));
     }
-    vstrides[d] = vs[vd];
+    plan.vstrides[d] = vs[vd];
   }
-  if (out[0].data != x.data && x.numel() > 0) std::memcpy(out[0].data, x.data, x.nbytes());
   std::int64_t icount = 1;
-  for (int d = 0; d < irank; ++d) icount *= ishape[d];
+  for (int d = 0; d < plan.irank; ++d) icount *= plan.ishape[d];
+  plan.offsets.clear();
   if (icount == 0) return Status::Ok();
-  std::vector<std::int64_t> offsets;
-  KILN_RETURN_IF_ERROR(index_offsets(op, xi, first, std::span<const std::int64_t>(bshape.data(), brank), offsets));
-  const std::int64_t pre = dims_product(x, 0, first);
-  const std::int64_t pre_stride = dims_product(x, first, x.rank);
-  const std::int64_t post = dims_product(x, first + k, x.rank);
-  const std::span<const std::int64_t> vstr(vstrides.data(), irank), ish(ishape.data(), irank);
-  if (!accumulate) {
+  KILN_RETURN_IF_ERROR(index_offsets(op, xi, first, std::span<const std::int64_t>(bshape.data(), brank), plan.offsets));
+  plan.pre = dims_product(x, 0, first);
+  plan.pre_stride = dims_product(x, first, x.rank);
+  plan.post = dims_product(x, first + k, x.rank);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status IndexPut(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
+  constexpr std::string_view op = "index_put";
+  KILN_RETURN_IF_ERROR(check_io(op, in, out, {.min_inputs = 3, .max_inputs = -1, .num_outputs = 1}));
+  IndexPutPlan plan;
+  KILN_RETURN_IF_ERROR(plan_index_put(in, out[0], attrs, plan));
+  const TensorView& x = in[0];
+  const TensorView& values = in[1];
+  if (out[0].data != x.data && x.numel() > 0) std::memcpy(out[0].data, x.data, x.nbytes());
+  if (plan.offsets.empty()) return Status::Ok();
+  const std::span<const std::int64_t> vstr(plan.vstrides.data(), plan.irank), ish(plan.ishape.data(), plan.irank);
+  const std::int64_t pre = plan.pre, pre_stride = plan.pre_stride, post = plan.post;
+  const std::vector<std::int64_t>& offsets = plan.offsets;
+  if (!plan.accumulate) {
     switch (dtype_size(x.dtype)) {
       case 1: scatter_values<std::uint8_t, Scatter::kSet>(values, vstr, pre, pre_stride, offsets, post, ish, out[0].as<std::uint8_t>()); break;
       case 2: scatter_values<std::uint16_t, Scatter::kSet>(values, vstr, pre, pre_stride, offsets, post, ish, out[0].as<std::uint16_t>()); break;
@@ -402,6 +425,17 @@ Status IndexPut(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
     scatter_values<T, Scatter::kAdd>(values, vstr, pre, pre_stride, offsets, post, ish, out[0].as<T>());
   });
   return ok ? Status::Ok() : unsupported_dtype(op, x.dtype, "x with accumulate=True");
+}
+
+Status index_put_writes(Inputs in, Attrs attrs, std::vector<ElementRange>& writes) {
+  if (in.size() < 3) return invalid("index_put", "expected at least 3 inputs, got ", in.size());
+  IndexPutPlan plan;
+  KILN_RETURN_IF_ERROR(plan_index_put(in, in[0], attrs, plan));
+  if (plan.post == 0) return Status::Ok();
+  for (std::int64_t p = 0; p < plan.pre; ++p) {
+    for (std::int64_t off : plan.offsets) writes.push_back({p * plan.pre_stride + off, plan.post});
+  }
+  return Status::Ok();
 }
 
 }  // namespace kiln::cpu::kernels

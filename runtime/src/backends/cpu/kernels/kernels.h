@@ -207,6 +207,8 @@ KILN_DECLARE_KERNEL(Index);
 //     with accumulate (bools: or). Same index rules as index; with repeated indices and no
 //     accumulate the last write wins. values has x's dtype.
 KILN_DECLARE_KERNEL(IndexPut);
+// The elements of x index_put writes for these inputs (cpu::in_place_writes).
+Status index_put_writes(std::span<const TensorView> in, std::span<const AttrValue> attrs, std::vector<ElementRange>& writes);
 
 // Creation (creation.cpp). full(shape, value, dtype) and arange(start, end, step, dtype)
 // (out length must be max(0, ceil((end - start) / step)); step != 0) for every dtype;

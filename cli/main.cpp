@@ -120,6 +120,8 @@ int main(int argc, char** argv) {
   commands[validate] = kiln::cli::add_validate(*validate);
   auto* bench = app.add_subcommand("bench", "Measure latency, load time and memory of a bundle on given inputs");
   commands[bench] = kiln::cli::add_bench(*bench);
+  auto* quantize = app.add_subcommand("quantize", "Quantize a bundle's constant weights to int8 or int4 (weight-only)");
+  commands[quantize] = kiln::cli::add_quantize(*quantize);
   for (auto& [sub, unused] : commands) sub->footer(sub->get_footer() + "\n\n" + kiln::cli::kExitCodes);
   try {
     app.parse(argc, argv);

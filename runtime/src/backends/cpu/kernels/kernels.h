@@ -207,6 +207,14 @@ KILN_DECLARE_KERNEL(Index);
 //     accumulate the last write wins. values has x's dtype.
 KILN_DECLARE_KERNEL(IndexPut);
 
+// Weight-only quantized linear and embedding (quant.cpp; formats in codegen/ops.def and
+// docs/QUANTIZATION.md). f32 activations and outputs; the weight is i8 [N,K] (int8) or u8
+// [N,K/2] (packed int4), scales f32/f16 [N,G] with G dividing K, zero points u8 [N,G]
+// (int4 only). Dequantization is fused: no f32 copy of the whole weight is made (batches
+// above a few rows dequantize 64-row panels for the SGEMM).
+KILN_DECLARE_KERNEL(LinearQ);
+KILN_DECLARE_KERNEL(EmbeddingQ);
+
 // Creation (creation.cpp). full(shape, value, dtype) and arange(start, end, step, dtype)
 // (out length must be max(0, ceil((end - start) / step)); step != 0) for every dtype;
 // tril / triu(diagonal) over the last two dims, any dtype.

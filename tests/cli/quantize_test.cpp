@@ -165,8 +165,8 @@ TEST_F(Quantize, MlpListsTheLayerItCannotQuantizeAndRunsTheRest) {
 }
 
 TEST_F(Quantize, EmbeddingRowsGatherFromInt8AndInt4Tables) {
-  std::vector<std::int64_t> ids{5, 0, 99, 17};
-  const std::vector<HostValue> in{HostValue::of(host(Tensor::from_ints({4}, ids)))};
+  std::vector<std::int64_t> ids{5, 0, 99, 17, 17, 64};
+  const std::vector<HostValue> in{HostValue::of(host(Tensor::from_ints({6}, ids)))};
   const auto want = run_bundle(path("embedding.kiln"), in);
   const json j8 = quantize_json("embedding.kiln", "embedding.q8.kiln", "--weights int8");
   EXPECT_EQ(j8["layers"][0]["op"], "embedding");

@@ -151,7 +151,7 @@ TEST(QuantVerify, RejectsBadScalesAndZeroPoints) {
             std::string::npos);
   EXPECT_NE(error_of([](fb::ProgramT& p) { quant(p).scales = 0; }).find("scales (constant 0): is the weight itself"),
             std::string::npos);
-  EXPECT_NE(error_of([](fb::ProgramT& p) { p.constants[1]->dtype = fb::DType::i8; }).find("scales (constant 1): must be f32 or f16"),
+  EXPECT_NE(error_of([](fb::ProgramT& p) { p.constants[1]->dtype = fb::DType::i16; }).find("scales (constant 1): must be f32 or f16"),
             std::string::npos);
   EXPECT_NE(error_of([](fb::ProgramT& p) { p.constants[2]->dtype = fb::DType::i8; })
                 .find("zero points (constant 2): must be u8"),

@@ -12,6 +12,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -20,6 +21,8 @@
 #include "backends/cpu/gemm/gemm.h"
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/thread_pool.h"
+#include "kiln/export/export.h"
+#include "kiln/export/ops.h"
 
 namespace kiln::cpu {
 namespace {
@@ -131,4 +134,22 @@ BENCHMARK(BM_Linear)
 }  // namespace
 }  // namespace kiln::cpu
 
-BENCHMARK_MAIN();
+// `kiln_quant_bench --write-bundle PATH` writes the same layer as a one-linear bundle made
+// with the tracing API (x f32[1, 4096] -> f32[1, 14336], random normal weights, one
+// self-test), for `kiln quantize` and `kiln bench` (docs/PERFORMANCE.md).
+int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], "--write-bundle") == 0) {
+    const kiln::Tensor w = kiln::Tensor::randn({kiln::cpu::kN, kiln::cpu::kK}, 1);
+    auto ep = kiln::export_program([&](kiln::Tensor x) { return kiln::linear(x, w); },
+                                   {kiln::input("x", kiln::Tensor::randn({1, kiln::cpu::kK}, 2))}, {.name = "linear_14336x4096"});
+    if (!ep.ok() || !ep->save(argv[2]).ok()) {
+      std::fprintf(stderr, "export failed: %s\n", ep.ok() ? "save" : ep.status().message().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -54,7 +54,7 @@ Status quant_weight(std::string_view op, const TensorView& w, const TensorView& 
 // Batches up to this many rows run the GEMV once per row (the weight then stays the
 // bandwidth cost); larger ones dequantize panels of rows for the SGEMM.
 constexpr std::int64_t kGemvMaxRows = 2;
-constexpr std::int64_t kPanelRows = 64;
+constexpr std::int64_t kPanelRows = 256;
 
 // y[rows, n] = x[rows, k] W^T (+ bias) one dequantized panel of kPanelRows weight rows at a
 // time, each panel handled by one thread.

@@ -61,60 +61,101 @@ float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// out[i] = W(r0 + i, :) . x for i < R.
-template <int Bits, int R>
-void rows_block(const QuantWeight& w, const float* x, std::int64_t r0, float* out) {
+// Accumulates 16 weights of one row times x[c .. c + 16) into (s0, s1).
+template <int Bits>
+[[gnu::always_inline]] inline void step16(const std::uint8_t* row, std::int64_t c, __m128i zero, __m256 x0, __m256 x1,
+                                          __m256& s0, __m256& s1) {
+  const __m128i q = load16<Bits>(row, c, zero);
+  s0 = _mm256_fmadd_ps(x0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), s0);
+  s1 = _mm256_fmadd_ps(x1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), s1);
+}
+
+template <int Bits>
+float tail_dot(const std::uint8_t* row, const float* x, std::int64_t c0, std::int64_t c1, int zero) {
+  float tail = 0.0f;
+  for (std::int64_t c = c0; c < c1; ++c) tail += x[c] * static_cast<float>(scalar_value<Bits>(row, c, zero));
+  return tail;
+}
+
+// out[0..4) = W(r0 .. r0 + 4, :) . x. The eight accumulators are named locals (an array of
+// them was kept on the stack by GCC, a store-forwarding chain per FMA).
+template <int Bits>
+void rows_block4(const QuantWeight& w, const float* x, std::int64_t r0, float* out) {
   const std::int64_t groups = w.k / w.group;
   const std::int64_t row_bytes = Bits == 8 ? w.k : w.k / 2;
   const std::int64_t vec_len = w.group & ~std::int64_t{15};
-  const std::uint8_t* rows[R];
-  __m256 acc[R];
-  float tail_acc[R];
-  for (int i = 0; i < R; ++i) {
-    rows[i] = w.data + (r0 + i) * row_bytes;
-    acc[i] = _mm256_setzero_ps();
-    tail_acc[i] = 0.0f;
-  }
+  const std::uint8_t* ra = w.data + r0 * row_bytes;
+  const std::uint8_t* rb = ra + row_bytes;
+  const std::uint8_t* rc = rb + row_bytes;
+  const std::uint8_t* rd = rc + row_bytes;
+  __m256 acc_a = _mm256_setzero_ps(), acc_b = acc_a, acc_c = acc_a, acc_d = acc_a;
+  float tail_a = 0, tail_b = 0, tail_c = 0, tail_d = 0;
+  const bool symmetric = w.zero_points == nullptr;
+  const int default_zero = Bits == 4 ? 8 : 0;
   for (std::int64_t g = 0; g < groups; ++g) {
     const std::int64_t c0 = g * w.group;
-    __m256 ga[R][2];
-    __m128i zero[R];
-    int zero_s[R];
-    for (int i = 0; i < R; ++i) {
-      ga[i][0] = _mm256_setzero_ps();
-      ga[i][1] = _mm256_setzero_ps();
-      zero_s[i] = zero_at(w, (r0 + i) * groups + g);
-      zero[i] = _mm_set1_epi8(static_cast<char>(zero_s[i]));
-    }
+    const std::int64_t base = r0 * groups + g;
+    const int za = symmetric ? default_zero : zero_at(w, base), zb = symmetric ? default_zero : zero_at(w, base + groups),
+              zc = symmetric ? default_zero : zero_at(w, base + 2 * groups),
+              zd = symmetric ? default_zero : zero_at(w, base + 3 * groups);
+    const __m128i va = _mm_set1_epi8(static_cast<char>(za)), vb = _mm_set1_epi8(static_cast<char>(zb)),
+                  vc = _mm_set1_epi8(static_cast<char>(zc)), vd = _mm_set1_epi8(static_cast<char>(zd));
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0v = a0, c1v = a0, d0 = a0, d1 = a0;
     for (std::int64_t c = c0; c < c0 + vec_len; c += 16) {
       const __m256 x0 = _mm256_loadu_ps(x + c);
       const __m256 x1 = _mm256_loadu_ps(x + c + 8);
-      for (int i = 0; i < R; ++i) {
-        const __m128i q = load16<Bits>(rows[i], c, zero[i]);
-        const __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
-        const __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)));
-        ga[i][0] = _mm256_fmadd_ps(x0, w0, ga[i][0]);
-        ga[i][1] = _mm256_fmadd_ps(x1, w1, ga[i][1]);
-      }
+      step16<Bits>(ra, c, va, x0, x1, a0, a1);
+      step16<Bits>(rb, c, vb, x0, x1, b0, b1);
+      step16<Bits>(rc, c, vc, x0, x1, c0v, c1v);
+      step16<Bits>(rd, c, vd, x0, x1, d0, d1);
     }
-    for (int i = 0; i < R; ++i) {
-      float tail = 0.0f;
-      for (std::int64_t c = c0 + vec_len; c < c0 + w.group; ++c) {
-        tail += x[c] * static_cast<float>(scalar_value<Bits>(rows[i], c, zero_s[i]));
-      }
-      const float s = scale_at(w, (r0 + i) * groups + g);
-      acc[i] = _mm256_fmadd_ps(_mm256_add_ps(ga[i][0], ga[i][1]), _mm256_set1_ps(s), acc[i]);
-      tail_acc[i] += tail * s;
+    const float sa = scale_at(w, base), sb = scale_at(w, base + groups), sc = scale_at(w, base + 2 * groups),
+                sd = scale_at(w, base + 3 * groups);
+    acc_a = _mm256_fmadd_ps(_mm256_add_ps(a0, a1), _mm256_set1_ps(sa), acc_a);
+    acc_b = _mm256_fmadd_ps(_mm256_add_ps(b0, b1), _mm256_set1_ps(sb), acc_b);
+    acc_c = _mm256_fmadd_ps(_mm256_add_ps(c0v, c1v), _mm256_set1_ps(sc), acc_c);
+    acc_d = _mm256_fmadd_ps(_mm256_add_ps(d0, d1), _mm256_set1_ps(sd), acc_d);
+    if (vec_len != w.group) {
+      tail_a += sa * tail_dot<Bits>(ra, x, c0 + vec_len, c0 + w.group, za);
+      tail_b += sb * tail_dot<Bits>(rb, x, c0 + vec_len, c0 + w.group, zb);
+      tail_c += sc * tail_dot<Bits>(rc, x, c0 + vec_len, c0 + w.group, zc);
+      tail_d += sd * tail_dot<Bits>(rd, x, c0 + vec_len, c0 + w.group, zd);
     }
   }
-  for (int i = 0; i < R; ++i) out[i] = hsum(acc[i]) + tail_acc[i];
+  out[0] = hsum(acc_a) + tail_a;
+  out[1] = hsum(acc_b) + tail_b;
+  out[2] = hsum(acc_c) + tail_c;
+  out[3] = hsum(acc_d) + tail_d;
+}
+
+template <int Bits>
+void rows_block1(const QuantWeight& w, const float* x, std::int64_t r, float* out) {
+  const std::int64_t groups = w.k / w.group;
+  const std::int64_t row_bytes = Bits == 8 ? w.k : w.k / 2;
+  const std::int64_t vec_len = w.group & ~std::int64_t{15};
+  const std::uint8_t* row = w.data + r * row_bytes;
+  __m256 acc = _mm256_setzero_ps();
+  float tail = 0;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::int64_t c0 = g * w.group;
+    const int z = zero_at(w, r * groups + g);
+    const __m128i vz = _mm_set1_epi8(static_cast<char>(z));
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+    for (std::int64_t c = c0; c < c0 + vec_len; c += 16) {
+      step16<Bits>(row, c, vz, _mm256_loadu_ps(x + c), _mm256_loadu_ps(x + c + 8), s0, s1);
+    }
+    const float s = scale_at(w, r * groups + g);
+    acc = _mm256_fmadd_ps(_mm256_add_ps(s0, s1), _mm256_set1_ps(s), acc);
+    tail += s * tail_dot<Bits>(row, x, c0 + vec_len, c0 + w.group, z);
+  }
+  *out = hsum(acc) + tail;
 }
 
 template <int Bits>
 void gemv_rows_bits(const QuantWeight& w, const float* x, std::int64_t row0, std::int64_t row1, float* out) {
   std::int64_t r = row0;
-  for (; r + 4 <= row1; r += 4) rows_block<Bits, 4>(w, x, r, out + (r - row0));
-  for (; r < row1; ++r) rows_block<Bits, 1>(w, x, r, out + (r - row0));
+  for (; r + 4 <= row1; r += 4) rows_block4<Bits>(w, x, r, out + (r - row0));
+  for (; r < row1; ++r) rows_block1<Bits>(w, x, r, out + (r - row0));
 }
 
 void gemv_rows(const QuantWeight& w, const float* x, std::int64_t row0, std::int64_t row1, float* out) {

@@ -2,6 +2,7 @@
 // multiplies in double; both micro-kernel tables (portable, AVX2) and 1 or 2 threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -103,12 +104,28 @@ struct Case {
   bool f16_scales, zero_points, bias;
 };
 
+// The activations the int4 decode path (<= 2 rows, groups of whole 32-blocks) computes
+// with: each block of 32 rounded to int8 steps of max|x| / 127 (float arithmetic, as the
+// kernel's contract in quant.h states).
+Tensor int8_rounded_activations(const Tensor& x) {
+  Tensor out(DType::kF32, x.shape());
+  for (std::int64_t b = 0; b < x.numel() / 32; ++b) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x.as<float>()[b * 32 + j]));
+    const float s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0.0f;
+    for (int j = 0; j < 32; ++j) out.as<float>()[b * 32 + j] = std::nearbyint(x.as<float>()[b * 32 + j] * inv) * s;
+  }
+  return out;
+}
+
 void check_case(const Case& c, std::uint32_t seed) {
   std::mt19937 rng(seed);
   const QWeight w = make_weight(rng, c.bits, c.n, c.k, c.group, c.f16_scales, c.zero_points);
   const Tensor x = Tensor::random(DType::kF32, {c.rows, c.k}, rng, -1.0, 1.0);
   const Tensor bias = Tensor::random(DType::kF32, {c.n}, rng);
-  const std::vector<double> want = reference_linear(x, w, c.bias ? &bias : nullptr, c.rows);
+  const bool q8_path = c.bits == 4 && c.group % 32 == 0 && c.rows <= 2;
+  const std::vector<double> want =
+      reference_linear(q8_path ? int8_rounded_activations(x) : x, w, c.bias ? &bias : nullptr, c.rows);
   for (int threads : {1, 2}) {
     Tensor out(DType::kF32, {c.rows, c.n});
     ASSERT_TRUE(run_linear_q(x, w, c.bias ? &bias : nullptr, out, threads).ok());
@@ -155,7 +172,8 @@ TEST(LinearQKernel, PortableAndAvx2MicroKernelsAgree) {
   const QuantKernels& scalar = kernels::quant_kernels_scalar();
   std::mt19937 rng(7);
   for (const Case& c : {Case{8, 1, 23, 77, 77, false, false, false}, Case{4, 1, 23, 80, 16, true, true, false},
-                        Case{4, 1, 9, 36, 12, false, false, false}}) {
+                        Case{4, 1, 9, 36, 12, false, false, false}, Case{4, 1, 13, 128, 64, true, true, false},
+                        Case{4, 1, 6, 96, 32, false, false, false}}) {
     const QWeight w = make_weight(rng, c.bits, c.n, c.k, c.group, c.f16_scales, c.zero_points);
     const QuantWeight qw{w.data.as<const std::uint8_t>(), c.bits, c.n, c.k, c.group, w.scales.data(), c.f16_scales,
                          c.zero_points ? w.zero_points.as<const std::uint8_t>() : nullptr};
@@ -164,6 +182,16 @@ TEST(LinearQKernel, PortableAndAvx2MicroKernelsAgree) {
     scalar.gemv_rows(qw, x.as<const float>(), 0, c.n, a.data());
     avx2->gemv_rows(qw, x.as<const float>(), 0, c.n, b.data());
     for (std::int64_t j = 0; j < c.n; ++j) EXPECT_NEAR(a[j], b[j], 1e-4 * (1 + std::fabs(a[j]))) << j;
+    if (c.bits == 4 && c.group % 32 == 0) {
+      std::vector<std::int8_t> xq(static_cast<std::size_t>(c.k));
+      std::vector<float> xs(static_cast<std::size_t>(c.k / 32));
+      std::vector<std::int32_t> xsum(xs.size());
+      kernels::quantize_activations(x.as<const float>(), c.k, xq.data(), xs.data(), xsum.data());
+      const kernels::QuantizedActivations xa{xq.data(), xs.data(), xsum.data()};
+      scalar.gemv_rows_int4_q8(qw, xa, 0, c.n, a.data());
+      avx2->gemv_rows_int4_q8(qw, xa, 0, c.n, b.data());
+      for (std::int64_t j = 0; j < c.n; ++j) EXPECT_NEAR(a[j], b[j], 1e-4 * (1 + std::fabs(a[j]))) << "q8 " << j;
+    }
     std::vector<float> da(static_cast<std::size_t>(c.n * c.k)), db(da.size());
     scalar.dequantize_rows(qw, 0, c.n, da.data());
     avx2->dequantize_rows(qw, 0, c.n, db.data());

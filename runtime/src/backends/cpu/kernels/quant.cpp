@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "backends/cpu/gemm/gemm.h"
 #include "backends/cpu/kernels/common.h"
@@ -134,10 +135,21 @@ Status LinearQ(KernelContext& ctx, Inputs in, Outputs out, Attrs) {
   // ~64 KiB of weight bytes per chunk at least, split evenly over the threads.
   const std::int64_t row_cost = std::max<std::int64_t>(1, qw.k * qw.bits / 8);
   const std::int64_t grain = std::max<std::int64_t>(4, pool.even_grain(qw.n, row_cost, 1 << 16) / 4 * 4);
+  // int4 in whole 32-blocks: activations quantized to int8 per block, integer dot products.
+  const bool q8 = qw.bits == 4 && qw.group % 32 == 0;
+  std::vector<std::int8_t> xq(q8 ? static_cast<std::size_t>(qw.k) : 0);
+  std::vector<float> xscale(q8 ? static_cast<std::size_t>(qw.k / 32) : 0);
+  std::vector<std::int32_t> xsum(xscale.size());
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = xs + r * qw.k;
     float* yr = y + r * qw.n;
-    pool.parallel_for(qw.n, grain, [&](std::int64_t j0, std::int64_t j1) { kern.gemv_rows(qw, xr, j0, j1, yr + j0); });
+    if (q8) {
+      quantize_activations(xr, qw.k, xq.data(), xscale.data(), xsum.data());
+      const QuantizedActivations xa{xq.data(), xscale.data(), xsum.data()};
+      pool.parallel_for(qw.n, grain, [&](std::int64_t j0, std::int64_t j1) { kern.gemv_rows_int4_q8(qw, xa, j0, j1, yr + j0); });
+    } else {
+      pool.parallel_for(qw.n, grain, [&](std::int64_t j0, std::int64_t j1) { kern.gemv_rows(qw, xr, j0, j1, yr + j0); });
+    }
     if (b != nullptr) {
       for (std::int64_t j = 0; j < qw.n; ++j) yr[j] += b[j];
     }

@@ -26,13 +26,33 @@ struct QuantWeight {
   const std::uint8_t* zero_points;
 };
 
+/// x quantized to int8 per block of 32 (the int4 decode path, dynamic activation
+/// quantization as in ExecuTorch's 8da4w or ggml's q8_0): block b has scale[b] = max|x| / 127
+/// (0 for an all-zero block), q = nearbyint(x / scale) in [-127, 127], sum[b] = sum of its q.
+/// Within a block the 32 values are stored even elements first (x0, x2, .., x30, x1, .., x31),
+/// the order of an int4 row's low and high nibbles. quantize_activations() fills it.
+struct QuantizedActivations {
+  const std::int8_t* q;  // k values, permuted per block as above
+  const float* scale;    // k / 32
+  const std::int32_t* sum;
+};
+
 struct QuantKernels {
   const char* name;
   /// out[r - row0] = sum_c x[c] * W(r, c) for rows [row0, row1).
   void (*gemv_rows)(const QuantWeight& w, const float* x, std::int64_t row0, std::int64_t row1, float* out);
   /// dst[(r - row0) * k + c] = W(r, c) for rows [row0, row1) (embedding rows; GEMM panels).
   void (*dequantize_rows)(const QuantWeight& w, std::int64_t row0, std::int64_t row1, float* dst);
+  /// int4 with group % 32 == 0 only: out[r - row0] = sum over groups g of scale(r, g) *
+  /// sum over its blocks b of x.scale[b] * (sum_k q(r, k) * x.q[k] - zero(r, g) * x.sum[b]),
+  /// the dot products exact in int32.
+  void (*gemv_rows_int4_q8)(const QuantWeight& w, const QuantizedActivations& x, std::int64_t row0, std::int64_t row1,
+                            float* out);
 };
+
+/// Fills q (k values), scale and sum (k / 32 each) from x[k]; k % 32 == 0. Portable, so
+/// every ISA sees the same quantized activations.
+void quantize_activations(const float* x, std::int64_t k, std::int8_t* q, float* scale, std::int32_t* sum);
 
 /// The portable table (always available; tests compare both).
 const QuantKernels& quant_kernels_scalar();

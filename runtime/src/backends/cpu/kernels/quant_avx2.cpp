@@ -200,7 +200,59 @@ void dequantize_rows(const QuantWeight& w, std::int64_t row0, std::int64_t row1,
   }
 }
 
-constexpr QuantKernels kAvx2{"avx2", gemv_rows, dequantize_rows};
+// One block of 32 int4 weights (16 bytes) times 32 int8 activations: 8 int32 partial sums.
+// The low nibbles (even elements) go to the low 128-bit half, the high ones to the upper
+// half, matching the activations' per-block order; maddubs multiplies the unsigned nibbles
+// by the signed activations (|15 * 127 * 2| fits int16).
+[[gnu::always_inline]] inline __m256i block_dot(const std::uint8_t* bytes, __m256i xq) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes));
+  const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, xq), _mm256_set1_epi16(1));
+}
+
+template <int R>
+void int4_q8_block(const QuantWeight& w, const QuantizedActivations& x, std::int64_t r0, float* out) {
+  const std::int64_t groups = w.k / w.group, blocks_per_group = w.group / 32, row_bytes = w.k / 2;
+  __m256 acc[R];
+  float corr[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps(), corr[i] = 0.0f;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    float s[R];
+    int z[R];
+    for (int i = 0; i < R; ++i) {
+      s[i] = scale_at(w, (r0 + i) * groups + g);
+      z[i] = zero_at(w, (r0 + i) * groups + g);
+    }
+    for (std::int64_t b = g * blocks_per_group; b < (g + 1) * blocks_per_group; ++b) {
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + b * 32));
+      const float xs = x.scale[b];
+      const auto xsum = static_cast<float>(x.sum[b]);
+      if constexpr (R == 4) {
+        const std::uint8_t* p = w.data + r0 * row_bytes + b * 16;
+        const __m256i d0 = block_dot(p, xq), d1 = block_dot(p + row_bytes, xq), d2 = block_dot(p + 2 * row_bytes, xq),
+                      d3 = block_dot(p + 3 * row_bytes, xq);
+        acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_set1_ps(s[0] * xs), acc[0]);
+        acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_set1_ps(s[1] * xs), acc[1]);
+        acc[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d2), _mm256_set1_ps(s[2] * xs), acc[2]);
+        acc[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d3), _mm256_set1_ps(s[3] * xs), acc[3]);
+      } else {
+        const __m256i d = block_dot(w.data + r0 * row_bytes + b * 16, xq);
+        acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(s[0] * xs), acc[0]);
+      }
+      for (int i = 0; i < R; ++i) corr[i] += s[i] * xs * static_cast<float>(z[i]) * xsum;
+    }
+  }
+  for (int i = 0; i < R; ++i) out[i] = hsum(acc[i]) - corr[i];
+}
+
+void gemv_rows_int4_q8(const QuantWeight& w, const QuantizedActivations& x, std::int64_t row0, std::int64_t row1,
+                       float* out) {
+  std::int64_t r = row0;
+  for (; r + 4 <= row1; r += 4) int4_q8_block<4>(w, x, r, out + (r - row0));
+  for (; r < row1; ++r) int4_q8_block<1>(w, x, r, out + (r - row0));
+}
+
+constexpr QuantKernels kAvx2{"avx2", gemv_rows, dequantize_rows, gemv_rows_int4_q8};
 
 }  // namespace
 

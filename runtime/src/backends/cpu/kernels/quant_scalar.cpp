@@ -1,4 +1,6 @@
 // The portable quantized micro-kernels (quant.h), and the run-time choice of table.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "backends/cpu/kernels/convert.h"
@@ -65,9 +67,49 @@ void dequantize_rows(const QuantWeight& w, std::int64_t row0, std::int64_t row1,
   }
 }
 
-constexpr QuantKernels kScalar{"baseline", gemv_rows, dequantize_rows};
+void gemv_rows_int4_q8(const QuantWeight& w, const QuantizedActivations& x, std::int64_t row0, std::int64_t row1,
+                       float* out) {
+  const std::int64_t groups = w.k / w.group;
+  for (std::int64_t r = row0; r < row1; ++r) {
+    const std::uint8_t* row = w.data + r * (w.k / 2);
+    float acc = 0.0f;
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const int zero = w.zero_points != nullptr ? w.zero_points[r * groups + g] & 0x0F : 8;
+      const float s = scale_at(w, r * groups + g);
+      for (std::int64_t b = g * w.group / 32; b < (g + 1) * w.group / 32; ++b) {
+        std::int32_t dot = 0;
+        for (int j = 0; j < 16; ++j) {
+          const std::uint8_t byte = row[b * 16 + j];
+          dot += (byte & 0x0F) * x.q[b * 32 + j] + (byte >> 4) * x.q[b * 32 + 16 + j];
+        }
+        acc += s * x.scale[b] * static_cast<float>(dot - zero * x.sum[b]);
+      }
+    }
+    out[r - row0] = acc;
+  }
+}
+
+constexpr QuantKernels kScalar{"baseline", gemv_rows, dequantize_rows, gemv_rows_int4_q8};
 
 }  // namespace
+
+void quantize_activations(const float* x, std::int64_t k, std::int8_t* q, float* scale, std::int32_t* sum) {
+  for (std::int64_t b = 0; b < k / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+    const float s = amax / 127.0f;
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    std::int32_t total = 0;
+    for (int j = 0; j < 32; ++j) {
+      const auto v = static_cast<std::int8_t>(std::clamp(std::nearbyint(xb[j] * inv), -127.0f, 127.0f));
+      q[b * 32 + (j % 2 == 0 ? j / 2 : 16 + j / 2)] = v;
+      total += v;
+    }
+    scale[b] = s;
+    sum[b] = total;
+  }
+}
 
 // Defined in quant_avx2.cpp (x86 only).
 const QuantKernels& quant_kernels_avx2_table();

@@ -143,7 +143,7 @@ TEST(LinearQKernel, Int8PerChannelMatchesDequantizedReferenceOverOddShapes) {
       {8, 1, 5, 37, 37, false, false, false}, {8, 1, 13, 8, 8, false, false, true},
       {8, 2, 9, 45, 45, true, false, true},   {8, 3, 7, 45, 45, false, false, false},
       {8, 5, 70, 33, 33, true, false, true},  {8, 1, 131, 100, 100, false, false, true},
-      {8, 17, 130, 64, 64, false, false, true},
+      {8, 17, 130, 64, 64, false, false, true},  {8, 3, 700, 40, 40, false, false, true},  // 3 panels
   };
   std::uint32_t seed = 1;
   for (const Case& c : cases) check_case(c, seed++);
@@ -161,6 +161,7 @@ TEST(LinearQKernel, Int4GroupwiseMatchesDequantizedReferenceOverOddShapes) {
       {4, 2, 7, 40, 8, true, true, true},    {4, 1, 5, 18, 6, false, true, false},
       {4, 6, 67, 96, 32, true, true, true},  {4, 3, 10, 4, 2, false, false, true},
       {4, 1, 130, 160, 32, true, false, false}, {4, 64, 70, 64, 32, true, false, true},
+      {4, 5, 600, 64, 32, true, true, true},  // 3 panels over 2 threads
   };
   std::uint32_t seed = 100;
   for (const Case& c : cases) check_case(c, seed++);

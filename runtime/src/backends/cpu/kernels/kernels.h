@@ -211,7 +211,7 @@ KILN_DECLARE_KERNEL(IndexPut);
 // docs/QUANTIZATION.md). f32 activations and outputs; the weight is i8 [N,K] (int8) or u8
 // [N,K/2] (packed int4), scales f32/f16 [N,G] with G dividing K, zero points u8 [N,G]
 // (int4 only). Dequantization is fused: no f32 copy of the whole weight is made (batches
-// above a few rows dequantize 64-row panels for the SGEMM).
+// above two rows dequantize 256-row panels, one per thread at a time, for the SGEMM).
 KILN_DECLARE_KERNEL(LinearQ);
 KILN_DECLARE_KERNEL(EmbeddingQ);
 

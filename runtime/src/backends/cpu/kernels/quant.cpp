@@ -57,23 +57,34 @@ Status quant_weight(std::string_view op, const TensorView& w, const TensorView& 
 constexpr std::int64_t kGemvMaxRows = 2;
 constexpr std::int64_t kPanelRows = 256;
 
+// A grow-only buffer of `floats` floats for the calling thread (kept between calls, like
+// the SGEMM's packing buffers); null when the allocation fails.
+float* panel_buffer(std::size_t floats) {
+  struct Buffer {
+    std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
+    std::size_t size = 0;
+  };
+  thread_local Buffer buffer;
+  if (buffer.size < floats) {
+    buffer.data.reset(static_cast<float*>(std::aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64)));
+    buffer.size = buffer.data != nullptr ? floats : 0;
+  }
+  return buffer.data.get();
+}
+
 // y[rows, n] = x[rows, k] W^T (+ bias) one dequantized panel of kPanelRows weight rows at a
-// time, each panel handled by one thread.
+// time, each panel dequantized into its thread's buffer and multiplied there.
 Status gemm_by_panels(const QuantWeight& qw, const float* x, std::int64_t rows, const float* bias, float* y,
                       ThreadPool& pool) {
   const QuantKernels& kern = quant_kernels();
   const std::int64_t panels = (qw.n + kPanelRows - 1) / kPanelRows;
-  const std::size_t panel_floats = static_cast<std::size_t>(kPanelRows * qw.k);
-  const int threads = pool.num_threads();
-  std::unique_ptr<float, decltype(&std::free)> buffers(
-      static_cast<float*>(std::aligned_alloc(64, ((panel_floats * sizeof(float) + 63) / 64 * 64) * static_cast<std::size_t>(threads))),
-      &std::free);
-  if (buffers == nullptr) return op_error(StatusCode::kUnavailable, "linear_q", "no memory for ", threads, " dequantized weight panels");
-  std::atomic<int> next_buffer{0};
-  std::atomic<bool> failed{false};
-  const std::size_t stride = (panel_floats * sizeof(float) + 63) / 64 * 64 / sizeof(float);
+  std::atomic<bool> no_memory{false}, failed{false};
   pool.parallel_for(panels, 1, [&](std::int64_t p0, std::int64_t p1) {
-    float* panel = buffers.get() + stride * static_cast<std::size_t>(next_buffer.fetch_add(1) % threads);
+    float* panel = panel_buffer(static_cast<std::size_t>(kPanelRows * qw.k));
+    if (panel == nullptr) {
+      no_memory = true;
+      return;
+    }
     for (std::int64_t p = p0; p < p1; ++p) {
       const std::int64_t r0 = p * kPanelRows, r1 = std::min(qw.n, r0 + kPanelRows);
       kern.dequantize_rows(qw, r0, r1, panel);
@@ -95,6 +106,7 @@ Status gemm_by_panels(const QuantWeight& qw, const float* x, std::int64_t rows, 
       if (!sgemm(params, nullptr).ok()) failed = true;
     }
   });
+  if (no_memory) return op_error(StatusCode::kUnavailable, "linear_q", "no memory for a dequantized weight panel");
   if (failed) return op_error(StatusCode::kUnavailable, "linear_q", "the SGEMM of a dequantized panel failed (no memory)");
   return Status::Ok();
 }

@@ -540,7 +540,10 @@ void print_report(const QuantizeOptions& o, const std::vector<Layer>& layers, co
   if (not_quantized > 0) {
     os << "\nnot quantized (kept f32):\n";
     for (const Layer& l : layers) {
-      if (!l.quantized) os << "  " << printable(l.name) << " (" << l.op << " " << shape_text(l.shape) << "): " << l.reason << "\n";
+      if (!l.quantized) {
+        os << "  " << printable(l.name) << " (" << l.op << (l.shape.empty() ? "" : " " + shape_text(l.shape)) << "): " << l.reason
+           << "\n";
+      }
     }
   }
   os << "\n" << quantized << " layer(s) quantized, " << not_quantized << " kept f32; quantized weights " << bytes_text(before)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 
 #include "kiln/format/dtype.h"
@@ -350,7 +351,8 @@ Status Verifier::check_quantization(std::uint32_t i) const {
 // indices, zero_points?): the weight is a quantized constant and the scales and zero points
 // are the constants it names.
 Status Verifier::check_quantized_operands(const fb::Graph& graph, const fb::Node& node, const std::string& ow) const {
-  const std::string op = p_.op_names()->Get(node.op())->str();
+  const auto* name = p_.op_names()->Get(node.op());
+  const std::string_view op(name->c_str(), name->size());  // no allocation per node
   const bool linear = op == "linear_q";
   if (!linear && op != "embedding_q") return Status::Ok();
   const std::uint32_t w_pos = linear ? 1 : 0, zero_pos = linear ? 4 : 3;

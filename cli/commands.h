@@ -21,6 +21,7 @@ Command add_validate(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_import(CLI::App& app);
 Command add_compare(CLI::App& app);
+Command add_quantize(CLI::App& app);
 
 }  // namespace kiln::cli
 

@@ -122,6 +122,8 @@ int main(int argc, char** argv) {
   commands[bench] = kiln::cli::add_bench(*bench);
   auto* compare = app.add_subcommand("compare", "Run two bundles, or one on two backends, and compare every node's outputs");
   commands[compare] = kiln::cli::add_compare(*compare);
+  auto* quantize = app.add_subcommand("quantize", "Quantize a bundle's constant weights to int8 or int4 (weight-only)");
+  commands[quantize] = kiln::cli::add_quantize(*quantize);
   for (auto& [sub, unused] : commands) sub->footer(sub->get_footer() + "\n\n" + kiln::cli::kExitCodes);
   try {
     app.parse(argc, argv);

@@ -38,7 +38,7 @@ TEST_F(CliTest, VersionNamesFormatVersions) {
   const CmdResult r = run("--version");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("kiln 0.1.0"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("bundle format: reads 1.0-1.1, writes 1.1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bundle format: reads 1.0-1.2, writes 1.2"), std::string::npos) << r.out;
 }
 
 TEST_F(CliTest, UnknownFlagIsUsageError) {
@@ -50,7 +50,7 @@ TEST_F(CliTest, UnknownFlagIsUsageError) {
 TEST_F(CliTest, InspectShowsEverything) {
   const CmdResult r = run("inspect " + path("s.kiln") + " --graph");
   ASSERT_EQ(r.code, 0) << r.out;
-  for (const char* needle : {"format     1.1", "s0  backed  [2, 1024]  hint 8  (batch)", "u0  unbacked  [0, inf]",
+  for (const char* needle : {"format     1.2", "s0  backed  [2, 1024]  hint 8  (batch)", "u0  unbacked  [0, inf]",
                              "x: f32[s0, 32]", "n: int (dynamic) Sym(s1)", "flag: int (static) = 7", "h: f32[2*s0, 32]",
                              "total: Sym(s0 + s1)", "[main] u0 <= 64*s0  (after node 2)  model.cpp:43",
                              "batch % 16 == 0  [s0 % 16 == 0] -> graph 3", "zstd", "none",
@@ -67,7 +67,7 @@ TEST_F(CliTest, InspectJsonIsOneObject) {
   const CmdResult r = run("inspect --json " + path("z.kiln"), /*merge_stderr=*/false);
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["format"], "1.1");
+  EXPECT_EQ(j["format"], "1.2");
   EXPECT_EQ(j["inputs"][0]["shape"], nlohmann::json::array({"s0", "32"}));
   EXPECT_EQ(j["inputs"][1]["dynamism"], "Dynamic");
   EXPECT_EQ(j["outputs"][2]["expr"], "s0 + s1");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 
 #include "kiln/format/dtype.h"
@@ -51,6 +52,8 @@ class Verifier {
   Status check_signature();
   Status check_states();
   Status check_constants();
+  Status check_quantization(std::uint32_t i) const;
+  Status check_quantized_operands(const fb::Graph& graph, const fb::Node& node, const std::string& ow) const;
   Status check_graph(std::uint32_t g);
   Status check_graph_values(const fb::Graph& graph, const std::string& where);
   Status check_node(const fb::Graph& graph, std::uint32_t n, const std::string& where);
@@ -268,6 +271,115 @@ Status Verifier::check_constants() {
     KILN_RETURN_IF_ERROR(check_data_ref(static_cast<std::uint8_t>(c->dtype()), c->shape(), c->segment(),
                                         c->offset(), c->nbytes(), "constant " + std::to_string(i)));
   }
+  // After every data reference is known to be sound: a quantized weight names its scales.
+  for (std::uint32_t i = 0; i < count(p_.constants()); ++i) {
+    if (p_.constants()->Get(i)->quant() != nullptr) KILN_RETURN_IF_ERROR(check_quantization(i));
+  }
+  return Status::Ok();
+}
+
+// Constant.quant (format 1.2, docs/QUANTIZATION.md): the storage, scales and zero points
+// of a quantized weight must agree with its logical shape, so that linear_q/embedding_q
+// (which check the same sizes again per call) never see a short buffer.
+Status Verifier::check_quantization(std::uint32_t i) const {
+  const auto* c = p_.constants()->Get(i);
+  const auto* q = c->quant();
+  std::string where = "constant " + std::to_string(i);
+  if (c->name() != nullptr) where += " '" + c->name()->str() + "'";
+  where += ", quantization";
+  auto shape_str = [](const flatbuffers::Vector<std::int64_t>* v) {
+    std::string s = "[";
+    for (std::uint32_t d = 0; d < count(v); ++d) s += (d ? ", " : "") + std::to_string(v->Get(d));
+    return s + "]";
+  };
+  const auto format = q->format();
+  if (format != fb::QuantFormat::Int8 && format != fb::QuantFormat::Int4) {
+    return invalid(where + ": unknown format " + std::to_string(static_cast<int>(format)) + " (int8 = 1, int4 = 2)");
+  }
+  const bool int4 = format == fb::QuantFormat::Int4;
+  const std::string fname = int4 ? "int4" : "int8";
+  if (q->source_dtype() != fb::DType::f32) return invalid(where + ": source dtype must be f32");
+  if (count(q->shape()) != 2 || !aligned8(q->shape())) {
+    return invalid(where + ": the logical shape must be 2-D [N, K], got " + shape_str(q->shape()));
+  }
+  const std::int64_t n = q->shape()->Get(0), k = q->shape()->Get(1);
+  if (n < 1 || k < 1 || k > (std::int64_t{1} << 40)) {
+    return invalid(where + ": logical shape " + shape_str(q->shape()) + " must have dims in [1, 2^40]");
+  }
+  if (q->axis() != 0) return invalid(where + ": axis " + std::to_string(q->axis()) + " is not supported (rows are output channels: axis 0)");
+  const auto storage_dtype = int4 ? fb::DType::u8 : fb::DType::i8;
+  if (c->dtype() != storage_dtype) return invalid(where + ": " + fname + " data must be stored as " + (int4 ? "u8" : "i8"));
+  if (int4 && k % 2 != 0) return invalid(where + ": int4 needs an even K, got K=" + std::to_string(k));
+  const std::int64_t stored_k = int4 ? k / 2 : k;
+  if (count(c->shape()) != 2 || c->shape()->Get(0) != n || c->shape()->Get(1) != stored_k) {
+    return invalid(where + ": storage shape " + shape_str(c->shape()) + " does not hold logical " + shape_str(q->shape()) +
+                   " as " + fname + " (expected [" + std::to_string(n) + ", " + std::to_string(stored_k) + "])");
+  }
+  const std::int64_t group = q->group_size();
+  if (group < 1 || k % group != 0) {
+    return invalid(where + ": group size " + std::to_string(group) + " does not divide K=" + std::to_string(k));
+  }
+  if (int4 && group % 2 != 0) return invalid(where + ": int4 group size " + std::to_string(group) + " must be even");
+  const std::int64_t groups = k / group;
+  auto check_side = [&](std::uint32_t index, const char* what, bool scales) -> Status {
+    const std::string sw = where + ", " + what + " (constant " + std::to_string(index) + ")";
+    if (index >= count(p_.constants())) {
+      return invalid(sw + ": does not exist (" + std::to_string(count(p_.constants())) + " constants)");
+    }
+    if (index == i) return invalid(sw + ": is the weight itself");
+    const auto* s = p_.constants()->Get(index);
+    if (s->quant() != nullptr) return invalid(sw + ": is itself quantized");
+    if (scales ? (s->dtype() != fb::DType::f32 && s->dtype() != fb::DType::f16) : s->dtype() != fb::DType::u8) {
+      return invalid(sw + std::string(scales ? ": must be f32 or f16" : ": must be u8"));
+    }
+    if (count(s->shape()) != 2 || s->shape()->Get(0) != n || s->shape()->Get(1) != groups) {
+      return invalid(sw + ": shape " + shape_str(s->shape()) + " != [N, K / group_size] = [" + std::to_string(n) + ", " +
+                     std::to_string(groups) + "]");
+    }
+    return Status::Ok();
+  };
+  KILN_RETURN_IF_ERROR(check_side(q->scales(), "scales", true));
+  if (q->zero_points() < -1) return invalid(where + ": zero_points " + std::to_string(q->zero_points()) + " is not a constant or -1");
+  if (q->zero_points() >= 0) {
+    if (!int4) return invalid(where + ": int8 weights are symmetric: zero_points must be -1");
+    KILN_RETURN_IF_ERROR(check_side(static_cast<std::uint32_t>(q->zero_points()), "zero points", false));
+  }
+  return Status::Ok();
+}
+
+// linear_q (input, weight, scales, bias?, zero_points?) and embedding_q (weight, scales,
+// indices, zero_points?): the weight is a quantized constant and the scales and zero points
+// are the constants it names.
+Status Verifier::check_quantized_operands(const fb::Graph& graph, const fb::Node& node, const std::string& ow) const {
+  const auto* name = p_.op_names()->Get(node.op());
+  const std::string_view op(name->c_str(), name->size());  // no allocation per node
+  const bool linear = op == "linear_q";
+  if (!linear && op != "embedding_q") return Status::Ok();
+  const std::uint32_t w_pos = linear ? 1 : 0, zero_pos = linear ? 4 : 3;
+  if (count(node.inputs()) <= w_pos + 1) return Status::Ok();  // arity: checked with the op table at load
+  const auto* w = graph.values()->Get(node.inputs()->Get(w_pos));
+  if (w->kind() != fb::ValueKind::Constant || p_.constants()->Get(w->constant())->quant() == nullptr) {
+    return invalid(ow + ", input " + std::to_string(w_pos) + " (weight): must be a quantized constant");
+  }
+  const auto* q = p_.constants()->Get(w->constant())->quant();
+  const auto* s = graph.values()->Get(node.inputs()->Get(w_pos + 1));
+  if (s->kind() != fb::ValueKind::Constant || s->constant() != q->scales()) {
+    return invalid(ow + ", input " + std::to_string(w_pos + 1) + " (scales): must be constant " + std::to_string(q->scales()) +
+                   ", the weight's scales");
+  }
+  const bool has_zero = count(node.inputs()) > zero_pos &&
+                        graph.values()->Get(node.inputs()->Get(zero_pos))->kind() != fb::ValueKind::None;
+  if (has_zero != (q->zero_points() >= 0)) {
+    return invalid(ow + ", input " + std::to_string(zero_pos) + " (zero_points): " +
+                   (has_zero ? "the weight has no zero points" : "the weight's zero points are missing"));
+  }
+  if (has_zero) {
+    const auto* z = graph.values()->Get(node.inputs()->Get(zero_pos));
+    if (z->kind() != fb::ValueKind::Constant || static_cast<std::int64_t>(z->constant()) != q->zero_points()) {
+      return invalid(ow + ", input " + std::to_string(zero_pos) + " (zero_points): must be constant " +
+                     std::to_string(q->zero_points()) + ", the weight's zero points");
+    }
+  }
   return Status::Ok();
 }
 
@@ -433,6 +545,7 @@ Status Verifier::check_node(const fb::Graph& graph, std::uint32_t n, const std::
     if (producer_[v] > n) return invalid(iw + ": value " + std::to_string(v) + " is defined later (graph not topologically ordered)");
     KILN_RETURN_IF_ERROR(check_value_bound(*graph.values()->Get(v), n, iw));
   }
+  KILN_RETURN_IF_ERROR(check_quantized_operands(graph, *node, ow));
   for (std::uint32_t k = 0; k < count(node->outputs()); ++k) {
     KILN_RETURN_IF_ERROR(check_value_bound(*graph.values()->Get(node->outputs()->Get(k)), n + 1,
                                            ow + ", output " + std::to_string(k)));

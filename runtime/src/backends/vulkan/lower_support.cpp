@@ -218,6 +218,10 @@ constexpr OpLowering BitwiseNot = kNoVulkanKernel;
 constexpr OpLowering PadBorder = kNoVulkanKernel;
 constexpr OpLowering IndexPut = kNoVulkanKernel;
 
+// Quantized weights (int8/int4): the CPU's fused-dequantization kernels.
+constexpr OpLowering LinearQ = kNoVulkanKernel;
+constexpr OpLowering EmbeddingQ = kNoVulkanKernel;
+
 }  // namespace op_rows
 
 namespace {

@@ -22,7 +22,7 @@ namespace kiln::format {
 
 inline constexpr std::array<std::uint8_t, 8> kMagic = {0x89, 'K', 'I', 'L', 'N', 0x0D, 0x0A, 0x1A};
 inline constexpr std::uint16_t kFormatMajor = 1;
-inline constexpr std::uint16_t kFormatMinor = 1;
+inline constexpr std::uint16_t kFormatMinor = 2;
 inline constexpr std::size_t kHeaderSize = 128;
 inline constexpr std::size_t kSegmentEntrySize = 48;
 inline constexpr std::size_t kSegmentAlignment = 4096;

@@ -210,6 +210,14 @@ KILN_DECLARE_KERNEL(IndexPut);
 // The elements of x index_put writes for these inputs (cpu::in_place_writes).
 Status index_put_writes(std::span<const TensorView> in, std::span<const AttrValue> attrs, std::vector<ElementRange>& writes);
 
+// Weight-only quantized linear and embedding (quant.cpp; formats in codegen/ops.def and
+// docs/QUANTIZATION.md). f32 activations and outputs; the weight is i8 [N,K] (int8) or u8
+// [N,K/2] (packed int4), scales f32/f16 [N,G] with G dividing K, zero points u8 [N,G]
+// (int4 only). Dequantization is fused: no f32 copy of the whole weight is made (batches
+// above two rows dequantize 256-row panels, one per thread at a time, for the SGEMM).
+KILN_DECLARE_KERNEL(LinearQ);
+KILN_DECLARE_KERNEL(EmbeddingQ);
+
 // Creation (creation.cpp). full(shape, value, dtype) and arange(start, end, step, dtype)
 // (out length must be max(0, ceil((end - start) / step)); step != 0) for every dtype;
 // tril / triu(diagonal) over the last two dims, any dtype.

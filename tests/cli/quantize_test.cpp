@@ -1,0 +1,229 @@
+// `kiln quantize`: bundles made with the tracing API (one linear, an MLP, an embedding with
+// a tied-shape head) quantized to int8 and int4, verified, run against the f32 bundle, and
+// the report, --json and refusals.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli_testutil.h"
+#include "kiln/export/export.h"
+#include "kiln/export/ops.h"
+#include "kiln/runtime/bundle.h"
+#include "kiln/runtime/program.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+cli_test::CommandResult kiln_cmd(const std::string& args, bool stderr_too = true) {
+  return cli_test::shell(std::string(KILN_BIN) + " " + args + (stderr_too ? " 2>&1" : " 2>/dev/null"));
+}
+
+HostTensor host(const Tensor& t) { return {t.dtype(), t.concrete_shape(), t.bytes()}; }
+
+std::vector<float> floats_of(const HostTensor& t) {
+  std::vector<float> v(static_cast<std::size_t>(t.numel()));
+  std::memcpy(v.data(), t.data.data(), v.size() * 4);
+  return v;
+}
+
+double cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double dot = 0, aa = 0, bb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) dot += double(a[i]) * b[i], aa += double(a[i]) * a[i], bb += double(b[i]) * b[i];
+  return dot / std::sqrt(aa * bb);
+}
+
+class Quantize : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("kiln_quantize_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    // One linear layer (random normal weights), K = 256.
+    const Tensor w = Tensor::randn({512, 256}, 11), b = Tensor::randn({512}, 12);
+    auto lin = export_program([&](Tensor x) { return linear(x, w, b); },
+                              {input("x", Tensor::randn({4, 256}, 13), {Dim("batch", 1, 64)})}, {.name = "linear"});
+    ASSERT_TRUE(lin.ok()) << lin.status().message();
+    ASSERT_TRUE(lin->save(path("linear.kiln")).ok());
+    // An MLP whose second layer has K = 48 (not a multiple of 32) and a matmul with a
+    // constant right operand.
+    const Tensor w1 = Tensor::randn({48, 128}, 21), w2 = Tensor::randn({64, 48}, 22), m = Tensor::randn({64, 32}, 23);
+    auto mlp = export_program([&](Tensor x) { return matmul(linear(relu(linear(x, w1)), w2), m); },
+                              {input("x", Tensor::randn({2, 128}, 24))}, {.name = "mlp"});
+    ASSERT_TRUE(mlp.ok()) << mlp.status().message();
+    ASSERT_TRUE(mlp->save(path("mlp.kiln")).ok());
+    // An embedding table gathered by token ids.
+    const Tensor table = Tensor::randn({100, 64}, 31);
+    std::vector<std::int64_t> ids{3, 99, 0, 42, 42, 7};
+    auto emb = export_program([&](Tensor idx) { return embedding(table, idx); },
+                              {input("ids", Tensor::from_ints({6}, ids))}, {.name = "embedding"});
+    ASSERT_TRUE(emb.ok()) << emb.status().message();
+    ASSERT_TRUE(emb->save(path("embedding.kiln")).ok());
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static std::string path(const std::string& name) { return (dir_ / name).string(); }
+
+  // Runs `file` on `inputs` and returns output 0.
+  static std::vector<float> run_bundle(const std::string& file, const std::vector<HostValue>& inputs) {
+    auto bundle = Bundle::open(file);
+    EXPECT_TRUE(bundle.ok()) << bundle.status().message();
+    if (!bundle.ok()) return {};
+    auto program = Program::load(std::move(bundle).value());
+    EXPECT_TRUE(program.ok()) << program.status().message();
+    if (!program.ok()) return {};
+    Session session(**program);
+    auto r = session.run(inputs);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? floats_of(r->outputs[0].tensor) : std::vector<float>{};
+  }
+
+  static json quantize_json(const std::string& in, const std::string& out, const std::string& args) {
+    const auto r = kiln_cmd("quantize " + path(in) + " -o " + path(out) + " " + args + " --json", false);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return json::parse(r.out, nullptr, false);
+  }
+
+  static fs::path dir_;
+};
+fs::path Quantize::dir_;
+
+TEST_F(Quantize, Int8LinearKeepsCosineAbove09999AndValidates) {
+  const json j = quantize_json("linear.kiln", "linear.q8.kiln", "--weights int8");
+  ASSERT_EQ(j["layers"].size(), 1u);
+  EXPECT_EQ(j["layers"][0]["op"], "linear");
+  EXPECT_EQ(j["layers"][0]["quantized"], true);
+  EXPECT_EQ(j["layers"][0]["bytes_before"], 512 * 256 * 4);
+  EXPECT_EQ(j["layers"][0]["bytes_after"], 512 * 256 + 512 * 4);  // int8 + one f32 scale per row
+  EXPECT_GT(j["layers"][0]["sqnr_db"].get<double>(), 35.0);
+  EXPECT_EQ(j["scale_dtype"], "f32");
+  EXPECT_LT(j["bundle_bytes_after"].get<double>(), j["bundle_bytes_before"].get<double>() / 3.0);
+  const Tensor x = Tensor::randn({16, 256}, 99);
+  const std::vector<HostValue> in{HostValue::of(host(x))};
+  EXPECT_GE(cosine(run_bundle(path("linear.q8.kiln"), in), run_bundle(path("linear.kiln"), in)), 0.9999);
+  const auto v = kiln_cmd("validate " + path("linear.q8.kiln"));
+  EXPECT_EQ(v.code, 0) << v.out;
+  // The widened self-test tolerance is reported, and recorded.
+  ASSERT_EQ(j["self_tests"].size(), 1u);
+  const json& out0 = j["self_tests"][0]["outputs"][0];
+  EXPECT_GT(out0["atol_after"].get<double>(), out0["atol_before"].get<double>());
+  EXPECT_DOUBLE_EQ(out0["atol_after"].get<double>(), 2 * out0["max_abs_diff"].get<double>());
+}
+
+TEST_F(Quantize, Int4Group32LinearKeepsCosineAbove099AtBatch1And16) {
+  const json j = quantize_json("linear.kiln", "linear.q4.kiln", "--weights int4 --group 32");
+  ASSERT_EQ(j["layers"].size(), 1u);
+  EXPECT_EQ(j["layers"][0]["bytes_after"], 512 * 128 + 512 * 8 * 2);  // nibbles + f16 scales
+  for (std::int64_t batch : {1, 16}) {
+    const Tensor x = Tensor::randn({batch, 256}, 100 + static_cast<std::uint64_t>(batch));
+    const std::vector<HostValue> in{HostValue::of(host(x))};
+    EXPECT_GE(cosine(run_bundle(path("linear.q4.kiln"), in), run_bundle(path("linear.kiln"), in)), 0.99) << batch;
+  }
+  EXPECT_EQ(kiln_cmd("validate " + path("linear.q4.kiln")).code, 0);
+  // Asymmetric groups (zero points) and f32 scales.
+  const json z = quantize_json("linear.kiln", "linear.q4z.kiln", "--weights int4 --zero-points --scale-dtype f32");
+  EXPECT_EQ(z["layers"][0]["bytes_after"], 512 * 128 + 512 * 8 * 4 + 512 * 8);
+  const Tensor x = Tensor::randn({1, 256}, 7);
+  const std::vector<HostValue> in{HostValue::of(host(x))};
+  EXPECT_GE(cosine(run_bundle(path("linear.q4z.kiln"), in), run_bundle(path("linear.kiln"), in)), 0.99);
+  EXPECT_EQ(kiln_cmd("validate " + path("linear.q4z.kiln")).code, 0);
+}
+
+TEST_F(Quantize, MlpListsTheLayerItCannotQuantizeAndRunsTheRest) {
+  const json j = quantize_json("mlp.kiln", "mlp.q4.kiln", "--weights int4 --group 32");
+  ASSERT_EQ(j["layers"].size(), 3u) << j.dump();
+  int quantized = 0;
+  bool listed = false;
+  for (const auto& l : j["layers"]) {
+    if (l["quantized"].get<bool>()) {
+      ++quantized;
+      continue;
+    }
+    EXPECT_EQ(l["op"], "linear");
+    EXPECT_EQ(l["shape"], json::array({64, 48}));
+    EXPECT_EQ(l["reason"], "input dim 48 is not a multiple of the group size 32");
+    listed = true;
+  }
+  EXPECT_EQ(quantized, 2);  // the first linear and the matmul
+  EXPECT_TRUE(listed);
+  const Tensor x = Tensor::randn({2, 128}, 5);
+  const std::vector<HostValue> in{HostValue::of(host(x))};
+  EXPECT_GE(cosine(run_bundle(path("mlp.q4.kiln"), in), run_bundle(path("mlp.kiln"), in)), 0.98);
+  EXPECT_EQ(kiln_cmd("validate " + path("mlp.q4.kiln")).code, 0);
+  // With groups of 16 every layer is quantized; int8 per channel quantizes all three too.
+  EXPECT_EQ(quantize_json("mlp.kiln", "mlp.q4g16.kiln", "--weights int4 --group 16")["layers"].size(), 3u);
+  const json j8 = quantize_json("mlp.kiln", "mlp.q8.kiln", "--weights int8");
+  for (const auto& l : j8["layers"]) EXPECT_TRUE(l["quantized"].get<bool>()) << l.dump();
+  EXPECT_GE(cosine(run_bundle(path("mlp.q8.kiln"), in), run_bundle(path("mlp.kiln"), in)), 0.9999);
+  // --ops limits the ops considered.
+  const json only = quantize_json("mlp.kiln", "mlp.lin.kiln", "--weights int8 --ops matmul");
+  ASSERT_EQ(only["layers"].size(), 1u);
+  EXPECT_EQ(only["layers"][0]["op"], "matmul");
+}
+
+TEST_F(Quantize, EmbeddingRowsGatherFromInt8AndInt4Tables) {
+  std::vector<std::int64_t> ids{5, 0, 99, 17, 17, 64};
+  const std::vector<HostValue> in{HostValue::of(host(Tensor::from_ints({6}, ids)))};
+  const auto want = run_bundle(path("embedding.kiln"), in);
+  const json j8 = quantize_json("embedding.kiln", "embedding.q8.kiln", "--weights int8");
+  EXPECT_EQ(j8["layers"][0]["op"], "embedding");
+  EXPECT_GE(cosine(run_bundle(path("embedding.q8.kiln"), in), want), 0.9999);
+  quantize_json("embedding.kiln", "embedding.q4.kiln", "--weights int4");
+  EXPECT_GE(cosine(run_bundle(path("embedding.q4.kiln"), in), want), 0.99);
+  EXPECT_EQ(kiln_cmd("validate " + path("embedding.q4.kiln")).code, 0);
+}
+
+TEST_F(Quantize, TextReportShowsLayersSqnrBytesAndWidenedTolerances) {
+  const auto r = kiln_cmd("quantize " + path("mlp.kiln") + " -o " + path("mlp.report.kiln") + " --weights int4");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("SQNR dB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bytes before"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("not quantized (kept f32):"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(linear [64, 48]): input dim 48 is not a multiple of the group size 32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 layer(s) quantized, 1 kept f32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tolerances widened from the measured quantization error"), std::string::npos) << r.out;
+}
+
+TEST_F(Quantize, RefusesAnAlreadyQuantizedBundleAndBadOptions) {
+  ASSERT_EQ(kiln_cmd("quantize " + path("linear.kiln") + " -o " + path("once.kiln") + " --weights int8").code, 0);
+  auto r = kiln_cmd("quantize " + path("once.kiln") + " -o " + path("twice.kiln") + " --weights int4");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("is already quantized (constant"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("is stored as Int8): quantize the f32 bundle instead"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(path("twice.kiln")));
+  r = kiln_cmd("quantize " + path("linear.kiln") + " -o " + path("linear.kiln") + " --weights int8");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("refusing to write the quantized bundle over its own input"), std::string::npos) << r.out;
+  r = kiln_cmd("quantize " + path("linear.kiln") + " -o " + path("x.kiln") + " --weights int4 --group 31");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--group 31: int4 groups must be even"), std::string::npos) << r.out;
+  r = kiln_cmd("quantize " + path("linear.kiln") + " -o " + path("x.kiln") + " --weights int8 --zero-points");
+  EXPECT_EQ(r.code, 1);
+  r = kiln_cmd("quantize " + path("linear.kiln") + " -o " + path("x.kiln") + " --weights int2");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--weights must be int8 or int4"), std::string::npos) << r.out;
+  r = kiln_cmd("quantize " + path("linear.kiln") + " -o " + path("x.kiln") + " --weights int8 --ops linear,softmax");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--ops: unknown op 'softmax'"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(path("x.kiln")));
+  r = kiln_cmd("quantize " + path("missing.kiln") + " -o " + path("x.kiln") + " --weights int8 --json", false);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("\"error\""), std::string::npos) << r.out;
+}
+
+TEST_F(Quantize, InspectPlacementReportsTheCpuFallbackForVulkan) {
+  ASSERT_EQ(kiln_cmd("quantize " + path("linear.kiln") + " -o " + path("placement.kiln") + " --weights int8").code, 0);
+  const auto r = kiln_cmd("inspect " + path("placement.kiln") + " --placement --backend auto");
+  EXPECT_EQ(r.code, 0) << r.out;
+  // The linear_q node's placement line names the CPU whatever the backend (no Vulkan kernel).
+  const std::size_t at = r.out.find("linear_q ", r.out.find("placement"));
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  EXPECT_NE(line.find("cpu"), std::string::npos) << line;
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,278 @@
+// linear_q / embedding_q against a reference that dequantizes the weight in double and
+// multiplies in double; both micro-kernel tables (portable, AVX2) and 1 or 2 threads.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/kernels/quant.h"
+#include "backends/cpu/thread_pool.h"
+#include "kernel_testutil.h"
+
+namespace kiln::cpu::testing {
+namespace {
+
+using kernels::QuantKernels;
+using kernels::QuantWeight;
+
+class PoolContext : public TestContext {
+ public:
+  explicit PoolContext(int threads) : pool_(threads) {}
+  ThreadPool& pool() override { return pool_; }
+
+ private:
+  ThreadPool pool_;
+};
+
+// A random quantized weight [n, k] with its dequantized values (double, row-major).
+struct QWeight {
+  Tensor data, scales, zero_points;
+  bool has_zero_points = false;
+  int bits = 8;
+  std::int64_t n = 0, k = 0, group = 0;
+  std::vector<double> dequantized;
+};
+
+QWeight make_weight(std::mt19937& rng, int bits, std::int64_t n, std::int64_t k, std::int64_t group, bool f16_scales,
+                    bool zero_points) {
+  QWeight w;
+  w.bits = bits;
+  w.n = n;
+  w.k = k;
+  w.group = group;
+  w.has_zero_points = zero_points;
+  const std::int64_t groups = k / group;
+  w.data = bits == 8 ? Tensor(DType::kI8, {n, k}) : Tensor(DType::kU8, {n, k / 2});
+  w.scales = Tensor(f16_scales ? DType::kF16 : DType::kF32, {n, groups});
+  if (zero_points) w.zero_points = Tensor(DType::kU8, {n, groups});
+  std::uniform_int_distribution<int> q8(-127, 127), q4(0, 15);
+  std::uniform_real_distribution<double> scale(0.001, 0.05);
+  w.dequantized.assign(static_cast<std::size_t>(n * k), 0.0);
+  for (std::int64_t r = 0; r < n; ++r) {
+    for (std::int64_t g = 0; g < groups; ++g) {
+      w.scales.set(r * groups + g, scale(rng));
+      if (zero_points) w.zero_points.set(r * groups + g, q4(rng));
+    }
+  }
+  auto* bytes = w.data.as<std::uint8_t>();
+  for (std::int64_t r = 0; r < n; ++r) {
+    for (std::int64_t c = 0; c < k; ++c) {
+      const std::int64_t g = c / group;
+      const double s = w.scales.at(r * groups + g);  // read back: f16 rounding included
+      double q = 0;
+      if (bits == 8) {
+        const int v = q8(rng);
+        w.data.set(r * k + c, v);
+        q = v;
+      } else {
+        const int v = q4(rng);
+        std::uint8_t& b = bytes[r * (k / 2) + c / 2];
+        b = static_cast<std::uint8_t>(c % 2 == 0 ? (b & 0xF0) | v : (b & 0x0F) | (v << 4));
+        q = v - (zero_points ? w.zero_points.at(r * groups + g) : 8.0);
+      }
+      w.dequantized[static_cast<std::size_t>(r * k + c)] = q * s;
+    }
+  }
+  return w;
+}
+
+std::vector<double> reference_linear(const Tensor& x, const QWeight& w, const Tensor* bias, std::int64_t rows) {
+  std::vector<double> y(static_cast<std::size_t>(rows * w.n));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < w.n; ++j) {
+      double acc = bias != nullptr ? bias->at(j) : 0.0;
+      for (std::int64_t c = 0; c < w.k; ++c) acc += x.at(i * w.k + c) * w.dequantized[static_cast<std::size_t>(j * w.k + c)];
+      y[static_cast<std::size_t>(i * w.n + j)] = acc;
+    }
+  }
+  return y;
+}
+
+Status run_linear_q(const Tensor& x, const QWeight& w, const Tensor* bias, Tensor& out, int threads) {
+  std::vector<TensorView> in{x.view(), w.data.view(), w.scales.view(), bias != nullptr ? bias->view() : absent()};
+  if (w.has_zero_points) in.push_back(w.zero_points.view());
+  std::vector<TensorView> outs{out.view()};
+  PoolContext ctx(threads);
+  return run_views(OpKind::LinearQ, in, outs, {}, &ctx);
+}
+
+struct Case {
+  int bits;
+  std::int64_t rows, n, k, group;
+  bool f16_scales, zero_points, bias;
+};
+
+// The activations the int4 decode path (<= 2 rows, groups of whole 32-blocks) computes
+// with: each block of 32 rounded to int8 steps of max|x| / 127 (float arithmetic, as the
+// kernel's contract in quant.h states).
+Tensor int8_rounded_activations(const Tensor& x) {
+  Tensor out(DType::kF32, x.shape());
+  for (std::int64_t b = 0; b < x.numel() / 32; ++b) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x.as<float>()[b * 32 + j]));
+    const float s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0.0f;
+    for (int j = 0; j < 32; ++j) out.as<float>()[b * 32 + j] = std::nearbyint(x.as<float>()[b * 32 + j] * inv) * s;
+  }
+  return out;
+}
+
+void check_case(const Case& c, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  const QWeight w = make_weight(rng, c.bits, c.n, c.k, c.group, c.f16_scales, c.zero_points);
+  const Tensor x = Tensor::random(DType::kF32, {c.rows, c.k}, rng, -1.0, 1.0);
+  const Tensor bias = Tensor::random(DType::kF32, {c.n}, rng);
+  const bool q8_path = c.bits == 4 && c.group % 32 == 0 && c.rows <= 2;
+  const std::vector<double> want =
+      reference_linear(q8_path ? int8_rounded_activations(x) : x, w, c.bias ? &bias : nullptr, c.rows);
+  for (int threads : {1, 2}) {
+    Tensor out(DType::kF32, {c.rows, c.n});
+    ASSERT_TRUE(run_linear_q(x, w, c.bias ? &bias : nullptr, out, threads).ok());
+    EXPECT_TRUE(out.canary_intact());
+    // Float accumulation over k terms of size ~|x| * |w| <= 1 * 127 * 0.05.
+    EXPECT_TRUE(all_close(out, want, 1e-4, 2e-5 * static_cast<double>(c.k)))
+        << "bits " << c.bits << " rows " << c.rows << " n " << c.n << " k " << c.k << " group " << c.group
+        << " threads " << threads;
+  }
+}
+
+TEST(LinearQKernel, Int8PerChannelMatchesDequantizedReferenceOverOddShapes) {
+  // K not a multiple of 16 or 8; one row (GEMV), two rows, and batches taking the panel path.
+  const Case cases[] = {
+      {8, 1, 5, 37, 37, false, false, false}, {8, 1, 13, 8, 8, false, false, true},
+      {8, 2, 9, 45, 45, true, false, true},   {8, 3, 7, 45, 45, false, false, false},
+      {8, 5, 70, 33, 33, true, false, true},  {8, 1, 131, 100, 100, false, false, true},
+      {8, 17, 130, 64, 64, false, false, true},  {8, 3, 700, 40, 40, false, false, true},  // 3 panels
+  };
+  std::uint32_t seed = 1;
+  for (const Case& c : cases) check_case(c, seed++);
+}
+
+TEST(LinearQKernel, Int8GroupwiseScalesMatchReference) {
+  check_case({8, 1, 11, 96, 32, false, false, true}, 11);
+  check_case({8, 4, 11, 90, 18, true, false, false}, 12);
+}
+
+TEST(LinearQKernel, Int4GroupwiseMatchesDequantizedReferenceOverOddShapes) {
+  // Groups of 32, 16, 8, 6 and 2 (not a multiple of the 16-column vector step), K = 48, 40, ...
+  const Case cases[] = {
+      {4, 1, 9, 64, 32, true, false, true},  {4, 1, 13, 48, 16, false, false, false},
+      {4, 2, 7, 40, 8, true, true, true},    {4, 1, 5, 18, 6, false, true, false},
+      {4, 6, 67, 96, 32, true, true, true},  {4, 3, 10, 4, 2, false, false, true},
+      {4, 1, 130, 160, 32, true, false, false}, {4, 64, 70, 64, 32, true, false, true},
+      {4, 5, 600, 64, 32, true, true, true},  // 3 panels over 2 threads
+  };
+  std::uint32_t seed = 100;
+  for (const Case& c : cases) check_case(c, seed++);
+}
+
+TEST(LinearQKernel, PortableAndAvx2MicroKernelsAgree) {
+  const QuantKernels* avx2 = kernels::quant_kernels_avx2();
+  if (avx2 == nullptr) GTEST_SKIP() << "no AVX2 on this CPU or KILN_CPU_ISA=baseline";
+  const QuantKernels& scalar = kernels::quant_kernels_scalar();
+  std::mt19937 rng(7);
+  for (const Case& c : {Case{8, 1, 23, 77, 77, false, false, false}, Case{4, 1, 23, 80, 16, true, true, false},
+                        Case{4, 1, 9, 36, 12, false, false, false}, Case{4, 1, 13, 128, 64, true, true, false},
+                        Case{4, 1, 6, 96, 32, false, false, false}}) {
+    const QWeight w = make_weight(rng, c.bits, c.n, c.k, c.group, c.f16_scales, c.zero_points);
+    const QuantWeight qw{w.data.as<const std::uint8_t>(), c.bits, c.n, c.k, c.group, w.scales.data(), c.f16_scales,
+                         c.zero_points ? w.zero_points.as<const std::uint8_t>() : nullptr};
+    const Tensor x = Tensor::random(DType::kF32, {c.k}, rng);
+    std::vector<float> a(static_cast<std::size_t>(c.n)), b(static_cast<std::size_t>(c.n));
+    scalar.gemv_rows(qw, x.as<const float>(), 0, c.n, a.data());
+    avx2->gemv_rows(qw, x.as<const float>(), 0, c.n, b.data());
+    for (std::int64_t j = 0; j < c.n; ++j) EXPECT_NEAR(a[j], b[j], 1e-4 * (1 + std::fabs(a[j]))) << j;
+    if (c.bits == 4 && c.group % 32 == 0) {
+      std::vector<std::int8_t> xq(static_cast<std::size_t>(c.k));
+      std::vector<float> xs(static_cast<std::size_t>(c.k / 32));
+      std::vector<std::int32_t> xsum(xs.size());
+      kernels::quantize_activations(x.as<const float>(), c.k, xq.data(), xs.data(), xsum.data());
+      const kernels::QuantizedActivations xa{xq.data(), xs.data(), xsum.data()};
+      scalar.gemv_rows_int4_q8(qw, xa, 0, c.n, a.data());
+      avx2->gemv_rows_int4_q8(qw, xa, 0, c.n, b.data());
+      for (std::int64_t j = 0; j < c.n; ++j) EXPECT_NEAR(a[j], b[j], 1e-4 * (1 + std::fabs(a[j]))) << "q8 " << j;
+    }
+    std::vector<float> da(static_cast<std::size_t>(c.n * c.k)), db(da.size());
+    scalar.dequantize_rows(qw, 0, c.n, da.data());
+    avx2->dequantize_rows(qw, 0, c.n, db.data());
+    for (std::size_t i = 0; i < da.size(); ++i) {
+      ASSERT_EQ(da[i], db[i]) << i;
+      ASSERT_NEAR(da[i], w.dequantized[i], 1e-6 * (1 + std::fabs(w.dequantized[i]))) << i;
+    }
+  }
+}
+
+TEST(LinearQKernel, RejectsInconsistentWeightsScalesAndOperands) {
+  std::mt19937 rng(3);
+  const QWeight w8 = make_weight(rng, 8, 4, 16, 16, false, false);
+  const QWeight w4 = make_weight(rng, 4, 4, 16, 8, false, true);
+  const Tensor x = Tensor::random(DType::kF32, {2, 16}, rng);
+  Tensor out(DType::kF32, {2, 4});
+  auto run5 = [&](TensorView weight, TensorView scales, TensorView bias, TensorView zero, const Tensor& xin, Tensor& o) {
+    std::vector<TensorView> in{xin.view(), weight, scales, bias, zero};
+    std::vector<TensorView> outs{o.view()};
+    return run_views(OpKind::LinearQ, in, outs, {});
+  };
+  EXPECT_TRUE(fails_with(run5(w8.data.view(), w8.scales.view(), absent(), w4.zero_points.view(), x, out),
+                         StatusCode::kInvalidBundle, "linear_q", "int8 weights are symmetric: zero_points must be absent"));
+  const Tensor three_groups(DType::kF32, {4, 3});
+  EXPECT_TRUE(fails_with(run5(w8.data.view(), three_groups.view(), absent(), absent(), x, out), StatusCode::kInvalidBundle,
+                         "linear_q", "scales.shape[1]=3 groups do not divide the weight's 16 columns"));
+  const Tensor odd_groups(DType::kF32, {4, 16});  // int4 with 16 columns: groups of 1
+  EXPECT_TRUE(fails_with(run5(w4.data.view(), odd_groups.view(), absent(), absent(), x, out), StatusCode::kInvalidBundle,
+                         "linear_q", "int4 group size 1 (16 columns / 16 groups) must be even"));
+  const Tensor wrong_rows(DType::kF32, {5, 1});
+  EXPECT_TRUE(fails_with(run5(w8.data.view(), wrong_rows.view(), absent(), absent(), x, out), StatusCode::kInvalidBundle,
+                         "linear_q", "scales.shape=[5, 1] but weight.shape[0]=4"));
+  const Tensor f32_weight(DType::kF32, {4, 16});
+  EXPECT_TRUE(fails_with(run5(f32_weight.view(), w8.scales.view(), absent(), absent(), x, out), StatusCode::kInvalidBundle,
+                         "linear_q", "weight must be i8 (int8) or u8 (packed int4), got f32"));
+  const Tensor narrow_x = Tensor::random(DType::kF32, {2, 15}, rng);
+  EXPECT_TRUE(fails_with(run5(w8.data.view(), w8.scales.view(), absent(), absent(), narrow_x, out),
+                         StatusCode::kInvalidBundle, "linear_q", "x.shape[1]=15 != the weight's 16 columns"));
+  const Tensor bad_bias(DType::kF32, {3});
+  EXPECT_TRUE(fails_with(run5(w8.data.view(), w8.scales.view(), bad_bias.view(), absent(), x, out),
+                         StatusCode::kInvalidBundle, "linear_q", "bias.shape=[3] but weight.shape[0]=4"));
+  Tensor wrong_out(DType::kF32, {2, 5});
+  EXPECT_TRUE(fails_with(run5(w8.data.view(), w8.scales.view(), absent(), absent(), x, wrong_out),
+                         StatusCode::kInvalidBundle, "linear_q"));
+}
+
+TEST(EmbeddingQKernel, GathersDequantizedRowsOfInt8AndInt4Tables) {
+  std::mt19937 rng(21);
+  for (const Case& c : {Case{8, 0, 11, 37, 37, false, false, false}, Case{4, 0, 9, 40, 8, true, true, false},
+                        Case{4, 0, 6, 64, 32, true, false, false}}) {
+    const QWeight w = make_weight(rng, c.bits, c.n, c.k, c.group, c.f16_scales, c.zero_points);
+    const Tensor idx = Tensor::of(DType::kI64, {2, 3}, {0, c.n - 1, 3, 3, 1, 2});
+    Tensor out(DType::kF32, {2, 3, c.k});
+    std::vector<const Tensor*> in{&w.data, &w.scales, &idx};
+    if (c.zero_points) in.push_back(&w.zero_points);
+    ASSERT_TRUE(run(OpKind::EmbeddingQ, in, {&out}).ok());
+    std::vector<double> want;
+    for (std::int64_t i = 0; i < idx.numel(); ++i) {
+      const auto row = static_cast<std::int64_t>(idx.at(i));
+      for (std::int64_t col = 0; col < c.k; ++col) want.push_back(w.dequantized[static_cast<std::size_t>(row * c.k + col)]);
+    }
+    EXPECT_TRUE(all_close(out, want, 1e-6, 1e-7));
+  }
+}
+
+TEST(EmbeddingQKernel, RejectsOutOfRangeIndicesAndBadOutput) {
+  std::mt19937 rng(22);
+  const QWeight w = make_weight(rng, 8, 4, 8, 8, false, false);
+  const Tensor idx = Tensor::of(DType::kI32, {2}, {1, 4});
+  Tensor out(DType::kF32, {2, 8});
+  EXPECT_TRUE(fails_with(run(OpKind::EmbeddingQ, {&w.data, &w.scales, &idx}, {&out}), StatusCode::kInvalidInput, "embedding_q",
+                         "indices[1]=4 out of range [0, 4)"));
+  const Tensor neg = Tensor::of(DType::kI64, {1}, {-1});
+  Tensor out1(DType::kF32, {1, 8});
+  EXPECT_TRUE(fails_with(run(OpKind::EmbeddingQ, {&w.data, &w.scales, &neg}, {&out1}), StatusCode::kInvalidInput,
+                         "embedding_q", "indices[0]=-1 out of range [0, 4)"));
+  Tensor wrong(DType::kF32, {1, 7});
+  EXPECT_TRUE(fails_with(run(OpKind::EmbeddingQ, {&w.data, &w.scales, &neg}, {&wrong}), StatusCode::kInvalidBundle,
+                         "embedding_q"));
+}
+
+}  // namespace
+}  // namespace kiln::cpu::testing

@@ -84,7 +84,8 @@ Command add_bench(CLI::App& app) {
            {"load_ms", load_ms}, {"peak_bytes", session.last_stats().peak_bytes},
            {"arena_bytes", session.last_stats().arena_bytes}, {"unplanned_bytes", session.last_stats().unplanned_bytes},
            {"bytes_uploaded", session.last_stats().bytes_uploaded}, {"bytes_downloaded", session.last_stats().bytes_downloaded},
-           {"state_bytes_written_per_run", session.last_stats().state_bytes_written}};
+           {"state_bytes_written_per_run", session.last_stats().state_bytes_written},
+           {"weights_released_bytes", (*program)->released_weight_bytes()}};
     std::vector<std::pair<double, json>> rows;
     for (const auto& [key, acc] : per_op) {
       const double avg = acc.first / o->iters;

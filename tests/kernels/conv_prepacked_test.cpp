@@ -238,7 +238,7 @@ std::string check_conv(const ConvCase& s, FusedActivation act, std::mt19937& rng
   std::string kind = "none";
   if (*made != nullptr) {
     const auto* cw = static_cast<const kernels::ConvWeights*>(made->get());
-    kind = cw->winograd != nullptr && cw->gemm != nullptr ? "both" : cw->winograd != nullptr ? "winograd" : "gemm";
+    kind = cw->winograd_eligible && cw->gemm != nullptr ? "both" : cw->winograd_eligible ? "winograd" : "gemm";
   }
   for (int threads : {1, 2}) {
     for (bool use_prepared : {false, true}) {

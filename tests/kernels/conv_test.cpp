@@ -320,7 +320,7 @@ TEST(Conv2dKernel, PreparesWeightsForThePathsThatUseThem) {
     EXPECT_TRUE(made.ok()) << made.status().message();
     if (!made.ok() || *made == nullptr) return "none";
     const auto* cw = static_cast<const kernels::ConvWeights*>(made->get());
-    return cw->winograd != nullptr && cw->gemm != nullptr ? "both" : cw->winograd != nullptr ? "winograd" : "gemm";
+    return cw->winograd_eligible && cw->gemm != nullptr ? "both" : cw->winograd_eligible ? "winograd" : "gemm";
   };
   EXPECT_EQ(prepare({64, 64, 3, 3}, {1, 1}, {1, 1}, 1), "winograd");  // 64 outputs: the direct path otherwise
   EXPECT_EQ(prepare({512, 256, 3, 3}, {1}, {1}, 1), "both");          // Winograd, or the GEMM on small images

@@ -2,15 +2,18 @@
 // fused into conv2d/linear, through export -> bundle -> Program/Session against eager
 // execution, with ProgramOptions::prepack_weights on and off.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "common/exported.h"
 #include "kiln/export/ops.h"
+#include "kiln/runtime/bundle.h"
 #include "kiln/runtime/program.h"
 
 namespace kiln {
@@ -85,6 +88,54 @@ TEST(ConvPrepare, ResnetStageShapesMatchEagerPreparedOrNot) {
       EXPECT_EQ(std::count(ops.begin(), ops.end(), "conv2d+relu"), 1);
     }
   }
+}
+
+// Loads `ep` saved to a file, mapped or read into memory.
+std::shared_ptr<const Program> load_saved(const ExportedProgram& ep, const std::string& name, bool mmap) {
+  const std::string path = (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".kiln")).string();
+  EXPECT_TRUE(ep.save(path).ok());
+  auto bundle = Bundle::open(path, {.use_mmap = mmap});
+  std::filesystem::remove(path);  // the mapping keeps the file's pages
+  EXPECT_TRUE(bundle.ok()) << bundle.status().message();
+  if (!bundle.ok()) return nullptr;
+  auto program = Program::load(std::move(bundle).value());
+  EXPECT_TRUE(program.ok()) << program.status().message();
+  return program.ok() ? *program : nullptr;
+}
+
+TEST(ConvPrepare, MappedPagesOfPreparedWeightsAreReleasedAndRunsStillMatch) {
+  // A 3x3 128 -> 128 weight (576 KiB) read only by its conv2d, prepared at load: its mapped
+  // pages leave the resident set. A second weight also read by a mul stays mapped.
+  const Tensor w = Tensor::randn({128, 128, 3, 3}, 41) * 0.03, b = Tensor::randn({128}, 42);
+  const Tensor w2 = Tensor::randn({128, 128, 3, 3}, 43) * 0.03;
+  auto model = [&](Tensor x) { return relu(conv2d(x, w, b, {1, 1}, {1, 1})); };
+  auto shared = [&](Tensor x, Tensor s) { return conv2d(x, w2, Tensor(), {1, 1}, {1, 1}) + sum(w2 * s); };
+  const Tensor x = Tensor::randn({1, 128, 14, 14}, 44);
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const std::size_t weight_bytes = 128 * 128 * 9 * sizeof(float);
+  for (bool mmap : {true, false}) {
+    const auto program = load_saved(*ep, "release", mmap);
+    ASSERT_NE(program, nullptr);
+    if (mmap) {
+      EXPECT_GE(program->released_weight_bytes(), weight_bytes - 2 * 4096);  // whole pages inside it
+      EXPECT_LE(program->released_weight_bytes(), weight_bytes);
+    } else {
+      EXPECT_EQ(program->released_weight_bytes(), 0u);  // held in memory: nothing to release
+    }
+    Session session(*program);
+    auto r = session.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    const auto want = model(x).to_vector<float>();
+    std::vector<float> got(want.size());
+    std::memcpy(got.data(), r->outputs[0].tensor.data.data(), got.size() * sizeof(float));
+    for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5f * (1.0f + std::fabs(want[i]))) << i;
+  }
+  auto ep2 = export_program(shared, {input("x", x), input("s", Tensor::randn({1}, 45))});
+  ASSERT_TRUE(ep2.ok()) << ep2.status().message();
+  const auto program = load_saved(*ep2, "keep", true);
+  ASSERT_NE(program, nullptr);
+  EXPECT_EQ(program->released_weight_bytes(), 0u);  // w2 is also read by a mul: it stays
 }
 
 }  // namespace

@@ -41,6 +41,7 @@ class Bundle::Storage {
   static Result<std::unique_ptr<Storage>> map_file(const std::string& path, bool use_mmap);
   static Result<std::unique_ptr<Storage>> copy_of(std::span<const std::uint8_t> bytes);
   std::span<const std::uint8_t> bytes() const { return bytes_; }
+  std::size_t release_pages(std::span<const std::uint8_t> bytes) const;
 
  private:
   void* map_ = nullptr;
@@ -82,6 +83,22 @@ Result<std::unique_ptr<Bundle::Storage>> Bundle::Storage::map_file(const std::st
   s->bytes_ = {static_cast<const std::uint8_t*>(map), size};
   return s;
 }
+
+std::size_t Bundle::Storage::release_pages(std::span<const std::uint8_t> bytes) const {
+  if (map_ == nullptr || bytes.empty()) return 0;
+  const auto base = reinterpret_cast<std::uintptr_t>(map_);
+  const auto first = reinterpret_cast<std::uintptr_t>(bytes.data());
+  if (first < base || bytes.size() > map_size_ - (first - base)) return 0;  // not in the mapping
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const std::uintptr_t begin = (first + page - 1) / page * page;  // whole pages only: the
+  const std::uintptr_t end = (first + bytes.size()) / page * page;  // neighbours stay resident
+  if (end <= begin) return 0;
+  // A read-only private mapping has no dirty pages: dropped pages are re-read from the file.
+  if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) != 0) return 0;
+  return end - begin;
+}
+
+std::size_t Bundle::release_pages(std::span<const std::uint8_t> bytes) const { return storage_ ? storage_->release_pages(bytes) : 0; }
 
 Bundle::~Bundle() = default;
 void Bundle::FreeDeleter::operator()(void* p) const { std::free(p); }

@@ -316,6 +316,36 @@ Status pack_weights(const fb::Program& p, const Bundle& bundle, Program::Impl& i
   return Status::Ok();
 }
 
+// The mapped pages of conv weights that only prepared conv2d nodes read leave the resident
+// set (Bundle::release_pages): the prepared copy is what runs, so a process holds the
+// weights about once, not twice. A path that still reads the raw weight (the direct kernel
+// for some input shape) faults its pages back in from the file, once. Returns the bytes released.
+std::size_t release_prepared_constants(const fb::Program& p, const Bundle& bundle, const Program::Impl& impl) {
+  std::vector<std::uint32_t> uses(count(p.constants()), 0), covered(uses.size(), 0);
+  for (const GraphInfo& info : impl.graphs) {
+    for (const ValueInfo& v : info.values) {
+      if (v.kind == fb::ValueKind::Constant && v.graph_output && v.constant < uses.size()) ++uses[v.constant];
+    }
+    for (const NodeInfo& ni : info.nodes) {
+      for (std::size_t k = 0; k < ni.inputs.size(); ++k) {
+        const ValueInfo& v = info.values[ni.inputs[k]];
+        if (v.kind != fb::ValueKind::Constant || v.constant >= uses.size()) continue;
+        ++uses[v.constant];
+        if (k == 1 && ni.op == OpKind::Conv2d && ni.prepared != nullptr && ni.segment < 0) ++covered[v.constant];
+      }
+    }
+  }
+  for (std::uint32_t k = 0; k < count(p.signature()->states()); ++k) {  // initial values are read at reset
+    const std::uint32_t c = p.signature()->states()->Get(k)->initial();
+    if (c < uses.size()) ++uses[c];
+  }
+  std::size_t released = 0;
+  for (std::uint32_t c = 0; c < uses.size(); ++c) {
+    if (uses[c] > 0 && uses[c] == covered[c]) released += bundle.release_pages(bundle.constant_data(c));
+  }
+  return released;
+}
+
 }  // namespace
 
 Status read_attrs(const fb::Program& p, const fb::Node& node, std::optional<std::span<const std::int64_t>> symbols, NodeAttrs& out) {
@@ -417,10 +447,15 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
   if (options.fuse_activations) {
     for (std::uint32_t g = 0; g < count(p.graphs()); ++g) fuse_activations(p, g, impl.graphs[g]);
   }
-  if (options.prepack_weights) KILN_RETURN_IF_ERROR(pack_weights(p, *bundle, impl));
+  if (options.prepack_weights) {
+    KILN_RETURN_IF_ERROR(pack_weights(p, *bundle, impl));
+    impl.released_weight_bytes = release_prepared_constants(p, *bundle, impl);
+  }
   program->bundle_ = std::move(bundle);
   return std::shared_ptr<const Program>(std::move(program));
 }
+
+std::size_t Program::released_weight_bytes() const { return impl_->released_weight_bytes; }
 
 std::vector<NodePlacement> Program::placement(std::uint32_t graph) const {
   std::vector<NodePlacement> out;

@@ -95,6 +95,7 @@ struct Program::Impl {
   std::vector<GraphInfo> graphs;
   std::map<std::pair<std::uint32_t, bool>, cpu::PackedB> packed;  // (constant, transposed) -> packed
   std::vector<std::unique_ptr<cpu::PreparedWeights>> prepared;     // what NodeInfo::prepared points to
+  std::size_t released_weight_bytes = 0;  // mapped weight pages released after preparing (release_prepared_constants)
   std::unique_ptr<backend::Backend> accelerator;  // null: CPU only
   std::string backend_notice;                     // why `auto` fell back to the CPU
 };

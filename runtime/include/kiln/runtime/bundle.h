@@ -85,6 +85,13 @@ class Bundle {
   std::span<const std::uint8_t> data_ref(std::uint32_t segment, std::uint64_t offset,
                                          std::uint64_t nbytes) const;
 
+  /// Tells the OS that the whole pages inside `bytes` (a span of this bundle's mapped file,
+  /// e.g. a constant whose data a Program has prepacked) are not needed for now
+  /// (madvise MADV_DONTNEED): they leave the resident set, and a later read faults them back
+  /// in from the file. Returns the bytes released; 0 for a bundle held in memory (no mmap,
+  /// zstd segments) or a span outside the mapping.
+  std::size_t release_pages(std::span<const std::uint8_t> bytes) const;
+
   /// Hashes every raw segment against its stored checksum (zstd ones were checked at open).
   Status verify_segments() const;
 

@@ -107,6 +107,12 @@ class Program {
   /// Every node of graph `graph` (0-based; empty when out of range) with where it runs.
   std::vector<NodePlacement> placement(std::uint32_t graph) const;
 
+  /// Bytes of mapped weight pages released after load: constants that only prepared
+  /// (prepacked) conv2d kernels read leave the resident set (Bundle::release_pages), so a
+  /// process holds those weights about once (the prepared copy), not twice. 0 when the
+  /// bundle is held in memory (`use_mmap = false`, zstd segments) or nothing was prepared.
+  std::size_t released_weight_bytes() const;
+
   const Bundle& bundle() const { return *bundle_; }
 
   struct Impl;  // executor/program_impl.h

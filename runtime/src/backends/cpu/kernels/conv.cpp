@@ -619,9 +619,10 @@ Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   const bool relu = ctx.fused_activation() == FusedActivation::kRelu;
   // Only conv2d_prepare makes conv2d's prepared weights.
   const auto* weights = static_cast<const ConvWeights*>(ctx.prepared_weights(1));
-  const WinogradWeights* prepared = weights != nullptr ? weights->winograd.get() : nullptr;
-  if (prepared != nullptr && (prepared->k != g.out_channels || prepared->c != g.in.channels)) prepared = nullptr;
-  if (WinogradShape ws; winograd_shape(g, ws) && winograd_profitable(ws, prepared != nullptr)) {
+  const bool transformable = weights != nullptr && weights->winograd_eligible && weights->winograd_k == g.out_channels &&
+                             weights->winograd_c == g.in.channels;
+  if (WinogradShape ws; winograd_shape(g, ws) && winograd_profitable(ws, transformable)) {
+    const WinogradWeights* prepared = transformable ? weights->winograd_for(w.as<float>()) : nullptr;
     KILN_RETURN_IF_ERROR(
         conv_winograd_f32(x.as<float>(), w.as<float>(), prepared, bp, out[0].as<float>(), ws, ctx.pool(), relu));
     if (!relu) apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
@@ -642,6 +643,14 @@ Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   return conv_f32(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.fused_activation(), ctx.pool());
 }
 
+const WinogradWeights* ConvWeights::winograd_for(const float* w) const {
+  std::call_once(winograd_once, [&] {
+    auto made = winograd_prepare(w, winograd_k, winograd_c);
+    if (made.ok()) winograd = std::move(made).value();  // else null: transformed per call
+  });
+  return winograd.get();
+}
+
 Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight, Attrs attrs) {
   std::unique_ptr<PreparedWeights> none;
   if (weight.dtype != DType::kF32 || weight.rank != 4) return none;
@@ -658,7 +667,9 @@ Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight
   auto prepared = std::unique_ptr<ConvWeights>(new (std::nothrow) ConvWeights());
   if (prepared == nullptr) return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate prepared weights");
   if (kh == 3 && kw == 3 && groups == 1 && all_ones(0) && all_ones(2) && winograd_enabled() && winograd_channels(c, k)) {
-    KILN_ASSIGN_OR_RETURN(prepared->winograd, winograd_prepare(weight.as<float>(), k, c));
+    prepared->winograd_eligible = true;  // transformed on first use: winograd_for
+    prepared->winograd_k = k;
+    prepared->winograd_c = c;
   }
   // The GEMM paths' weights: not depthwise, not the direct path's (use_direct).
   const std::int64_t per_group = k / groups, taps = kh * kw;
@@ -676,7 +687,7 @@ Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight
     prepared->groups = groups;
     prepared->patch = patch;
   }
-  if (prepared->winograd == nullptr && prepared->gemm == nullptr) return none;
+  if (!prepared->winograd_eligible && prepared->gemm == nullptr) return none;
   return std::unique_ptr<PreparedWeights>(std::move(prepared));
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "backends/cpu/gemm/gemm_packed_a.h"
 #include "backends/cpu/kernel.h"
@@ -14,13 +15,23 @@ namespace kiln::cpu::kernels {
 /// Either part may be null. A 3x3 ungrouped weight with >= 64 x 64 channels and stride and
 /// dilation 1 gets both (the cost rule picks Winograd or the GEMM per input size).
 struct ConvWeights final : PreparedWeights {
-  /// The Winograd transform (winograd_prepare), 3x3 stride-1 ungrouped weights only.
-  std::unique_ptr<WinogradWeights> winograd;
+  /// 3x3 stride-1 ungrouped weights that Winograd may run. Their transform
+  /// (winograd_prepare, 4x the weight's size) is made on the first run that picks Winograd
+  /// (winograd_for), not at load: a layer whose input sizes never pick it (resnet18's 7x7
+  /// layer4 at batch 1 runs the GEMM) never holds it.
+  bool winograd_eligible = false;
+  /// The transform of `w` (this weight), made once, thread-safe; null when it could not be
+  /// allocated (the caller then transforms per call).
+  const WinogradWeights* winograd_for(const float* w) const;
+  /// Made by winograd_for; null until then.
+  mutable std::unique_ptr<WinogradWeights> winograd;
+  mutable std::once_flag winograd_once;
   /// Weights taking the GEMM paths (1x1, and kernels with more than 64 output channels per
   /// group; not depthwise): per group g, W_g [out_channels / groups x patch] packed as the
   /// SGEMM's A (pack_a_matrix), patch = in_channels / groups x kh x kw.
   std::unique_ptr<PackedA[]> gemm;
   std::int64_t out_channels = 0, groups = 0, patch = 0;
+  std::int64_t winograd_k = 0, winograd_c = 0;  // the weight's output and input channels
 };
 
 }  // namespace kiln::cpu::kernels

@@ -104,8 +104,8 @@ struct Case {
   bool f16_scales, zero_points, bias;
 };
 
-// The activations the int4 decode path (<= 2 rows, groups of whole 32-blocks) computes
-// with: each block of 32 rounded to int8 steps of max|x| / 127 (float arithmetic, as the
+// The activations the decode path (<= 2 rows, groups of whole 32-blocks, int8 or int4)
+// computes with: each block of 32 rounded to int8 steps of max|x| / 127 (float arithmetic, as the
 // kernel's contract in quant.h states).
 Tensor int8_rounded_activations(const Tensor& x) {
   Tensor out(DType::kF32, x.shape());
@@ -123,7 +123,7 @@ void check_case(const Case& c, std::uint32_t seed) {
   const QWeight w = make_weight(rng, c.bits, c.n, c.k, c.group, c.f16_scales, c.zero_points);
   const Tensor x = Tensor::random(DType::kF32, {c.rows, c.k}, rng, -1.0, 1.0);
   const Tensor bias = Tensor::random(DType::kF32, {c.n}, rng);
-  const bool q8_path = c.bits == 4 && c.group % 32 == 0 && c.rows <= 2;
+  const bool q8_path = c.group % 32 == 0 && c.rows <= 2;
   const std::vector<double> want =
       reference_linear(q8_path ? int8_rounded_activations(x) : x, w, c.bias ? &bias : nullptr, c.rows);
   for (int threads : {1, 2}) {
@@ -154,6 +154,55 @@ TEST(LinearQKernel, Int8GroupwiseScalesMatchReference) {
   check_case({8, 4, 11, 90, 18, true, false, false}, 12);
 }
 
+TEST(LinearQKernel, Int8DecodeWithInt8ActivationsMatchesReference) {
+  // Per-channel (one group of K = 128 / 4096) and groupwise (32, 64): rows not a multiple
+  // of the 4-row block, one and two activation rows, the weights' extremes +-127.
+  const Case cases[] = {
+      {8, 1, 7, 128, 128, false, false, true}, {8, 2, 13, 96, 32, true, false, false},
+      {8, 1, 9, 4096, 4096, false, false, false}, {8, 2, 70, 192, 64, true, false, true},
+  };
+  std::uint32_t seed = 40;
+  for (const Case& c : cases) check_case(c, seed++);
+}
+
+TEST(LinearQKernel, Int4Group32DecodeEightBlocksAtATimeMatchesReference) {
+  // K a multiple of 256 (whole runs of 8 groups of 32): f16 and f32 scales, with and
+  // without zero points, row counts not a multiple of the 4-row block.
+  const Case cases[] = {
+      {4, 1, 13, 256, 32, true, true, true},  {4, 2, 7, 512, 32, false, false, false},
+      {4, 1, 6, 256, 32, false, true, false}, {4, 2, 21, 4096, 32, true, false, true},
+  };
+  std::uint32_t seed = 50;
+  for (const Case& c : cases) check_case(c, seed++);
+}
+
+TEST(LinearQKernel, BatchPathPacksDequantizedPanelsOverManyColumnBlocks) {
+  // n past the SGEMM's 512-column B block at k = 4096 and not a multiple of 16: the
+  // dequantize-into-panels callback over several column blocks and a partial last panel.
+  check_case({8, 16, 1030, 4096, 4096, false, false, true}, 60);
+  check_case({4, 7, 1043, 256, 32, true, true, true}, 61);
+}
+
+TEST(LinearQKernel, ActivationQuantizationOrdersAndScales) {
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; ++i) x[i] = static_cast<float>(i % 32) - (i < 32 ? 10.0f : 0.0f);
+  x[40] = 0;  // block 1 is 0..31 with one value zeroed
+  std::vector<std::int8_t> column(64), nibble(64);
+  std::vector<float> s1(2), s2(2);
+  std::vector<std::int32_t> sum1(2), sum2(2);
+  kernels::quantize_activations(x.data(), 64, false, column.data(), s1.data(), sum1.data());
+  kernels::quantize_activations(x.data(), 64, true, nibble.data(), s2.data(), sum2.data());
+  EXPECT_FLOAT_EQ(s1[0], 21.0f / 127.0f);  // max |x| of block 0 is |-10 + 31| = 21
+  EXPECT_FLOAT_EQ(s1[1], 31.0f / 127.0f);
+  EXPECT_EQ(s1, s2);
+  EXPECT_EQ(sum1, sum2);
+  EXPECT_EQ(column[31], 127);
+  EXPECT_EQ(column[0], static_cast<std::int8_t>(std::nearbyint(-10.0f * (127.0f / 21.0f))));
+  for (int b = 0; b < 2; ++b) {
+    for (int j = 0; j < 32; ++j) EXPECT_EQ(nibble[b * 32 + (j % 2 == 0 ? j / 2 : 16 + j / 2)], column[b * 32 + j]);
+  }
+}
+
 TEST(LinearQKernel, Int4GroupwiseMatchesDequantizedReferenceOverOddShapes) {
   // Groups of 32, 16, 8, 6 and 2 (not a multiple of the 16-column vector step), K = 48, 40, ...
   const Case cases[] = {
@@ -174,7 +223,9 @@ TEST(LinearQKernel, PortableAndAvx2MicroKernelsAgree) {
   std::mt19937 rng(7);
   for (const Case& c : {Case{8, 1, 23, 77, 77, false, false, false}, Case{4, 1, 23, 80, 16, true, true, false},
                         Case{4, 1, 9, 36, 12, false, false, false}, Case{4, 1, 13, 128, 64, true, true, false},
-                        Case{4, 1, 6, 96, 32, false, false, false}}) {
+                        Case{4, 1, 6, 96, 32, false, false, false}, Case{8, 1, 13, 128, 128, false, false, false},
+                        Case{8, 1, 6, 96, 32, true, false, false}, Case{4, 1, 13, 256, 32, true, true, false},
+                        Case{4, 1, 6, 512, 32, false, false, false}}) {
     const QWeight w = make_weight(rng, c.bits, c.n, c.k, c.group, c.f16_scales, c.zero_points);
     const QuantWeight qw{w.data.as<const std::uint8_t>(), c.bits, c.n, c.k, c.group, w.scales.data(), c.f16_scales,
                          c.zero_points ? w.zero_points.as<const std::uint8_t>() : nullptr};
@@ -183,14 +234,14 @@ TEST(LinearQKernel, PortableAndAvx2MicroKernelsAgree) {
     scalar.gemv_rows(qw, x.as<const float>(), 0, c.n, a.data());
     avx2->gemv_rows(qw, x.as<const float>(), 0, c.n, b.data());
     for (std::int64_t j = 0; j < c.n; ++j) EXPECT_NEAR(a[j], b[j], 1e-4 * (1 + std::fabs(a[j]))) << j;
-    if (c.bits == 4 && c.group % 32 == 0) {
+    if (c.group % 32 == 0) {
       std::vector<std::int8_t> xq(static_cast<std::size_t>(c.k));
       std::vector<float> xs(static_cast<std::size_t>(c.k / 32));
       std::vector<std::int32_t> xsum(xs.size());
-      kernels::quantize_activations(x.as<const float>(), c.k, xq.data(), xs.data(), xsum.data());
+      kernels::quantize_activations(x.as<const float>(), c.k, c.bits == 4, xq.data(), xs.data(), xsum.data());
       const kernels::QuantizedActivations xa{xq.data(), xs.data(), xsum.data()};
-      scalar.gemv_rows_int4_q8(qw, xa, 0, c.n, a.data());
-      avx2->gemv_rows_int4_q8(qw, xa, 0, c.n, b.data());
+      (c.bits == 4 ? scalar.gemv_rows_int4_q8 : scalar.gemv_rows_int8_q8)(qw, xa, 0, c.n, a.data());
+      (c.bits == 4 ? avx2->gemv_rows_int4_q8 : avx2->gemv_rows_int8_q8)(qw, xa, 0, c.n, b.data());
       for (std::int64_t j = 0; j < c.n; ++j) EXPECT_NEAR(a[j], b[j], 1e-4 * (1 + std::fabs(a[j]))) << "q8 " << j;
     }
     std::vector<float> da(static_cast<std::size_t>(c.n * c.k)), db(da.size());

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "backends/cpu/gemm/gemm.h"
+#include "backends/cpu/gemm/gemm_kernels.h"
+#include "backends/cpu/gemm/gemm_packed_a.h"
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/quant.h"
@@ -53,13 +55,13 @@ Status quant_weight(std::string_view op, const TensorView& w, const TensorView& 
 }
 
 // Batches up to this many rows run the GEMV once per row (the weight then stays the
-// bandwidth cost); larger ones dequantize panels of rows for the SGEMM.
+// bandwidth cost); larger ones run the SGEMM with W dequantized straight into its packed
+// B panels.
 constexpr std::int64_t kGemvMaxRows = 2;
-constexpr std::int64_t kPanelRows = 256;
 
 // A grow-only buffer of `floats` floats for the calling thread (kept between calls, like
 // the SGEMM's packing buffers); null when the allocation fails.
-float* panel_buffer(std::size_t floats) {
+float* row_buffer(std::size_t floats) {
   struct Buffer {
     std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
     std::size_t size = 0;
@@ -72,42 +74,46 @@ float* panel_buffer(std::size_t floats) {
   return buffer.data.get();
 }
 
-// y[rows, n] = x[rows, k] W^T (+ bias) one dequantized panel of kPanelRows weight rows at a
-// time, each panel dequantized into its thread's buffer and multiplied there.
-Status gemm_by_panels(const QuantWeight& qw, const float* x, std::int64_t rows, const float* bias, float* y,
-                      ThreadPool& pool) {
+// y[rows, n] = x[rows, k] W^T (+ bias) by sgemm_packed_a: x packed once as A, and each
+// 16-column panel of B = W^T produced by dequantizing 16 weight rows into a per-thread
+// buffer (16 x k floats, cache-resident) and transposing them into the panel. W is never
+// materialized in f32 and B is packed once (no dequantized copy that the SGEMM packs again).
+Status gemm_dequantizing(const QuantWeight& qw, const float* x, std::int64_t rows, const float* bias, float* y,
+                         ThreadPool& pool) {
+  Result<PackedA> a = pack_a_matrix(x, qw.k, rows, qw.k);
+  if (!a.ok()) return op_error(StatusCode::kUnavailable, "linear_q", "no memory to pack the activations");
   const QuantKernels& kern = quant_kernels();
-  const std::int64_t panels = (qw.n + kPanelRows - 1) / kPanelRows;
-  std::atomic<bool> no_memory{false}, failed{false};
-  pool.parallel_for(panels, 1, [&](std::int64_t p0, std::int64_t p1) {
-    float* panel = panel_buffer(static_cast<std::size_t>(kPanelRows * qw.k));
-    if (panel == nullptr) {
-      no_memory = true;
-      return;
-    }
-    for (std::int64_t p = p0; p < p1; ++p) {
-      const std::int64_t r0 = p * kPanelRows, r1 = std::min(qw.n, r0 + kPanelRows);
-      kern.dequantize_rows(qw, r0, r1, panel);
-      GemmParams params;
-      params.m = rows;
-      params.n = r1 - r0;
-      params.k = qw.k;
-      params.trans_b = true;
-      params.a = x;
-      params.lda = qw.k;
-      params.b = panel;
-      params.ldb = qw.k;
-      params.c = y + r0;
-      params.ldc = qw.n;
-      if (bias != nullptr) {
-        params.bias = bias + r0;
-        params.bias_kind = GemmBias::kPerColumn;
+  constexpr std::int64_t kNr = gemm_detail::kNr;
+  std::atomic<bool> no_memory{false};
+  auto pack = [&](std::int64_t k0, std::int64_t kc, std::int64_t j0, std::int64_t cols, float* out) {
+    float* dequantized = row_buffer(static_cast<std::size_t>(kNr * qw.k));
+    for (std::int64_t q = 0; q * kNr < cols; ++q) {
+      float* panel = out + q * kc * kNr;
+      if (dequantized == nullptr) {
+        no_memory = true;
+        std::fill_n(panel, kc * kNr, 0.0f);
+        continue;
       }
-      if (!sgemm(params, nullptr).ok()) failed = true;
+      const std::int64_t r0 = j0 + q * kNr, r1 = std::min(j0 + cols, r0 + kNr);
+      kern.dequantize_rows(qw, r0, r1, dequantized);
+      gemm_detail::pack_b_panels(dequantized + k0, 1, qw.k, kc, r1 - r0, 0, 1, panel);
     }
-  });
-  if (no_memory) return op_error(StatusCode::kUnavailable, "linear_q", "no memory for a dequantized weight panel");
-  if (failed) return op_error(StatusCode::kUnavailable, "linear_q", "the SGEMM of a dequantized panel failed (no memory)");
+  };
+  GemmParams params;
+  params.m = rows;
+  params.n = qw.n;
+  params.k = qw.k;
+  params.a = x;
+  params.lda = qw.k;
+  params.c = y;
+  params.ldc = qw.n;
+  if (bias != nullptr) {
+    params.bias = bias;
+    params.bias_kind = GemmBias::kPerColumn;
+  }
+  const Status status = sgemm_packed_a(params, *a, pack, &pool);
+  if (no_memory) return op_error(StatusCode::kUnavailable, "linear_q", "no memory for dequantized weight rows");
+  if (!status.ok()) return op_error(StatusCode::kUnavailable, "linear_q", "the SGEMM failed: ", status.message());
   return Status::Ok();
 }
 
@@ -141,14 +147,14 @@ Status LinearQ(KernelContext& ctx, Inputs in, Outputs out, Attrs) {
   const float* xs = x.as<const float>();
   float* y = out[0].as<float>();
   const float* b = bias != nullptr ? bias->as<const float>() : nullptr;
-  if (rows > kGemvMaxRows && qw.k > 0) return gemm_by_panels(qw, xs, rows, b, y, ctx.pool());
+  if (rows > kGemvMaxRows && qw.k > 0) return gemm_dequantizing(qw, xs, rows, b, y, ctx.pool());
   const QuantKernels& kern = quant_kernels();
   ThreadPool& pool = ctx.pool();
   // ~64 KiB of weight bytes per chunk at least, split evenly over the threads.
   const std::int64_t row_cost = std::max<std::int64_t>(1, qw.k * qw.bits / 8);
   const std::int64_t grain = std::max<std::int64_t>(4, pool.even_grain(qw.n, row_cost, 1 << 16) / 4 * 4);
-  // int4 in whole 32-blocks: activations quantized to int8 per block, integer dot products.
-  const bool q8 = qw.bits == 4 && qw.group % 32 == 0;
+  // Groups of whole 32-blocks: activations quantized to int8 per block, integer dot products.
+  const bool q8 = qw.group % 32 == 0;
   std::vector<std::int8_t> xq(q8 ? static_cast<std::size_t>(qw.k) : 0);
   std::vector<float> xscale(q8 ? static_cast<std::size_t>(qw.k / 32) : 0);
   std::vector<std::int32_t> xsum(xscale.size());
@@ -156,9 +162,10 @@ Status LinearQ(KernelContext& ctx, Inputs in, Outputs out, Attrs) {
     const float* xr = xs + r * qw.k;
     float* yr = y + r * qw.n;
     if (q8) {
-      quantize_activations(xr, qw.k, xq.data(), xscale.data(), xsum.data());
+      quantize_activations(xr, qw.k, /*nibble_order=*/qw.bits == 4, xq.data(), xscale.data(), xsum.data());
       const QuantizedActivations xa{xq.data(), xscale.data(), xsum.data()};
-      pool.parallel_for(qw.n, grain, [&](std::int64_t j0, std::int64_t j1) { kern.gemv_rows_int4_q8(qw, xa, j0, j1, yr + j0); });
+      auto* gemv = qw.bits == 4 ? kern.gemv_rows_int4_q8 : kern.gemv_rows_int8_q8;
+      pool.parallel_for(qw.n, grain, [&](std::int64_t j0, std::int64_t j1) { gemv(qw, xa, j0, j1, yr + j0); });
     } else {
       pool.parallel_for(qw.n, grain, [&](std::int64_t j0, std::int64_t j1) { kern.gemv_rows(qw, xr, j0, j1, yr + j0); });
     }

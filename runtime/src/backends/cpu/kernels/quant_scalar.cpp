@@ -89,11 +89,31 @@ void gemv_rows_int4_q8(const QuantWeight& w, const QuantizedActivations& x, std:
   }
 }
 
-constexpr QuantKernels kScalar{"baseline", gemv_rows, dequantize_rows, gemv_rows_int4_q8};
+void gemv_rows_int8_q8(const QuantWeight& w, const QuantizedActivations& x, std::int64_t row0, std::int64_t row1,
+                       float* out) {
+  const std::int64_t groups = w.k / w.group;
+  for (std::int64_t r = row0; r < row1; ++r) {
+    const auto* row = reinterpret_cast<const std::int8_t*>(w.data) + r * w.k;
+    float acc = 0.0f;
+    for (std::int64_t g = 0; g < groups; ++g) {
+      float group_sum = 0.0f;
+      for (std::int64_t b = g * w.group / 32; b < (g + 1) * w.group / 32; ++b) {
+        std::int32_t dot = 0;
+        for (int j = 0; j < 32; ++j) dot += row[b * 32 + j] * x.q[b * 32 + j];
+        group_sum += x.scale[b] * static_cast<float>(dot);
+      }
+      acc += scale_at(w, r * groups + g) * group_sum;
+    }
+    out[r - row0] = acc;
+  }
+}
+
+constexpr QuantKernels kScalar{"baseline", gemv_rows, dequantize_rows, gemv_rows_int4_q8, gemv_rows_int8_q8};
 
 }  // namespace
 
-void quantize_activations(const float* x, std::int64_t k, std::int8_t* q, float* scale, std::int32_t* sum) {
+void quantize_activations(const float* x, std::int64_t k, bool nibble_order, std::int8_t* q, float* scale,
+                          std::int32_t* sum) {
   for (std::int64_t b = 0; b < k / 32; ++b) {
     const float* xb = x + b * 32;
     float amax = 0.0f;
@@ -103,7 +123,7 @@ void quantize_activations(const float* x, std::int64_t k, std::int8_t* q, float*
     std::int32_t total = 0;
     for (int j = 0; j < 32; ++j) {
       const auto v = static_cast<std::int8_t>(std::clamp(std::nearbyint(xb[j] * inv), -127.0f, 127.0f));
-      q[b * 32 + (j % 2 == 0 ? j / 2 : 16 + j / 2)] = v;
+      q[b * 32 + (!nibble_order ? j : j % 2 == 0 ? j / 2 : 16 + j / 2)] = v;
       total += v;
     }
     scale[b] = s;

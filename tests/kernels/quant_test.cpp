@@ -104,8 +104,8 @@ struct Case {
   bool f16_scales, zero_points, bias;
 };
 
-// The activations the decode path (<= 2 rows, groups of whole 32-blocks, int8 or int4)
-// computes with: each block of 32 rounded to int8 steps of max|x| / 127 (float arithmetic, as the
+// The activations the int4 decode path (<= 2 rows, groups of whole 32-blocks) computes
+// with: each block of 32 rounded to int8 steps of max|x| / 127 (float arithmetic, as the
 // kernel's contract in quant.h states).
 Tensor int8_rounded_activations(const Tensor& x) {
   Tensor out(DType::kF32, x.shape());
@@ -123,7 +123,7 @@ void check_case(const Case& c, std::uint32_t seed) {
   const QWeight w = make_weight(rng, c.bits, c.n, c.k, c.group, c.f16_scales, c.zero_points);
   const Tensor x = Tensor::random(DType::kF32, {c.rows, c.k}, rng, -1.0, 1.0);
   const Tensor bias = Tensor::random(DType::kF32, {c.n}, rng);
-  const bool q8_path = c.group % 32 == 0 && c.rows <= 2;
+  const bool q8_path = c.bits == 4 && c.group % 32 == 0 && c.rows <= 2;
   const std::vector<double> want =
       reference_linear(q8_path ? int8_rounded_activations(x) : x, w, c.bias ? &bias : nullptr, c.rows);
   for (int threads : {1, 2}) {
@@ -154,9 +154,9 @@ TEST(LinearQKernel, Int8GroupwiseScalesMatchReference) {
   check_case({8, 4, 11, 90, 18, true, false, false}, 12);
 }
 
-TEST(LinearQKernel, Int8DecodeWithInt8ActivationsMatchesReference) {
+TEST(LinearQKernel, Int8DecodeOverWholeBlocksMatchesReference) {
   // Per-channel (one group of K = 128 / 4096) and groupwise (32, 64): rows not a multiple
-  // of the 4-row block, one and two activation rows, the weights' extremes +-127.
+  // of the 4-row block, one and two activation rows (f32 activations, the reference exact).
   const Case cases[] = {
       {8, 1, 7, 128, 128, false, false, true}, {8, 2, 13, 96, 32, true, false, false},
       {8, 1, 9, 4096, 4096, false, false, false}, {8, 2, 70, 192, 64, true, false, true},
@@ -183,37 +183,25 @@ TEST(LinearQKernel, BatchPathPacksDequantizedPanelsOverManyColumnBlocks) {
   check_case({4, 7, 1043, 256, 32, true, true, true}, 61);
 }
 
-TEST(LinearQKernel, ActivationQuantizationOrdersAndScales) {
+TEST(LinearQKernel, ActivationQuantizationScalesRoundsAndOrdersByNibble) {
   std::vector<float> x(64);
   for (int i = 0; i < 64; ++i) x[i] = static_cast<float>(i % 32) - (i < 32 ? 10.0f : 0.0f);
-  x[40] = 0;  // block 1 is 0..31 with one value zeroed
-  std::vector<std::int8_t> column(64), nibble(64);
-  std::vector<float> s1(2), s2(2);
-  std::vector<std::int32_t> sum1(2), sum2(2);
-  kernels::quantize_activations(x.data(), 64, false, column.data(), s1.data(), sum1.data());
-  kernels::quantize_activations(x.data(), 64, true, nibble.data(), s2.data(), sum2.data());
-  EXPECT_FLOAT_EQ(s1[0], 21.0f / 127.0f);  // max |x| of block 0 is |-10 + 31| = 21
-  EXPECT_FLOAT_EQ(s1[1], 31.0f / 127.0f);
-  EXPECT_EQ(s1, s2);
-  EXPECT_EQ(sum1, sum2);
-  EXPECT_EQ(column[31], 127);
-  EXPECT_EQ(column[0], static_cast<std::int8_t>(std::nearbyint(-10.0f * (127.0f / 21.0f))));
+  std::vector<std::int8_t> q(64);
+  std::vector<float> scale(2);
+  std::vector<std::int32_t> sum(2);
+  kernels::quantize_activations(x.data(), 64, q.data(), scale.data(), sum.data());
+  EXPECT_FLOAT_EQ(scale[0], 21.0f / 127.0f);  // max |x| of block 0 is |-10 + 31| = 21
+  EXPECT_FLOAT_EQ(scale[1], 31.0f / 127.0f);
   for (int b = 0; b < 2; ++b) {
-    for (int j = 0; j < 32; ++j) EXPECT_EQ(nibble[b * 32 + (j % 2 == 0 ? j / 2 : 16 + j / 2)], column[b * 32 + j]);
+    std::int32_t total = 0;
+    for (int j = 0; j < 32; ++j) {
+      const auto want = static_cast<std::int8_t>(std::nearbyint(x[b * 32 + j] / scale[b]));
+      EXPECT_NEAR(q[b * 32 + (j % 2 == 0 ? j / 2 : 16 + j / 2)], want, 1) << b << " " << j;  // 1/s vs /s rounding
+      total += q[b * 32 + j];
+    }
+    EXPECT_EQ(sum[b], total);
   }
-}
-
-TEST(LinearQKernel, Int4GroupwiseMatchesDequantizedReferenceOverOddShapes) {
-  // Groups of 32, 16, 8, 6 and 2 (not a multiple of the 16-column vector step), K = 48, 40, ...
-  const Case cases[] = {
-      {4, 1, 9, 64, 32, true, false, true},  {4, 1, 13, 48, 16, false, false, false},
-      {4, 2, 7, 40, 8, true, true, true},    {4, 1, 5, 18, 6, false, true, false},
-      {4, 6, 67, 96, 32, true, true, true},  {4, 3, 10, 4, 2, false, false, true},
-      {4, 1, 130, 160, 32, true, false, false}, {4, 64, 70, 64, 32, true, false, true},
-      {4, 5, 600, 64, 32, true, true, true},  // 3 panels over 2 threads
-  };
-  std::uint32_t seed = 100;
-  for (const Case& c : cases) check_case(c, seed++);
+  EXPECT_EQ(q[16 + 15], 127);  // block 0's x31 = 21, the last odd element
 }
 
 TEST(LinearQKernel, PortableAndAvx2MicroKernelsAgree) {
@@ -225,7 +213,8 @@ TEST(LinearQKernel, PortableAndAvx2MicroKernelsAgree) {
                         Case{4, 1, 9, 36, 12, false, false, false}, Case{4, 1, 13, 128, 64, true, true, false},
                         Case{4, 1, 6, 96, 32, false, false, false}, Case{8, 1, 13, 128, 128, false, false, false},
                         Case{8, 1, 6, 96, 32, true, false, false}, Case{4, 1, 13, 256, 32, true, true, false},
-                        Case{4, 1, 6, 512, 32, false, false, false}}) {
+                        Case{4, 1, 6, 512, 32, false, false, false}, Case{8, 1, 40, 64, 64, false, false, false},
+                        Case{4, 1, 17, 64, 16, true, true, false}}) {
     const QWeight w = make_weight(rng, c.bits, c.n, c.k, c.group, c.f16_scales, c.zero_points);
     const QuantWeight qw{w.data.as<const std::uint8_t>(), c.bits, c.n, c.k, c.group, w.scales.data(), c.f16_scales,
                          c.zero_points ? w.zero_points.as<const std::uint8_t>() : nullptr};
@@ -234,15 +223,30 @@ TEST(LinearQKernel, PortableAndAvx2MicroKernelsAgree) {
     scalar.gemv_rows(qw, x.as<const float>(), 0, c.n, a.data());
     avx2->gemv_rows(qw, x.as<const float>(), 0, c.n, b.data());
     for (std::int64_t j = 0; j < c.n; ++j) EXPECT_NEAR(a[j], b[j], 1e-4 * (1 + std::fabs(a[j]))) << j;
-    if (c.group % 32 == 0) {
+    if (c.bits == 4 && c.group % 32 == 0) {
       std::vector<std::int8_t> xq(static_cast<std::size_t>(c.k));
       std::vector<float> xs(static_cast<std::size_t>(c.k / 32));
       std::vector<std::int32_t> xsum(xs.size());
-      kernels::quantize_activations(x.as<const float>(), c.k, c.bits == 4, xq.data(), xs.data(), xsum.data());
+      kernels::quantize_activations(x.as<const float>(), c.k, xq.data(), xs.data(), xsum.data());
       const kernels::QuantizedActivations xa{xq.data(), xs.data(), xsum.data()};
-      (c.bits == 4 ? scalar.gemv_rows_int4_q8 : scalar.gemv_rows_int8_q8)(qw, xa, 0, c.n, a.data());
-      (c.bits == 4 ? avx2->gemv_rows_int4_q8 : avx2->gemv_rows_int8_q8)(qw, xa, 0, c.n, b.data());
+      scalar.gemv_rows_int4_q8(qw, xa, 0, c.n, a.data());
+      avx2->gemv_rows_int4_q8(qw, xa, 0, c.n, b.data());
       for (std::int64_t j = 0; j < c.n; ++j) EXPECT_NEAR(a[j], b[j], 1e-4 * (1 + std::fabs(a[j]))) << "q8 " << j;
+    }
+    // One SGEMM B panel of a partial 16-row group from the last rows, over the columns
+    // from a multiple of 8 (the tiled path when group and length allow, else per element).
+    const std::int64_t prow = std::min<std::int64_t>(c.n, 16) - (c.n > 3 ? 1 : 0), pr0 = c.n - prow;
+    const std::int64_t col0 = c.k / 2 / 8 * 8, len = c.k - col0;
+    std::vector<float> pa(static_cast<std::size_t>(16 * len), -1.0f), pb(pa.size(), -2.0f);
+    scalar.dequantize_panel(qw, pr0, prow, col0, len, pa.data());
+    avx2->dequantize_panel(qw, pr0, prow, col0, len, pb.data());
+    for (std::int64_t t = 0; t < len; ++t) {
+      for (std::int64_t j = 0; j < 16; ++j) {
+        const std::size_t i = static_cast<std::size_t>(t * 16 + j);
+        const double want = j < prow ? w.dequantized[static_cast<std::size_t>((pr0 + j) * c.k + col0 + t)] : 0.0;
+        ASSERT_EQ(pa[i], pb[i]) << "panel t " << t << " j " << j;
+        ASSERT_NEAR(pa[i], want, 1e-6 * (1 + std::fabs(want))) << "panel t " << t << " j " << j;
+      }
     }
     std::vector<float> da(static_cast<std::size_t>(c.n * c.k)), db(da.size());
     scalar.dequantize_rows(qw, 0, c.n, da.data());

@@ -26,13 +26,11 @@ struct QuantWeight {
   const std::uint8_t* zero_points;
 };
 
-/// x quantized to int8 per block of 32 (the decode path of int8 weights and of int4 weights
-/// with whole 32-blocks per group: dynamic activation quantization as in ExecuTorch's
-/// 8da4w or ggml's q8_0): block b has scale[b] = max|x| / 127 (0 for an all-zero block),
-/// q = nearbyint(x / scale) in [-127, 127], sum[b] = sum of its q. For int4 weights the 32
-/// values of a block are stored even elements first (x0, x2, .., x30, x1, .., x31), the
-/// order of an int4 row's low and high nibbles; for int8 weights in column order.
-/// quantize_activations() fills it.
+/// x quantized to int8 per block of 32 (the int4 decode path, dynamic activation
+/// quantization as in ExecuTorch's 8da4w or ggml's q8_0): block b has scale[b] = max|x| / 127
+/// (0 for an all-zero block), q = nearbyint(x / scale) in [-127, 127], sum[b] = sum of its q.
+/// Within a block the 32 values are stored even elements first (x0, x2, .., x30, x1, .., x31),
+/// the order of an int4 row's low and high nibbles. quantize_activations() fills it.
 struct QuantizedActivations {
   const std::int8_t* q;  // k values, permuted per block as above
   const float* scale;    // k / 32
@@ -45,23 +43,21 @@ struct QuantKernels {
   void (*gemv_rows)(const QuantWeight& w, const float* x, std::int64_t row0, std::int64_t row1, float* out);
   /// dst[(r - row0) * k + c] = W(r, c) for rows [row0, row1) (embedding rows; GEMM panels).
   void (*dequantize_rows)(const QuantWeight& w, std::int64_t row0, std::int64_t row1, float* dst);
+  /// One 16-column panel of the SGEMM's packed B = W^T (gemm_packed_a.h's PackBFn layout):
+  /// out[t * 16 + j] = W(row0 + j, col0 + t) for t < len, j < rows (rows <= 16); zeros for
+  /// j >= rows.
+  void (*dequantize_panel)(const QuantWeight& w, std::int64_t row0, std::int64_t rows, std::int64_t col0,
+                           std::int64_t len, float* out);
   /// int4 with group % 32 == 0 only: out[r - row0] = sum over groups g of scale(r, g) *
   /// sum over its blocks b of x.scale[b] * (sum_k q(r, k) * x.q[k] - zero(r, g) * x.sum[b]),
   /// the dot products exact in int32.
   void (*gemv_rows_int4_q8)(const QuantWeight& w, const QuantizedActivations& x, std::int64_t row0, std::int64_t row1,
                             float* out);
-  /// int8 with group % 32 == 0 only: out[r - row0] = sum over groups g of scale(r, g) *
-  /// sum over its blocks b of x.scale[b] * sum_k q(r, k) * x.q[k] (activations in column
-  /// order), the dot products exact in int32.
-  void (*gemv_rows_int8_q8)(const QuantWeight& w, const QuantizedActivations& x, std::int64_t row0, std::int64_t row1,
-                            float* out);
 };
 
-/// Fills q (k values), scale and sum (k / 32 each) from x[k]; k % 32 == 0; nibble_order:
-/// each block's values even elements first (for int4 weights), else in column order.
-/// Portable, so every ISA sees the same quantized activations.
-void quantize_activations(const float* x, std::int64_t k, bool nibble_order, std::int8_t* q, float* scale,
-                          std::int32_t* sum);
+/// Fills q (k values), scale and sum (k / 32 each) from x[k]; k % 32 == 0. Portable, so
+/// every ISA sees the same quantized activations.
+void quantize_activations(const float* x, std::int64_t k, std::int8_t* q, float* scale, std::int32_t* sum);
 
 /// The portable table (always available; tests compare both).
 const QuantKernels& quant_kernels_scalar();

@@ -67,6 +67,29 @@ void dequantize_rows(const QuantWeight& w, std::int64_t row0, std::int64_t row1,
   }
 }
 
+void dequantize_panel(const QuantWeight& w, std::int64_t row0, std::int64_t rows, std::int64_t col0, std::int64_t len,
+                      float* out) {
+  const std::int64_t groups = w.k / w.group;
+  for (std::int64_t j = 0; j < 16; ++j) {
+    if (j >= rows) {
+      for (std::int64_t t = 0; t < len; ++t) out[t * 16 + j] = 0.0f;
+      continue;
+    }
+    for (std::int64_t t = 0; t < len;) {
+      const std::int64_t c = col0 + t, g = c / w.group;
+      const std::int64_t n = std::min(len - t, (g + 1) * w.group - c);  // the rest of group g
+      float values[kChunk];
+      for (std::int64_t done = 0; done < n; done += kChunk) {
+        const std::int64_t m = std::min(kChunk, n - done);
+        values_of(w, row0 + j, g, c + done, m, values);
+        const float s = scale_at(w, (row0 + j) * groups + g);
+        for (std::int64_t i = 0; i < m; ++i) out[(t + done + i) * 16 + j] = values[i] * s;
+      }
+      t += n;
+    }
+  }
+}
+
 void gemv_rows_int4_q8(const QuantWeight& w, const QuantizedActivations& x, std::int64_t row0, std::int64_t row1,
                        float* out) {
   const std::int64_t groups = w.k / w.group;
@@ -89,31 +112,11 @@ void gemv_rows_int4_q8(const QuantWeight& w, const QuantizedActivations& x, std:
   }
 }
 
-void gemv_rows_int8_q8(const QuantWeight& w, const QuantizedActivations& x, std::int64_t row0, std::int64_t row1,
-                       float* out) {
-  const std::int64_t groups = w.k / w.group;
-  for (std::int64_t r = row0; r < row1; ++r) {
-    const auto* row = reinterpret_cast<const std::int8_t*>(w.data) + r * w.k;
-    float acc = 0.0f;
-    for (std::int64_t g = 0; g < groups; ++g) {
-      float group_sum = 0.0f;
-      for (std::int64_t b = g * w.group / 32; b < (g + 1) * w.group / 32; ++b) {
-        std::int32_t dot = 0;
-        for (int j = 0; j < 32; ++j) dot += row[b * 32 + j] * x.q[b * 32 + j];
-        group_sum += x.scale[b] * static_cast<float>(dot);
-      }
-      acc += scale_at(w, r * groups + g) * group_sum;
-    }
-    out[r - row0] = acc;
-  }
-}
-
-constexpr QuantKernels kScalar{"baseline", gemv_rows, dequantize_rows, gemv_rows_int4_q8, gemv_rows_int8_q8};
+constexpr QuantKernels kScalar{"baseline", gemv_rows, dequantize_rows, dequantize_panel, gemv_rows_int4_q8};
 
 }  // namespace
 
-void quantize_activations(const float* x, std::int64_t k, bool nibble_order, std::int8_t* q, float* scale,
-                          std::int32_t* sum) {
+void quantize_activations(const float* x, std::int64_t k, std::int8_t* q, float* scale, std::int32_t* sum) {
   for (std::int64_t b = 0; b < k / 32; ++b) {
     const float* xb = x + b * 32;
     float amax = 0.0f;
@@ -123,7 +126,7 @@ void quantize_activations(const float* x, std::int64_t k, bool nibble_order, std
     std::int32_t total = 0;
     for (int j = 0; j < 32; ++j) {
       const auto v = static_cast<std::int8_t>(std::clamp(std::nearbyint(xb[j] * inv), -127.0f, 127.0f));
-      q[b * 32 + (!nibble_order ? j : j % 2 == 0 ? j / 2 : 16 + j / 2)] = v;
+      q[b * 32 + (j % 2 == 0 ? j / 2 : 16 + j / 2)] = v;
       total += v;
     }
     scale[b] = s;

@@ -155,11 +155,15 @@ TEST(LinearQKernel, Int8GroupwiseScalesMatchReference) {
 }
 
 TEST(LinearQKernel, Int8DecodeOverWholeBlocksMatchesReference) {
-  // Per-channel (one group of K = 128 / 4096) and groupwise (32, 64): rows not a multiple
-  // of the 4-row block, one and two activation rows (f32 activations, the reference exact).
+  // Per-channel (one group of K = 128 / 256 / 4096) and groupwise (32, 64, 256, 512): rows
+  // not a multiple of the 4-row block, one and two activation rows. Groups of a multiple of
+  // 256 take the int16-activation kernel; its rounding (~2^-15 of a block's max) stays
+  // inside the f32 reference's tolerance.
   const Case cases[] = {
-      {8, 1, 7, 128, 128, false, false, true}, {8, 2, 13, 96, 32, true, false, false},
+      {8, 1, 7, 128, 128, false, false, true},  {8, 2, 13, 96, 32, true, false, false},
       {8, 1, 9, 4096, 4096, false, false, false}, {8, 2, 70, 192, 64, true, false, true},
+      {8, 1, 13, 256, 256, false, false, true}, {8, 2, 6, 1024, 512, true, false, false},
+      {8, 1, 11, 768, 256, false, false, false},
   };
   std::uint32_t seed = 40;
   for (const Case& c : cases) check_case(c, seed++);
@@ -214,6 +218,7 @@ TEST(LinearQKernel, PortableAndAvx2MicroKernelsAgree) {
                         Case{4, 1, 6, 96, 32, false, false, false}, Case{8, 1, 13, 128, 128, false, false, false},
                         Case{8, 1, 6, 96, 32, true, false, false}, Case{4, 1, 13, 256, 32, true, true, false},
                         Case{4, 1, 6, 512, 32, false, false, false}, Case{8, 1, 40, 64, 64, false, false, false},
+                        Case{8, 1, 13, 512, 512, false, false, false}, Case{8, 1, 7, 768, 256, true, false, false},
                         Case{4, 1, 17, 64, 16, true, true, false}}) {
     const QWeight w = make_weight(rng, c.bits, c.n, c.k, c.group, c.f16_scales, c.zero_points);
     const QuantWeight qw{w.data.as<const std::uint8_t>(), c.bits, c.n, c.k, c.group, w.scales.data(), c.f16_scales,
@@ -223,6 +228,15 @@ TEST(LinearQKernel, PortableAndAvx2MicroKernelsAgree) {
     scalar.gemv_rows(qw, x.as<const float>(), 0, c.n, a.data());
     avx2->gemv_rows(qw, x.as<const float>(), 0, c.n, b.data());
     for (std::int64_t j = 0; j < c.n; ++j) EXPECT_NEAR(a[j], b[j], 1e-4 * (1 + std::fabs(a[j]))) << j;
+    if (c.bits == 8 && c.group % 256 == 0) {
+      std::vector<std::int16_t> xq(static_cast<std::size_t>(c.k));
+      std::vector<float> xs(static_cast<std::size_t>(c.k / 256));
+      kernels::quantize_activations_i16(x.as<const float>(), c.k, xq.data(), xs.data());
+      const kernels::Int16Activations xa{xq.data(), xs.data()};
+      scalar.gemv_rows_int8_q16(qw, xa, 0, c.n, a.data());
+      avx2->gemv_rows_int8_q16(qw, xa, 0, c.n, b.data());
+      for (std::int64_t j = 0; j < c.n; ++j) EXPECT_NEAR(a[j], b[j], 1e-4 * (1 + std::fabs(a[j]))) << "q16 " << j;
+    }
     if (c.bits == 4 && c.group % 32 == 0) {
       std::vector<std::int8_t> xq(static_cast<std::size_t>(c.k));
       std::vector<float> xs(static_cast<std::size_t>(c.k / 32));

@@ -2,9 +2,10 @@
 // W f32[14336, 4096] (a Llama-3-8B MLP projection), stored f32 (prepacked for the SGEMM, as
 // the runtime does at load), int8 per output channel (f32 scales) or int4 in groups of 32
 // (f16 scales). Batch 1 is decode (bandwidth-bound: the bytes of W per call), batch 16 and
-// 64 are prefill (the int paths dequantize 64-row panels for the SGEMM).
+// 64 are prefill (the int paths dequantize W straight into the SGEMM's packed B panels).
 //
 //   kiln_quant_bench --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
+//   KILN_BENCH_THREADS=1 taskset -c 0 kiln_quant_bench ...   (single core; compare cpu time)
 //
 // Counters: weight_GBps (bytes of the stored weight per second; the machine's bandwidth
 // bounds it at batch 1) and GFLOPs (2*M*N*K). Threads: 2 (KILN_BENCH_THREADS overrides).

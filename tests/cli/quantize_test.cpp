@@ -101,9 +101,12 @@ TEST_F(Quantize, Int8LinearKeepsCosineAbove09999AndValidates) {
   EXPECT_GT(j["layers"][0]["sqnr_db"].get<double>(), 35.0);
   EXPECT_EQ(j["scale_dtype"], "f32");
   EXPECT_LT(j["bundle_bytes_after"].get<double>(), j["bundle_bytes_before"].get<double>() / 3.0);
-  const Tensor x = Tensor::randn({16, 256}, 99);
-  const std::vector<HostValue> in{HostValue::of(host(x))};
-  EXPECT_GE(cosine(run_bundle(path("linear.q8.kiln"), in), run_bundle(path("linear.kiln"), in)), 0.9999);
+  // Batch 1 takes the decode path (int8 activations, integer dot products), 16 the SGEMM.
+  for (std::int64_t batch : {1, 16}) {
+    const Tensor x = Tensor::randn({batch, 256}, 98 + static_cast<std::uint64_t>(batch));
+    const std::vector<HostValue> in{HostValue::of(host(x))};
+    EXPECT_GE(cosine(run_bundle(path("linear.q8.kiln"), in), run_bundle(path("linear.kiln"), in)), 0.9999) << batch;
+  }
   const auto v = kiln_cmd("validate " + path("linear.q8.kiln"));
   EXPECT_EQ(v.code, 0) << v.out;
   // The widened self-test tolerance is reported, and recorded.

@@ -154,17 +154,58 @@ TEST(LinearQKernel, Int8GroupwiseScalesMatchReference) {
   check_case({8, 4, 11, 90, 18, true, false, false}, 12);
 }
 
-TEST(LinearQKernel, Int4GroupwiseMatchesDequantizedReferenceOverOddShapes) {
-  // Groups of 32, 16, 8, 6 and 2 (not a multiple of the 16-column vector step), K = 48, 40, ...
+TEST(LinearQKernel, Int8DecodeOverWholeBlocksMatchesReference) {
+  // Per-channel (one group of K = 128 / 256 / 4096) and groupwise (32, 64, 256, 512): rows
+  // not a multiple of the 4-row block, one and two activation rows. Groups of a multiple of
+  // 256 take the int16-activation kernel; its rounding (~2^-15 of a block's max) stays
+  // inside the f32 reference's tolerance.
   const Case cases[] = {
-      {4, 1, 9, 64, 32, true, false, true},  {4, 1, 13, 48, 16, false, false, false},
-      {4, 2, 7, 40, 8, true, true, true},    {4, 1, 5, 18, 6, false, true, false},
-      {4, 6, 67, 96, 32, true, true, true},  {4, 3, 10, 4, 2, false, false, true},
-      {4, 1, 130, 160, 32, true, false, false}, {4, 64, 70, 64, 32, true, false, true},
-      {4, 5, 600, 64, 32, true, true, true},  // 3 panels over 2 threads
+      {8, 1, 7, 128, 128, false, false, true},  {8, 2, 13, 96, 32, true, false, false},
+      {8, 1, 9, 4096, 4096, false, false, false}, {8, 2, 70, 192, 64, true, false, true},
+      {8, 1, 13, 256, 256, false, false, true}, {8, 2, 6, 1024, 512, true, false, false},
+      {8, 1, 11, 768, 256, false, false, false},
   };
-  std::uint32_t seed = 100;
+  std::uint32_t seed = 40;
   for (const Case& c : cases) check_case(c, seed++);
+}
+
+TEST(LinearQKernel, Int4Group32DecodeEightBlocksAtATimeMatchesReference) {
+  // K a multiple of 256 (whole runs of 8 groups of 32): f16 and f32 scales, with and
+  // without zero points, row counts not a multiple of the 4-row block.
+  const Case cases[] = {
+      {4, 1, 13, 256, 32, true, true, true},  {4, 2, 7, 512, 32, false, false, false},
+      {4, 1, 6, 256, 32, false, true, false}, {4, 2, 21, 4096, 32, true, false, true},
+  };
+  std::uint32_t seed = 50;
+  for (const Case& c : cases) check_case(c, seed++);
+}
+
+TEST(LinearQKernel, BatchPathPacksDequantizedPanelsOverManyColumnBlocks) {
+  // n past the SGEMM's 512-column B block at k = 4096 and not a multiple of 16: the
+  // dequantize-into-panels callback over several column blocks and a partial last panel.
+  check_case({8, 16, 1030, 4096, 4096, false, false, true}, 60);
+  check_case({4, 7, 1043, 256, 32, true, true, true}, 61);
+}
+
+TEST(LinearQKernel, ActivationQuantizationScalesRoundsAndOrdersByNibble) {
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; ++i) x[i] = static_cast<float>(i % 32) - (i < 32 ? 10.0f : 0.0f);
+  std::vector<std::int8_t> q(64);
+  std::vector<float> scale(2);
+  std::vector<std::int32_t> sum(2);
+  kernels::quantize_activations(x.data(), 64, q.data(), scale.data(), sum.data());
+  EXPECT_FLOAT_EQ(scale[0], 21.0f / 127.0f);  // max |x| of block 0 is |-10 + 31| = 21
+  EXPECT_FLOAT_EQ(scale[1], 31.0f / 127.0f);
+  for (int b = 0; b < 2; ++b) {
+    std::int32_t total = 0;
+    for (int j = 0; j < 32; ++j) {
+      const auto want = static_cast<std::int8_t>(std::nearbyint(x[b * 32 + j] / scale[b]));
+      EXPECT_NEAR(q[b * 32 + (j % 2 == 0 ? j / 2 : 16 + j / 2)], want, 1) << b << " " << j;  // 1/s vs /s rounding
+      total += q[b * 32 + j];
+    }
+    EXPECT_EQ(sum[b], total);
+  }
+  EXPECT_EQ(q[16 + 15], 127);  // block 0's x31 = 21, the last odd element
 }
 
 TEST(LinearQKernel, PortableAndAvx2MicroKernelsAgree) {
@@ -174,7 +215,11 @@ TEST(LinearQKernel, PortableAndAvx2MicroKernelsAgree) {
   std::mt19937 rng(7);
   for (const Case& c : {Case{8, 1, 23, 77, 77, false, false, false}, Case{4, 1, 23, 80, 16, true, true, false},
                         Case{4, 1, 9, 36, 12, false, false, false}, Case{4, 1, 13, 128, 64, true, true, false},
-                        Case{4, 1, 6, 96, 32, false, false, false}}) {
+                        Case{4, 1, 6, 96, 32, false, false, false}, Case{8, 1, 13, 128, 128, false, false, false},
+                        Case{8, 1, 6, 96, 32, true, false, false}, Case{4, 1, 13, 256, 32, true, true, false},
+                        Case{4, 1, 6, 512, 32, false, false, false}, Case{8, 1, 40, 64, 64, false, false, false},
+                        Case{8, 1, 13, 512, 512, false, false, false}, Case{8, 1, 7, 768, 256, true, false, false},
+                        Case{4, 1, 17, 64, 16, true, true, false}}) {
     const QWeight w = make_weight(rng, c.bits, c.n, c.k, c.group, c.f16_scales, c.zero_points);
     const QuantWeight qw{w.data.as<const std::uint8_t>(), c.bits, c.n, c.k, c.group, w.scales.data(), c.f16_scales,
                          c.zero_points ? w.zero_points.as<const std::uint8_t>() : nullptr};
@@ -183,6 +228,15 @@ TEST(LinearQKernel, PortableAndAvx2MicroKernelsAgree) {
     scalar.gemv_rows(qw, x.as<const float>(), 0, c.n, a.data());
     avx2->gemv_rows(qw, x.as<const float>(), 0, c.n, b.data());
     for (std::int64_t j = 0; j < c.n; ++j) EXPECT_NEAR(a[j], b[j], 1e-4 * (1 + std::fabs(a[j]))) << j;
+    if (c.bits == 8 && c.group % 256 == 0) {
+      std::vector<std::int16_t> xq(static_cast<std::size_t>(c.k));
+      std::vector<float> xs(static_cast<std::size_t>(c.k / 256));
+      kernels::quantize_activations_i16(x.as<const float>(), c.k, xq.data(), xs.data());
+      const kernels::Int16Activations xa{xq.data(), xs.data()};
+      scalar.gemv_rows_int8_q16(qw, xa, 0, c.n, a.data());
+      avx2->gemv_rows_int8_q16(qw, xa, 0, c.n, b.data());
+      for (std::int64_t j = 0; j < c.n; ++j) EXPECT_NEAR(a[j], b[j], 1e-4 * (1 + std::fabs(a[j]))) << "q16 " << j;
+    }
     if (c.bits == 4 && c.group % 32 == 0) {
       std::vector<std::int8_t> xq(static_cast<std::size_t>(c.k));
       std::vector<float> xs(static_cast<std::size_t>(c.k / 32));
@@ -192,6 +246,21 @@ TEST(LinearQKernel, PortableAndAvx2MicroKernelsAgree) {
       scalar.gemv_rows_int4_q8(qw, xa, 0, c.n, a.data());
       avx2->gemv_rows_int4_q8(qw, xa, 0, c.n, b.data());
       for (std::int64_t j = 0; j < c.n; ++j) EXPECT_NEAR(a[j], b[j], 1e-4 * (1 + std::fabs(a[j]))) << "q8 " << j;
+    }
+    // One SGEMM B panel of a partial 16-row group from the last rows, over the columns
+    // from a multiple of 8 (the tiled path when group and length allow, else per element).
+    const std::int64_t prow = std::min<std::int64_t>(c.n, 16) - (c.n > 3 ? 1 : 0), pr0 = c.n - prow;
+    const std::int64_t col0 = c.k / 2 / 8 * 8, len = c.k - col0;
+    std::vector<float> pa(static_cast<std::size_t>(16 * len), -1.0f), pb(pa.size(), -2.0f);
+    scalar.dequantize_panel(qw, pr0, prow, col0, len, pa.data());
+    avx2->dequantize_panel(qw, pr0, prow, col0, len, pb.data());
+    for (std::int64_t t = 0; t < len; ++t) {
+      for (std::int64_t j = 0; j < 16; ++j) {
+        const std::size_t i = static_cast<std::size_t>(t * 16 + j);
+        const double want = j < prow ? w.dequantized[static_cast<std::size_t>((pr0 + j) * c.k + col0 + t)] : 0.0;
+        ASSERT_EQ(pa[i], pb[i]) << "panel t " << t << " j " << j;
+        ASSERT_NEAR(pa[i], want, 1e-6 * (1 + std::fabs(want))) << "panel t " << t << " j " << j;
+      }
     }
     std::vector<float> da(static_cast<std::size_t>(c.n * c.k)), db(da.size());
     scalar.dequantize_rows(qw, 0, c.n, da.data());

@@ -1,13 +1,13 @@
 // linear_q and embedding_q: validation, threading and the batch paths around the fused
 // micro-kernels of quant.h.
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstdlib>
-#include <memory>
 #include <vector>
 
 #include "backends/cpu/gemm/gemm.h"
+#include "backends/cpu/gemm/gemm_kernels.h"
+#include "backends/cpu/gemm/gemm_packed_a.h"
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/quant.h"
@@ -53,61 +53,40 @@ Status quant_weight(std::string_view op, const TensorView& w, const TensorView& 
 }
 
 // Batches up to this many rows run the GEMV once per row (the weight then stays the
-// bandwidth cost); larger ones dequantize panels of rows for the SGEMM.
+// bandwidth cost); larger ones run the SGEMM with W dequantized straight into its packed
+// B panels.
 constexpr std::int64_t kGemvMaxRows = 2;
-constexpr std::int64_t kPanelRows = 256;
 
-// A grow-only buffer of `floats` floats for the calling thread (kept between calls, like
-// the SGEMM's packing buffers); null when the allocation fails.
-float* panel_buffer(std::size_t floats) {
-  struct Buffer {
-    std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
-    std::size_t size = 0;
-  };
-  thread_local Buffer buffer;
-  if (buffer.size < floats) {
-    buffer.data.reset(static_cast<float*>(std::aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64)));
-    buffer.size = buffer.data != nullptr ? floats : 0;
-  }
-  return buffer.data.get();
-}
-
-// y[rows, n] = x[rows, k] W^T (+ bias) one dequantized panel of kPanelRows weight rows at a
-// time, each panel dequantized into its thread's buffer and multiplied there.
-Status gemm_by_panels(const QuantWeight& qw, const float* x, std::int64_t rows, const float* bias, float* y,
-                      ThreadPool& pool) {
+// y[rows, n] = x[rows, k] W^T (+ bias) by sgemm_packed_a: x packed once as A, and each
+// 16-column panel of B = W^T written by dequantize_panel (16 weight rows dequantized and
+// transposed in registers). W is never materialized in f32 and B is packed once (no
+// dequantized copy that the SGEMM packs again).
+Status gemm_dequantizing(const QuantWeight& qw, const float* x, std::int64_t rows, const float* bias, float* y,
+                         ThreadPool& pool) {
+  Result<PackedA> a = pack_a_matrix(x, qw.k, rows, qw.k);
+  if (!a.ok()) return op_error(StatusCode::kUnavailable, "linear_q", "no memory to pack the activations");
   const QuantKernels& kern = quant_kernels();
-  const std::int64_t panels = (qw.n + kPanelRows - 1) / kPanelRows;
-  std::atomic<bool> no_memory{false}, failed{false};
-  pool.parallel_for(panels, 1, [&](std::int64_t p0, std::int64_t p1) {
-    float* panel = panel_buffer(static_cast<std::size_t>(kPanelRows * qw.k));
-    if (panel == nullptr) {
-      no_memory = true;
-      return;
+  constexpr std::int64_t kNr = gemm_detail::kNr;
+  auto pack = [&](std::int64_t k0, std::int64_t kc, std::int64_t j0, std::int64_t cols, float* out) {
+    for (std::int64_t q = 0; q * kNr < cols; ++q) {
+      const std::int64_t r0 = j0 + q * kNr;
+      kern.dequantize_panel(qw, r0, std::min(kNr, j0 + cols - r0), k0, kc, out + q * kc * kNr);
     }
-    for (std::int64_t p = p0; p < p1; ++p) {
-      const std::int64_t r0 = p * kPanelRows, r1 = std::min(qw.n, r0 + kPanelRows);
-      kern.dequantize_rows(qw, r0, r1, panel);
-      GemmParams params;
-      params.m = rows;
-      params.n = r1 - r0;
-      params.k = qw.k;
-      params.trans_b = true;
-      params.a = x;
-      params.lda = qw.k;
-      params.b = panel;
-      params.ldb = qw.k;
-      params.c = y + r0;
-      params.ldc = qw.n;
-      if (bias != nullptr) {
-        params.bias = bias + r0;
-        params.bias_kind = GemmBias::kPerColumn;
-      }
-      if (!sgemm(params, nullptr).ok()) failed = true;
-    }
-  });
-  if (no_memory) return op_error(StatusCode::kUnavailable, "linear_q", "no memory for a dequantized weight panel");
-  if (failed) return op_error(StatusCode::kUnavailable, "linear_q", "the SGEMM of a dequantized panel failed (no memory)");
+  };
+  GemmParams params;
+  params.m = rows;
+  params.n = qw.n;
+  params.k = qw.k;
+  params.a = x;
+  params.lda = qw.k;
+  params.c = y;
+  params.ldc = qw.n;
+  if (bias != nullptr) {
+    params.bias = bias;
+    params.bias_kind = GemmBias::kPerColumn;
+  }
+  const Status status = sgemm_packed_a(params, *a, pack, &pool);
+  if (!status.ok()) return op_error(StatusCode::kUnavailable, "linear_q", "the SGEMM failed: ", status.message());
   return Status::Ok();
 }
 
@@ -141,14 +120,19 @@ Status LinearQ(KernelContext& ctx, Inputs in, Outputs out, Attrs) {
   const float* xs = x.as<const float>();
   float* y = out[0].as<float>();
   const float* b = bias != nullptr ? bias->as<const float>() : nullptr;
-  if (rows > kGemvMaxRows && qw.k > 0) return gemm_by_panels(qw, xs, rows, b, y, ctx.pool());
+  if (rows > kGemvMaxRows && qw.k > 0) return gemm_dequantizing(qw, xs, rows, b, y, ctx.pool());
   const QuantKernels& kern = quant_kernels();
   ThreadPool& pool = ctx.pool();
   // ~64 KiB of weight bytes per chunk at least, split evenly over the threads.
   const std::int64_t row_cost = std::max<std::int64_t>(1, qw.k * qw.bits / 8);
   const std::int64_t grain = std::max<std::int64_t>(4, pool.even_grain(qw.n, row_cost, 1 << 16) / 4 * 4);
   // int4 in whole 32-blocks: activations quantized to int8 per block, integer dot products.
+  // int8 in whole 256-blocks: activations rounded to int16 per block (int8 activations cost
+  // a 3-layer MLP's cosine 0.99983 < the 0.9999 int8 promises; docs/QUANTIZATION.md).
   const bool q8 = qw.bits == 4 && qw.group % 32 == 0;
+  const bool q16 = qw.bits == 8 && qw.group % 256 == 0;
+  std::vector<std::int16_t> x16(q16 ? static_cast<std::size_t>(qw.k) : 0);
+  std::vector<float> x16scale(q16 ? static_cast<std::size_t>(qw.k / 256) : 0);
   std::vector<std::int8_t> xq(q8 ? static_cast<std::size_t>(qw.k) : 0);
   std::vector<float> xscale(q8 ? static_cast<std::size_t>(qw.k / 32) : 0);
   std::vector<std::int32_t> xsum(xscale.size());
@@ -159,6 +143,10 @@ Status LinearQ(KernelContext& ctx, Inputs in, Outputs out, Attrs) {
       quantize_activations(xr, qw.k, xq.data(), xscale.data(), xsum.data());
       const QuantizedActivations xa{xq.data(), xscale.data(), xsum.data()};
       pool.parallel_for(qw.n, grain, [&](std::int64_t j0, std::int64_t j1) { kern.gemv_rows_int4_q8(qw, xa, j0, j1, yr + j0); });
+    } else if (q16) {
+      quantize_activations_i16(xr, qw.k, x16.data(), x16scale.data());
+      const Int16Activations xa{x16.data(), x16scale.data()};
+      pool.parallel_for(qw.n, grain, [&](std::int64_t j0, std::int64_t j1) { kern.gemv_rows_int8_q16(qw, xa, j0, j1, yr + j0); });
     } else {
       pool.parallel_for(qw.n, grain, [&](std::int64_t j0, std::int64_t j1) { kern.gemv_rows(qw, xr, j0, j1, yr + j0); });
     }

@@ -37,22 +37,44 @@ struct QuantizedActivations {
   const std::int32_t* sum;
 };
 
+/// x rounded to int16 per block of 256 (the int8 decode path): block b has scale[b] =
+/// max|x| / 32767 (0 for an all-zero block), q = nearbyint(x / scale) in [-32767, 32767], in
+/// column order. The rounding error (~90 dB SQNR) is far below int8 weights' own (~40 dB),
+/// unlike int8 activations. quantize_activations_i16() fills it.
+struct Int16Activations {
+  const std::int16_t* q;  // k values
+  const float* scale;     // k / 256
+};
+
 struct QuantKernels {
   const char* name;
   /// out[r - row0] = sum_c x[c] * W(r, c) for rows [row0, row1).
   void (*gemv_rows)(const QuantWeight& w, const float* x, std::int64_t row0, std::int64_t row1, float* out);
   /// dst[(r - row0) * k + c] = W(r, c) for rows [row0, row1) (embedding rows; GEMM panels).
   void (*dequantize_rows)(const QuantWeight& w, std::int64_t row0, std::int64_t row1, float* dst);
+  /// One 16-column panel of the SGEMM's packed B = W^T (gemm_packed_a.h's PackBFn layout):
+  /// out[t * 16 + j] = W(row0 + j, col0 + t) for t < len, j < rows (rows <= 16); zeros for
+  /// j >= rows.
+  void (*dequantize_panel)(const QuantWeight& w, std::int64_t row0, std::int64_t rows, std::int64_t col0,
+                           std::int64_t len, float* out);
   /// int4 with group % 32 == 0 only: out[r - row0] = sum over groups g of scale(r, g) *
   /// sum over its blocks b of x.scale[b] * (sum_k q(r, k) * x.q[k] - zero(r, g) * x.sum[b]),
   /// the dot products exact in int32.
   void (*gemv_rows_int4_q8)(const QuantWeight& w, const QuantizedActivations& x, std::int64_t row0, std::int64_t row1,
                             float* out);
+  /// int8 with group % 256 == 0 only: out[r - row0] = sum over groups g of scale(r, g) *
+  /// sum over its 256-blocks b of x.scale[b] * sum_k q(r, k) * x.q[k], the dot products
+  /// exact in int32.
+  void (*gemv_rows_int8_q16)(const QuantWeight& w, const Int16Activations& x, std::int64_t row0, std::int64_t row1,
+                             float* out);
 };
 
 /// Fills q (k values), scale and sum (k / 32 each) from x[k]; k % 32 == 0. Portable, so
 /// every ISA sees the same quantized activations.
 void quantize_activations(const float* x, std::int64_t k, std::int8_t* q, float* scale, std::int32_t* sum);
+
+/// Fills q (k values) and scale (k / 256) from x[k]; k % 256 == 0. Portable.
+void quantize_activations_i16(const float* x, std::int64_t k, std::int16_t* q, float* scale);
 
 /// The portable table (always available; tests compare both).
 const QuantKernels& quant_kernels_scalar();

@@ -200,6 +200,103 @@ void dequantize_rows(const QuantWeight& w, std::int64_t row0, std::int64_t row1,
   }
 }
 
+// Columns [col, col + 8) of a row minus the zero point, as floats.
+template <int Bits>
+__m256 load8(const std::uint8_t* row, std::int64_t col, __m128i zero) {
+  __m128i q;
+  if constexpr (Bits == 8) {
+    (void)zero;
+    q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + col));
+  } else {
+    std::int32_t packed;
+    __builtin_memcpy(&packed, row + col / 2, 4);
+    const __m128i b = _mm_cvtsi32_si128(packed), mask = _mm_set1_epi8(0x0F);
+    q = _mm_sub_epi8(_mm_unpacklo_epi8(_mm_and_si128(b, mask), _mm_and_si128(_mm_srli_epi16(b, 4), mask)), zero);
+  }
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+}
+
+// r[0..8) (8 rows of 8 columns) -> r[t] = column t of the 8 rows.
+[[gnu::always_inline]] inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// The panel in 8 x 8 tiles: 8 rows' columns dequantized (scaled per group), transposed in
+// registers and stored as 8 rows of the panel. Needs col0, len and group multiples of 8.
+template <int Bits>
+void dequantize_panel_tiles(const QuantWeight& w, std::int64_t row0, std::int64_t rows, std::int64_t col0,
+                            std::int64_t len, float* out) {
+  const std::int64_t groups = w.k / w.group, row_bytes = Bits == 8 ? w.k : w.k / 2;
+  for (int half = 0; half < 2; ++half) {
+    const std::uint8_t* row_ptr[8];
+    int live = 0;
+    for (int i = 0; i < 8; ++i) {
+      const std::int64_t j = half * 8 + i;
+      row_ptr[i] = w.data + (row0 + (j < rows ? j : rows - 1)) * row_bytes;
+      live += j < rows ? 1 : 0;
+    }
+    for (std::int64_t c = col0; c < col0 + len;) {
+      const std::int64_t g = c / w.group, group_end = (g + 1) * w.group;
+      const std::int64_t end = group_end < col0 + len ? group_end : col0 + len;
+      __m256 scale[8];
+      __m128i zero[8];
+      for (int i = 0; i < 8; ++i) {
+        const std::int64_t j = half * 8 + i;
+        const std::int64_t index = (row0 + (j < rows ? j : rows - 1)) * groups + g;
+        scale[i] = _mm256_set1_ps(i < live ? scale_at(w, index) : 0.0f);
+        zero[i] = _mm_set1_epi8(static_cast<char>(zero_at(w, index)));
+      }
+      for (; c < end; c += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i) r[i] = _mm256_mul_ps(load8<Bits>(row_ptr[i], c, zero[i]), scale[i]);
+        transpose8(r);
+        float* dst = out + (c - col0) * 16 + half * 8;
+        for (int t = 0; t < 8; ++t) _mm256_storeu_ps(dst + t * 16, r[t]);
+      }
+    }
+  }
+}
+
+void dequantize_panel(const QuantWeight& w, std::int64_t row0, std::int64_t rows, std::int64_t col0, std::int64_t len,
+                      float* out) {
+  if (w.group % 8 == 0 && col0 % 8 == 0 && len % 8 == 0) {
+    if (w.bits == 8) {
+      dequantize_panel_tiles<8>(w, row0, rows, col0, len, out);
+    } else {
+      dequantize_panel_tiles<4>(w, row0, rows, col0, len, out);
+    }
+    return;
+  }
+  const std::int64_t groups = w.k / w.group;
+  for (std::int64_t j = 0; j < 16; ++j) {
+    for (std::int64_t t = 0; t < len; ++t) {
+      const std::int64_t c = col0 + t, index = (row0 + j) * groups + c / w.group;
+      const std::uint8_t* row = w.data + (row0 + j) * (w.bits == 8 ? w.k : w.k / 2);
+      float v = 0.0f;
+      if (j < rows) {
+        v = scale_at(w, index) * static_cast<float>(w.bits == 8 ? scalar_value<8>(row, c, 0)
+                                                                 : scalar_value<4>(row, c, zero_at(w, index)));
+      }
+      out[t * 16 + j] = v;
+    }
+  }
+}
+
 // One block of 32 int4 weights (16 bytes) times 32 int8 activations: 8 int32 partial sums.
 // The low nibbles (even elements) go to the low 128-bit half, the high ones to the upper
 // half, matching the activations' per-block order; maddubs multiplies the unsigned nibbles
@@ -245,14 +342,102 @@ void int4_q8_block(const QuantWeight& w, const QuantizedActivations& x, std::int
   for (int i = 0; i < R; ++i) out[i] = hsum(acc[i]) - corr[i];
 }
 
+// Group 32 (one block per group), groups a multiple of 8: the bookkeeping of 8 blocks at a
+// time in vectors. A row's 8 weight scales (contiguous) are converted together and
+// multiplied by the 8 activation scales; each block's combined scale is then one lane
+// permute; the zero-point corrections of 8 blocks are one FMA (scale x zero x the block's
+// activation scale x activation sum).
+template <int R>
+void int4_q8_g32_block(const QuantWeight& w, const QuantizedActivations& x, std::int64_t r0, float* out) {
+  const std::int64_t blocks = w.k / 32, row_bytes = w.k / 2;
+  const std::uint8_t* rows = w.data + r0 * row_bytes;
+  __m256 acc[R], corr[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps(), corr[i] = _mm256_setzero_ps();
+  for (std::int64_t b0 = 0; b0 < blocks; b0 += 8) {
+    const __m256 xs = _mm256_loadu_ps(x.scale + b0);
+    const __m256 xsx = _mm256_mul_ps(xs, _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sum + b0))));
+    __m256 combined[R];
+    for (int i = 0; i < R; ++i) {
+      const std::int64_t index = (r0 + i) * blocks + b0;
+      const __m256 s = w.scales_f16
+                           ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
+                                 static_cast<const std::uint16_t*>(w.scales) + index)))
+                           : _mm256_loadu_ps(static_cast<const float*>(w.scales) + index);
+      combined[i] = _mm256_mul_ps(s, xs);
+      __m256 z = _mm256_set1_ps(8.0f);
+      if (w.zero_points != nullptr) {
+        const __m128i zb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.zero_points + index));
+        z = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_cvtepu8_epi32(zb), _mm256_set1_epi32(0x0F)));
+      }
+      corr[i] = _mm256_fmadd_ps(_mm256_mul_ps(s, z), xsx, corr[i]);
+    }
+    for (int j = 0; j < 8; ++j) {
+      const std::int64_t b = b0 + j;
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + b * 32));
+      const __m256i lane = _mm256_set1_epi32(j);
+      for (int i = 0; i < R; ++i) {
+        const __m256i d = block_dot(rows + i * row_bytes + b * 16, xq);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_permutevar8x32_ps(combined[i], lane), acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) out[i] = hsum(acc[i]) - hsum(corr[i]);
+}
+
 void gemv_rows_int4_q8(const QuantWeight& w, const QuantizedActivations& x, std::int64_t row0, std::int64_t row1,
                        float* out) {
   std::int64_t r = row0;
+  if (w.group == 32 && (w.k / 32) % 8 == 0) {
+    for (; r + 4 <= row1; r += 4) int4_q8_g32_block<4>(w, x, r, out + (r - row0));
+    for (; r < row1; ++r) int4_q8_g32_block<1>(w, x, r, out + (r - row0));
+    return;
+  }
   for (; r + 4 <= row1; r += 4) int4_q8_block<4>(w, x, r, out + (r - row0));
   for (; r < row1; ++r) int4_q8_block<1>(w, x, r, out + (r - row0));
 }
 
-constexpr QuantKernels kAvx2{"avx2", gemv_rows, dequantize_rows, gemv_rows_int4_q8};
+// int8 weights against int16 activations: 16 weights per step sign-extended to int16 and
+// multiplied pairwise into int32 (vpmaddwd; a 256-column block sums at most 256 products of
+// 128 * 32767, well inside int32), one conversion and FMA per 256-block, four rows sharing
+// each activation load.
+template <int R>
+void int8_q16_block(const QuantWeight& w, const Int16Activations& x, std::int64_t r0, float* out) {
+  const std::int64_t groups = w.k / w.group, blocks_per_group = w.group / 256, row_bytes = w.k;
+  const std::uint8_t* rows = w.data + r0 * row_bytes;
+  __m256 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
+  for (std::int64_t g = 0; g < groups; ++g) {
+    __m256 group_acc[R];
+    for (int i = 0; i < R; ++i) group_acc[i] = _mm256_setzero_ps();
+    for (std::int64_t b = g * blocks_per_group; b < (g + 1) * blocks_per_group; ++b) {
+      __m256i dot[R];
+      for (int i = 0; i < R; ++i) dot[i] = _mm256_setzero_si256();
+      for (std::int64_t c = b * 256; c < (b + 1) * 256; c += 16) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + c));
+        for (int i = 0; i < R; ++i) {
+          const __m256i wv =
+              _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows + i * row_bytes + c)));
+          dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(wv, xv));
+        }
+      }
+      const __m256 xs = _mm256_set1_ps(x.scale[b]);
+      for (int i = 0; i < R; ++i) group_acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[i]), xs, group_acc[i]);
+    }
+    for (int i = 0; i < R; ++i) {
+      acc[i] = _mm256_fmadd_ps(group_acc[i], _mm256_set1_ps(scale_at(w, (r0 + i) * groups + g)), acc[i]);
+    }
+  }
+  for (int i = 0; i < R; ++i) out[i] = hsum(acc[i]);
+}
+
+void gemv_rows_int8_q16(const QuantWeight& w, const Int16Activations& x, std::int64_t row0, std::int64_t row1,
+                        float* out) {
+  std::int64_t r = row0;
+  for (; r + 4 <= row1; r += 4) int8_q16_block<4>(w, x, r, out + (r - row0));
+  for (; r < row1; ++r) int8_q16_block<1>(w, x, r, out + (r - row0));
+}
+
+constexpr QuantKernels kAvx2{"avx2", gemv_rows, dequantize_rows, dequantize_panel, gemv_rows_int4_q8, gemv_rows_int8_q16};
 
 }  // namespace
 

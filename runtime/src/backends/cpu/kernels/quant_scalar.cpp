@@ -67,6 +67,29 @@ void dequantize_rows(const QuantWeight& w, std::int64_t row0, std::int64_t row1,
   }
 }
 
+void dequantize_panel(const QuantWeight& w, std::int64_t row0, std::int64_t rows, std::int64_t col0, std::int64_t len,
+                      float* out) {
+  const std::int64_t groups = w.k / w.group;
+  for (std::int64_t j = 0; j < 16; ++j) {
+    if (j >= rows) {
+      for (std::int64_t t = 0; t < len; ++t) out[t * 16 + j] = 0.0f;
+      continue;
+    }
+    for (std::int64_t t = 0; t < len;) {
+      const std::int64_t c = col0 + t, g = c / w.group;
+      const std::int64_t n = std::min(len - t, (g + 1) * w.group - c);  // the rest of group g
+      float values[kChunk];
+      for (std::int64_t done = 0; done < n; done += kChunk) {
+        const std::int64_t m = std::min(kChunk, n - done);
+        values_of(w, row0 + j, g, c + done, m, values);
+        const float s = scale_at(w, (row0 + j) * groups + g);
+        for (std::int64_t i = 0; i < m; ++i) out[(t + done + i) * 16 + j] = values[i] * s;
+      }
+      t += n;
+    }
+  }
+}
+
 void gemv_rows_int4_q8(const QuantWeight& w, const QuantizedActivations& x, std::int64_t row0, std::int64_t row1,
                        float* out) {
   const std::int64_t groups = w.k / w.group;
@@ -89,7 +112,26 @@ void gemv_rows_int4_q8(const QuantWeight& w, const QuantizedActivations& x, std:
   }
 }
 
-constexpr QuantKernels kScalar{"baseline", gemv_rows, dequantize_rows, gemv_rows_int4_q8};
+void gemv_rows_int8_q16(const QuantWeight& w, const Int16Activations& x, std::int64_t row0, std::int64_t row1,
+                        float* out) {
+  const std::int64_t groups = w.k / w.group;
+  for (std::int64_t r = row0; r < row1; ++r) {
+    const auto* row = reinterpret_cast<const std::int8_t*>(w.data) + r * w.k;
+    float acc = 0.0f;
+    for (std::int64_t g = 0; g < groups; ++g) {
+      float group_sum = 0.0f;
+      for (std::int64_t b = g * w.group / 256; b < (g + 1) * w.group / 256; ++b) {
+        std::int32_t dot = 0;
+        for (std::int64_t c = b * 256; c < (b + 1) * 256; ++c) dot += row[c] * x.q[c];
+        group_sum += x.scale[b] * static_cast<float>(dot);
+      }
+      acc += scale_at(w, r * groups + g) * group_sum;
+    }
+    out[r - row0] = acc;
+  }
+}
+
+constexpr QuantKernels kScalar{"baseline", gemv_rows, dequantize_rows, dequantize_panel, gemv_rows_int4_q8, gemv_rows_int8_q16};
 
 }  // namespace
 
@@ -108,6 +150,20 @@ void quantize_activations(const float* x, std::int64_t k, std::int8_t* q, float*
     }
     scale[b] = s;
     sum[b] = total;
+  }
+}
+
+void quantize_activations_i16(const float* x, std::int64_t k, std::int16_t* q, float* scale) {
+  for (std::int64_t b = 0; b < k / 256; ++b) {
+    const float* xb = x + b * 256;
+    float amax = 0.0f;
+    for (int j = 0; j < 256; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+    const float s = amax / 32767.0f;
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    for (int j = 0; j < 256; ++j) {
+      q[b * 256 + j] = static_cast<std::int16_t>(std::clamp(std::nearbyint(xb[j] * inv), -32767.0f, 32767.0f));
+    }
+    scale[b] = s;
   }
 }
 

@@ -88,6 +88,32 @@ BENCHMARK(BM_KvDecodeStep)->Arg(16)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmar
 void BM_KvDecodeStepTightCache(benchmark::State& state) { decode_step(state, *tight_programs().cached); }
 BENCHMARK(BM_KvDecodeStepTightCache)->Arg(16)->Unit(benchmark::kMillisecond);
 
+// Decoding as the sample does: each step at the next position (context, context + 1, ...,
+// 64 steps from one prefill, then a fresh Session and prefill, untimed). Unlike
+// BM_KvDecodeStep, every step has a new `input_pos`, so it includes planning that position
+// (plans are cached per input shapes and int inputs).
+void BM_KvDecodeAdvancing(benchmark::State& state) {
+  const std::int64_t context = state.range(0);
+  const Program& program = *programs().cached;
+  std::unique_ptr<Session> session;
+  RunResult result;
+  std::int64_t i = 0;
+  for (auto _ : state) {
+    if (i % 64 == 0) {
+      state.PauseTiming();
+      session = std::make_unique<Session>(program, SessionOptions{.threads = 1});
+      const std::vector<HostValue> prefill{tokens(context), HostValue::integer(0)};
+      const Status s = session->run(prefill, result);
+      state.ResumeTiming();
+      if (!s.ok()) return state.SkipWithError(s.message().c_str());
+    }
+    const std::vector<HostValue> step{tokens(1), HostValue::integer(context + i % 64)};
+    if (Status s = session->run(step, result); !s.ok()) return state.SkipWithError(s.message().c_str());
+    ++i;
+  }
+}
+BENCHMARK(BM_KvDecodeAdvancing)->Arg(16)->Arg(1024)->Unit(benchmark::kMillisecond);
+
 // The same token without the cache: the stateless program runs over all N + 1 tokens.
 void BM_RecomputeStep(benchmark::State& state) {
   const std::int64_t context = state.range(0);

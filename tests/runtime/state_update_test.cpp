@@ -19,6 +19,7 @@ extern "C" std::size_t __sanitizer_get_current_allocated_bytes();
 #include <malloc.h>
 #endif
 
+#include "../../samples/models/kv_decoder.h"
 #include "common/exported.h"
 #include "kiln/export/import_pt2.h"
 #include "kiln/export/serialize.h"
@@ -346,6 +347,85 @@ TEST(StateUpdate, AStateWhoseOldValueIsReadAfterTheUpdateIsCopiedInstead) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(floats_of(r->outputs[0].tensor), (std::vector<float>{0, -1, 0, 0, 0, 0, 0, 0}));
   EXPECT_EQ(state_of(s, "cache"), (std::vector<float>{1, 1, 3, 4, 10, 20, 7, 8}));
+}
+
+
+// ---- slices of the cache folded into attention's matmuls -----------------------------------
+
+// The decoder of samples/models/kv_decoder.h (small), traced: its attention slices the
+// first pos + t positions out of k_cache (dim 3, the last) and v_cache (dim 2) for q k^T and
+// a v. With fusion on, those slices are folded into the matmuls (no slice runs; the matmul
+// reads the window of the cache); off, every slice copies. Both give the same logits at
+// every prefill and decode step, and the same state (to rounding: fusion off also leaves
+// linear+gelu unfused).
+TEST(StateUpdate, CacheSlicesFoldedIntoTheMatmulsGiveTheSameLogitsAsCopiedSlices) {
+  models::KvDecoder model({.vocab = 16, .d = 16, .layers = 2, .heads = 2, .max_ctx = 12});
+  Dim seq("seq", 1, 12);
+  ExportOptions eo;
+  eo.self_tests = 0;
+  auto ep = export_program([&](Tensor ids, SymInt pos) { return model.step(ids, pos); },
+                           {input("ids", Tensor::from_ints({1, 3}, std::vector<std::int64_t>{1, 2, 3}), {Dim::STATIC, seq}),
+                            int_input("input_pos", 2, Dim::DYNAMIC)},
+                           eo);
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto load = [&](bool fuse) {
+    auto bytes = serialize_bundle(ep->program());
+    EXPECT_TRUE(bytes.ok());
+    auto bundle = Bundle::from_bytes(*bytes);
+    EXPECT_TRUE(bundle.ok());
+    ProgramOptions po;
+    po.fuse_activations = fuse;
+    auto program = Program::load(std::move(bundle).value(), po);
+    EXPECT_TRUE(program.ok()) << program.status().message();
+    return *program;
+  };
+  const auto folded = load(true), copied = load(false);
+  Session a(*folded, {.profile = true}), b(*copied, {.profile = true});
+  // With an observer the folded slices are computed after all: it sees every slice's value
+  // (cached keys and values: finite, not all zero).
+  int observed_slices = 0;
+  const std::vector<NodePlacement> placement = folded->placement(0);
+  SessionOptions oo;
+  oo.observer = [&](const NodeObservation& o) {
+    if (o.graph != 0 || o.outputs.empty() || placement.at(o.node).op != "slice") return;
+    const ObservedValue& v = o.outputs[0];
+    bool finite = true, nonzero = false;
+    for (std::size_t i = 0; i + 4 <= v.data.size(); i += 4) {
+      float x;
+      std::memcpy(&x, v.data.data() + i, 4);
+      finite &= std::isfinite(x);
+      nonzero |= x != 0.0f;
+    }
+    observed_slices += finite && nonzero;
+  };
+  Session c(*folded, oo);
+  auto count_slices = [](const Session& s) {
+    int n = 0;
+    for (const RunStats::Op& op : s.last_stats().ops) n += op.op == "slice";
+    return n;
+  };
+  // Prefill 5 tokens at 0, then decode steps at 5..11 (the last fills the cache).
+  std::vector<std::vector<HostValue>> steps;
+  steps.push_back({HostValue::of(i64({1, 5}, {3, 1, 4, 1, 5})), HostValue::integer(0)});
+  for (std::int64_t pos = 5; pos < 12; ++pos) steps.push_back({HostValue::of(i64({1, 1}, {(pos * 7) % 16})), HostValue::integer(pos)});
+  for (const auto& step : steps) {
+    SCOPED_TRACE(step[1].int_value);
+    auto ra = a.run(step), rb = b.run(step), rc = c.run(step);
+    ASSERT_TRUE(ra.ok()) << ra.status().message();
+    ASSERT_TRUE(rb.ok()) << rb.status().message();
+    ASSERT_TRUE(rc.ok()) << rc.status().message();
+    EXPECT_TRUE(close_to(rc->outputs[0].tensor, ra->outputs[0].tensor));
+    EXPECT_EQ(ra->outputs[0].tensor.shape, (std::vector<std::int64_t>{1, step[0].tensor.shape[1], 16}));
+    EXPECT_TRUE(close_to(ra->outputs[0].tensor, rb->outputs[0].tensor));
+    EXPECT_EQ(count_slices(a), 0);
+    EXPECT_EQ(count_slices(b), 4);  // K and V, two layers
+  }
+  EXPECT_EQ(observed_slices, 4 * static_cast<int>(steps.size()));
+  for (const char* name : {"att.0.k_cache", "att.1.v_cache"}) {
+    auto sa = a.read_state(name), sb = b.read_state(name);
+    ASSERT_TRUE(sa.ok() && sb.ok()) << name;
+    EXPECT_TRUE(close_to(*sa, *sb)) << name;
+  }
 }
 
 }  // namespace

@@ -221,6 +221,51 @@ void fuse_activations(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
   }
 }
 
+// A CPU slice with step 1 along one of the last two dims of an f32 tensor, whose only
+// reader is a CPU matmul's B operand (attention over the first N positions of a KV cache),
+// is folded into that matmul: the matmul reads B in place inside the slice's input, so
+// the slice's input must stay alive (and unchanged) until the matmul.
+void fold_slices(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
+  const auto* graph = p.graphs()->Get(g);
+  std::vector<std::uint32_t> readers(info.values.size(), 0);
+  std::vector<std::int32_t> reader(info.values.size(), -1);
+  for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
+    for (std::uint32_t v : info.nodes[n].inputs) ++readers[v], reader[v] = static_cast<std::int32_t>(n);
+  }
+  for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
+    NodeInfo& slice = info.nodes[n];
+    if (slice.op != OpKind::Slice || slice.segment >= 0 || slice.inputs.size() != 1 || slice.outputs.size() != 1 ||
+        !info.bindings_of[n].empty() || slice.kernel_allocates[0] || slice.fused_away) {
+      continue;
+    }
+    const std::uint32_t x = slice.inputs[0], v = slice.outputs[0];
+    const ValueInfo &xi = info.values[x], &vi = info.values[v];
+    if (readers[v] != 1 || vi.graph_output || vi.kind != fb::ValueKind::Tensor || vi.dtype != DType::kF32 ||
+        xi.kind == fb::ValueKind::None || xi.dtype != DType::kF32) {
+      continue;
+    }
+    const auto rank = static_cast<std::int64_t>(count(xi.shape));
+    if (rank < 2 || count(vi.shape) != static_cast<std::uint32_t>(rank)) continue;
+    const auto* attrs = graph->nodes()->Get(n)->attrs();
+    if (count(attrs) < 4 || attrs->Get(0)->kind() != fb::AttrKind::Int || attrs->Get(3)->kind() != fb::AttrKind::Int ||
+        attrs->Get(3)->i() != 1) {
+      continue;
+    }
+    std::int64_t dim = attrs->Get(0)->i();
+    if (dim < 0) dim += rank;
+    if (dim != rank - 1 && dim != rank - 2) continue;
+    const std::int32_t r = reader[v];
+    NodeInfo& mm = info.nodes[static_cast<std::size_t>(r)];
+    if (mm.op != OpKind::Matmul || mm.segment >= 0 || mm.inputs.size() != 2 || mm.inputs[1] != v || mm.inputs[0] == v ||
+        mm.b_slice >= 0) {
+      continue;
+    }
+    slice.folded = true;
+    mm.b_slice = static_cast<std::int32_t>(n);
+    info.values[x].last_use = std::max(info.values[x].last_use, r);
+  }
+}
+
 // Consecutive nodes the accelerator supports form a segment. Nodes that bind symbols or
 // produce kernel-sized outputs, and control flow, stay on the CPU.
 void partition(const fb::Program& p, std::uint32_t g, const backend::Backend& acc, GraphInfo& info) {
@@ -445,7 +490,10 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
     }
   }
   if (options.fuse_activations) {
-    for (std::uint32_t g = 0; g < count(p.graphs()); ++g) fuse_activations(p, g, impl.graphs[g]);
+    for (std::uint32_t g = 0; g < count(p.graphs()); ++g) {
+      fuse_activations(p, g, impl.graphs[g]);
+      fold_slices(p, g, impl.graphs[g]);
+    }
   }
   if (options.prepack_weights) {
     KILN_RETURN_IF_ERROR(pack_weights(p, *bundle, impl));

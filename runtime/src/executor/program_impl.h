@@ -40,6 +40,11 @@ struct NodeInfo {
   // and the activation node after it is `fused_away` (its output aliases this one's).
   cpu::FusedActivation fused_act = cpu::FusedActivation::kNone;
   bool fused_away = false;
+  // Slice folding (CPU, f32): a slice along one of the last two dims whose only reader is
+  // a matmul's B is `folded` (it computes nothing); that matmul's `b_slice` is the slice
+  // node, and it reads B as a window of the slice's input (OperandWindow), with no copy.
+  bool folded = false;
+  std::int32_t b_slice = -1;
 };
 
 // The op's name, with "+relu" (etc.) when an activation was fused into it: how profiles

@@ -41,8 +41,9 @@ class ConstantsOf final : public backend::ConstantSource {
 class KernelCtx final : public KernelContext {
  public:
   using Alloc = cpu::FunctionRef<Result<void*>(int, std::size_t)>;
-  KernelCtx(std::span<TensorView> outs, cpu::ThreadPool& pool, Alloc alloc, const NodeInfo& ni)
-      : outs_(outs), pool_(pool), alloc_(alloc), packed_b1_(ni.packed_b), prepared1_(ni.prepared), act_(ni.fused_act) {}
+  KernelCtx(std::span<TensorView> outs, cpu::ThreadPool& pool, Alloc alloc, const NodeInfo& ni, const OperandWindow* window1 = nullptr)
+      : outs_(outs), pool_(pool), alloc_(alloc), packed_b1_(ni.packed_b), prepared1_(ni.prepared), act_(ni.fused_act), window1_(window1) {}
+  const OperandWindow* operand_window(int index) const override { return index == 1 ? window1_ : nullptr; }
   const cpu::PackedB* packed_b(int index) const override { return index == 1 ? packed_b1_ : nullptr; }
   const cpu::PreparedWeights* prepared_weights(int index) const override { return index == 1 ? prepared1_ : nullptr; }
   cpu::FusedActivation fused_activation() const override { return act_; }
@@ -64,6 +65,7 @@ class KernelCtx final : public KernelContext {
   const cpu::PackedB* packed_b1_;
   const cpu::PreparedWeights* prepared1_;
   cpu::FusedActivation act_;
+  const OperandWindow* window1_;
 };
 
 }  // namespace
@@ -257,6 +259,11 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
     std::memcpy(out[0].data, ins[0].data, ins[0].nbytes());
     return Status::Ok();
   }
+  // A folded slice computes nothing: its reader reads the window (slice_window).
+  if (ni.folded && !options.observer) return Status::Ok();
+  OperandWindow window;
+  const bool windowed = ni.b_slice >= 0 && !options.observer;
+  if (windowed) KILN_RETURN_IF_ERROR(slice_window(f, n, ins[1], window));
   NodeAttrs dyn_attrs;
   const NodeAttrs* attrs = &f.plan->attrs[n];
   if (!f.plan->attrs_ready[n]) {
@@ -265,7 +272,7 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
   }
   if (!f.plan->node_state.empty() && f.plan->node_state[n] >= 0) KILN_RETURN_IF_ERROR(save_state_writes(f, n, ins, attrs->values));
   auto alloc = [&](int index, std::size_t bytes) { return heap_alloc(f, ni.outputs[static_cast<std::size_t>(index)], bytes); };
-  KernelCtx ctx(out, pool, alloc, ni);
+  KernelCtx ctx(out, pool, alloc, ni, windowed ? &window : nullptr);
   const auto t0 = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const Status st = ni.kernel(ctx, ins, out, attrs->values);
   if (options.profile) {
@@ -281,6 +288,44 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
       f.views[ni.outputs[k]] = out[k];
     }
   }
+  return Status::Ok();
+}
+
+// Node n's input 1 as the window the folded slice b_slice cuts from its input, without a
+// copy: the same start/end clamping as the slice kernel, checked against the shape planned
+// for the slice's output.
+Status Session::Impl::slice_window(const Frame& f, std::uint32_t n, TensorView& b, OperandWindow& window) {
+  const NodeInfo& ni = f.info->nodes[n];
+  const auto s = static_cast<std::uint32_t>(ni.b_slice);
+  NodeAttrs dyn_attrs;
+  const NodeAttrs* attrs = &f.plan->attrs[s];
+  if (!f.plan->attrs_ready[s]) {
+    KILN_RETURN_IF_ERROR(read_attrs(p, *f.graph->nodes()->Get(s), symbols, dyn_attrs));
+    attrs = &dyn_attrs;
+  }
+  const TensorView& x = f.views[f.info->nodes[s].inputs[0]];
+  const std::span<const AttrValue> a = attrs->values;
+  if (a.size() < 4 || x.rank < 2 || x.dtype != DType::kF32 || x.data == nullptr) {
+    return Status(StatusCode::kInternal, "node " + std::to_string(s) + ": a folded slice without its input or attributes");
+  }
+  std::int64_t dim = a[0].i, start = a[1].i, end = a[2].i;
+  if (dim < 0) dim += x.rank;
+  const std::int64_t size = x.shape[static_cast<std::size_t>(dim)];
+  if (start < 0) start += size;
+  if (end < 0) end += size;
+  start = std::clamp<std::int64_t>(start, 0, size);
+  end = std::clamp<std::int64_t>(end, 0, size);
+  TensorView w = x;
+  w.shape[static_cast<std::size_t>(dim)] = std::max<std::int64_t>(end - start, 0);
+  if (w.rank != b.rank || !std::equal(w.shape.begin(), w.shape.begin() + w.rank, b.shape.begin())) {
+    return Status(StatusCode::kInternal, "node " + std::to_string(s) + ": a folded slice's window does not match its planned shape" + location(p, ni.debug));
+  }
+  const std::int64_t cols = x.shape[static_cast<std::size_t>(x.rank - 1)];
+  const std::int64_t row = dim == x.rank - 1 ? 1 : cols;
+  w.data = static_cast<float*>(x.data) + start * row;
+  window.ld = cols;
+  window.batch_stride = x.shape[static_cast<std::size_t>(x.rank - 2)] * cols;
+  b = w;
   return Status::Ok();
 }
 

@@ -180,6 +180,7 @@ struct Session::Impl {
   // the state when the writes add up to more) in the undo log and counts them in
   // stats.state_bytes_written. Fails, naming the node, where its kernel would (an index out
   // of range), having saved nothing.
+  Status slice_window(const Frame& f, std::uint32_t n, TensorView& b, OperandWindow& window);
   Status save_state_writes(const Frame& f, std::uint32_t n, std::span<const TensorView> ins, std::span<const AttrValue> attrs);
   // Puts back what the undo log saved (a failed run) and empties it.
   void undo_state_writes();

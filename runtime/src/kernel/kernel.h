@@ -33,6 +33,13 @@ enum class GemmActivation : std::uint8_t;  // backends/cpu/gemm/gemm.h
 
 // kMaxRank, TensorView and AttrValue: kiln/runtime/internal/eager.h (export builds them too).
 
+/// A matmul operand that is a window of a larger row-major tensor (a slice along one of its
+/// last two dims that the executor folded into the matmul): the operand's rows are `ld`
+/// elements apart and its batch matrices `batch_stride` elements apart.
+struct OperandWindow {
+  std::int64_t ld = 0, batch_stride = 0;
+};
+
 /// What a kernel may ask of its caller.
 class KernelContext {
  public:
@@ -62,6 +69,12 @@ class KernelContext {
   /// The activation to apply to the output (cpu::FusedActivation); kNone unless the
   /// executor fused one into a kernel for which cpu::kernel_fuses() holds.
   virtual cpu::GemmActivation fused_activation() const;
+  /// Matmul (f32): input `index` is a window of a larger tensor (OperandWindow); null when
+  /// it is dense, as every other kernel's inputs are.
+  virtual const OperandWindow* operand_window(int index) const {
+    (void)index;
+    return nullptr;
+  }
 };
 
 using KernelFn = Status (*)(KernelContext& ctx, std::span<const TensorView> inputs,

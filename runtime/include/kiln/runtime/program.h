@@ -72,9 +72,12 @@ struct ProgramOptions {
   /// and pack 3x3 conv2d weights for the Winograd path (costs one extra copy of those
   /// weights in memory, four for Winograd; saves redoing it on every run).
   bool prepack_weights = true;
-  /// CPU: let a linear/conv2d kernel apply the activation node after it (linear+relu).
-  /// Off, every node computes its own output: what a SessionOptions::observer needs to see
-  /// the pre-activation value of such a node (`kiln compare` loads with false).
+  /// CPU: let a linear/conv2d kernel apply the activation node after it (linear+relu), and
+  /// let a matmul read its B operand straight from the tensor a slice (step 1, along one of
+  /// its last two dims, read only by that matmul) cuts it from, with no copy (attention
+  /// over a KV cache's first N positions). Off, every node computes its own output: what a
+  /// SessionOptions::observer needs to see the pre-activation value of such a node (`kiln
+  /// compare` loads with false). A Session with an observer computes folded slices anyway.
   bool fuse_activations = true;
 };
 

@@ -233,9 +233,17 @@ Status Matmul(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   const auto* pa = static_cast<const unsigned char*>(a.data);
   const auto* pb = static_cast<const unsigned char*>(b.data);
   auto* pc = static_cast<unsigned char*>(out[0].data);
+  // B as a window of a larger tensor (a slice the executor folded into this matmul).
+  const OperandWindow* window = ctx.operand_window(1);
+  if (window != nullptr && dtype != DType::kF32) return unsupported("matmul", "a windowed b of dtype ", dtype);
   if (s.b_batch.rank == 0) {
     // b is one matrix: fold a's batch dims into its rows.
     const std::int64_t rows = s.m * s.a_batch.numel();
+    if (window != nullptr) {
+      matmul_f32(rows, s.n, s.k, static_cast<const float*>(a.data), s.k, static_cast<const float*>(b.data), window->ld,
+                 false, static_cast<float*>(out[0].data), s.n, &ctx.pool());
+      return Status::Ok();
+    }
     // A constant B was packed once at load.
     if (const PackedB* packed = ctx.packed_b(1); packed != nullptr && dtype == DType::kF32 && packed->k() == s.k && packed->n() == s.n) {
       GemmParams params;
@@ -255,13 +263,19 @@ Status Matmul(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(plan_broadcast("matmul", {{&s.a_batch, "a batch"}, {&s.b_batch, "b batch"}},
                                       s.out_batch, true, plan));
   const auto a_size = static_cast<std::int64_t>(elem) * s.m * s.k;
-  const auto b_size = static_cast<std::int64_t>(elem) * s.k * s.n;
+  const auto b_size = static_cast<std::int64_t>(elem) * (window != nullptr ? window->batch_stride : s.k * s.n);
   const auto c_size = static_cast<std::int64_t>(elem) * s.m * s.n;
   const std::int64_t len = plan.inner();
   for_each_row<2>(plan, [&](const std::array<std::int64_t, 2>& off, std::int64_t row) {
     for (std::int64_t i = 0; i < len; ++i) {
       const std::int64_t ai = off[0] + i * plan.inner_stride(0);
       const std::int64_t bi = off[1] + i * plan.inner_stride(1);
+      if (window != nullptr) {
+        matmul_f32(s.m, s.n, s.k, reinterpret_cast<const float*>(pa + ai * a_size), s.k,
+                   reinterpret_cast<const float*>(pb + bi * b_size), window->ld, false,
+                   reinterpret_cast<float*>(pc + (row * len + i) * c_size), s.n, &ctx.pool());
+        continue;
+      }
       matmul_any(dtype, s.m, s.n, s.k, pa + ai * a_size, pb + bi * b_size, false,
                  pc + (row * len + i) * c_size, &ctx.pool());
     }

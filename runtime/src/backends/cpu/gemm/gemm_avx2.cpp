@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include "backends/cpu/gemm/gemm_kernels.h"
+#include "backends/cpu/avx2_transpose.h"
 
 namespace kiln::cpu::gemm_detail {
 namespace {
@@ -360,25 +361,6 @@ void gemv_packed(const float* x, const float* panels, std::int64_t panel_stride,
 
 // ---- Packing A ----
 
-// In-register transpose: r[i] holds row i (8 columns); afterwards r[j] holds column j.
-KILN_INLINE void transpose8x8(__m256 (&r)[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
 
 // A full 6-row panel of row-major A: 8 k at a time through an 8x8 transpose (rows 6, 7
 // zero). Each column's 6 floats are stored with an 8-wide store that the next column
@@ -391,7 +373,7 @@ void pack_a_panel_rows_avx2(const float* a, long lda, long kc, float* dst) {
 #pragma GCC unroll 6
     for (int i = 0; i < kMr; ++i) r[i] = _mm256_loadu_ps(a + i * lda + k);
     r[6] = r[7] = _mm256_setzero_ps();
-    transpose8x8(r);
+    cpu::transpose8x8(r);
     float* out = dst + k * kMr;
 #pragma GCC unroll 7
     for (int j = 0; j < 7; ++j) _mm256_storeu_ps(out + j * kMr, r[j]);

@@ -13,6 +13,9 @@
 #endif
 
 #include "backends/cpu/kernels/quant.h"
+#if defined(__x86_64__) || defined(__i386__)
+#include "backends/cpu/avx2_transpose.h"
+#endif
 
 namespace kiln::cpu::kernels {
 
@@ -216,25 +219,6 @@ __m256 load8(const std::uint8_t* row, std::int64_t col, __m128i zero) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
 }
 
-// r[0..8) (8 rows of 8 columns) -> r[t] = column t of the 8 rows.
-[[gnu::always_inline]] inline void transpose8(__m256 r[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
 
 // The panel in 8 x 8 tiles: 8 rows' columns dequantized (scaled per group), transposed in
 // registers and stored as 8 rows of the panel. Needs col0, len and group multiples of 8.
@@ -264,7 +248,7 @@ void dequantize_panel_tiles(const QuantWeight& w, std::int64_t row0, std::int64_
       for (; c < end; c += 8) {
         __m256 r[8];
         for (int i = 0; i < 8; ++i) r[i] = _mm256_mul_ps(load8<Bits>(row_ptr[i], c, zero[i]), scale[i]);
-        transpose8(r);
+        transpose8x8(r);
         float* dst = out + (c - col0) * 16 + half * 8;
         for (int t = 0; t < 8; ++t) _mm256_storeu_ps(dst + t * 16, r[t]);
       }

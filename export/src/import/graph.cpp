@@ -501,20 +501,9 @@ int Importer::subgraph(const json& a) {
   auto it = subgraphs_.find(n);
   if (it != subgraphs_.end()) return it->second;
   const json& g = need(*sg, "graph", "as_graph");
-  const std::string saved_target = target_, saved_overload = overload_;
-  const ir::NodeMeta saved_meta = meta_;
-  const json* saved_node = node_;
-  auto saved_args = args_;
-  auto saved_kwargs = kwargs_;
-  auto saved_outputs = outputs_;
+  NodeContext saved = save_context();
   const int index = build_graph(g, n, false);
-  target_ = saved_target;
-  overload_ = saved_overload;
-  meta_ = saved_meta;
-  node_ = saved_node;
-  args_ = std::move(saved_args);
-  kwargs_ = std::move(saved_kwargs);
-  outputs_ = std::move(saved_outputs);
+  restore_context(std::move(saved));
   subgraphs_[n] = index;
   return index;
 }

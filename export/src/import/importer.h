@@ -236,6 +236,18 @@ class Importer {
   std::unordered_map<int, std::string> symbol_origin_;           // u0 -> "item(n_t)" for messages
   std::string origin_of(int node_index, const std::string& suffix);
   Scope* scope_ = nullptr;
+  // The node being mapped. Mapping another node inside it (a subgraph's nodes, a view
+  // recomputed in its view node's context) saves it first and restores it afterwards.
+  struct NodeContext {
+    const json* node = nullptr;
+    std::string target, overload;
+    ir::NodeMeta meta;
+    std::vector<const json*> args;
+    std::map<std::string, const json*> kwargs;
+    std::vector<const json*> outputs;  // flattened output arguments
+  };
+  NodeContext save_context() const { return {node_, target_, overload_, meta_, args_, kwargs_, outputs_}; }
+  void restore_context(NodeContext&& c);
   const json* node_ = nullptr;
   std::string target_, overload_;
   ir::NodeMeta meta_;

@@ -391,22 +391,21 @@ void Importer::track_aliases(const json& node) {
 }
 
 void Importer::in_context(const json& node, const ir::NodeMeta* meta, const std::function<void()>& fn) {
-  const json* saved_node = node_;
-  const std::string saved_target = target_, saved_overload = overload_;
-  const ir::NodeMeta saved_meta = meta_;
-  auto saved_args = args_;
-  auto saved_kwargs = kwargs_;
-  auto saved_outputs = outputs_;
+  NodeContext saved = save_context();
   enter_node(node);
   if (meta) meta_ = *meta;
   fn();
-  node_ = saved_node;
-  target_ = saved_target;
-  overload_ = saved_overload;
-  meta_ = saved_meta;
-  args_ = std::move(saved_args);
-  kwargs_ = std::move(saved_kwargs);
-  outputs_ = std::move(saved_outputs);
+  restore_context(std::move(saved));
+}
+
+void Importer::restore_context(NodeContext&& c) {
+  node_ = c.node;
+  target_ = std::move(c.target);
+  overload_ = std::move(c.overload);
+  meta_ = std::move(c.meta);
+  args_ = std::move(c.args);
+  kwargs_ = std::move(c.kwargs);
+  outputs_ = std::move(c.outputs);
 }
 
 // The new value of `base` once its view `edge` holds `value` (in the view node's context);

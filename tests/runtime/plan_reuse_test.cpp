@@ -171,6 +171,9 @@ TEST(PlanReuse, DecodingAtNewPositionsReusesThePlanWithTheResultsOfAFreshPlan) {
   // again with room for 64 more positions), then after every 64 positions.
   EXPECT_EQ(planned, 4);
   EXPECT_EQ(reused, static_cast<int>(kMaxCtx - 5) - planned);
+  // The folded cache slices (the matmuls read windows of the caches) take no arena bytes:
+  // one would be 2 heads x 8 x 200 floats now, with room for 64 more positions.
+  EXPECT_LT(s.last_stats().arena_bytes, 2u * 8 * kMaxCtx * 4);
   // The same position again is a plain cache hit.
   ASSERT_TRUE(s.run(step_at(kMaxCtx - 1)).ok());
   EXPECT_TRUE(s.last_stats().plan_cached);

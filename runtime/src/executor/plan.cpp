@@ -307,6 +307,9 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const s
       const std::uint32_t v = ni.outputs[k];
       const ValueInfo& vi = info.values[v];
       if (vi.kind != fb::ValueKind::Tensor || plan.dynamic[v] || ni.kernel_allocates[k] || device_only[v]) continue;
+      // A folded slice's output is never written (its matmul reads the window); with an
+      // observer, which computes it after all, run_node gives it heap bytes.
+      if (ni.folded) continue;
       if (k == 0 && try_state_in_place(ni, v, n)) continue;
       const std::int32_t last = std::max(vi.last_use, static_cast<std::int32_t>(n));
       if (try_alias(ni, v, last) || try_in_place(ni, v, n, last)) continue;

@@ -204,6 +204,8 @@ Result<void*> Session::Impl::heap_alloc(Frame& f, std::uint32_t v, std::size_t b
 Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
   const NodeInfo& ni = f.info->nodes[n];
   if (ni.hop) return run_control_flow(f, n);
+  // A folded slice computes nothing (and has no bytes): its reader reads the window (slice_window).
+  if (ni.folded && !options.observer) return Status::Ok();
   TensorView in[16];
   std::vector<TensorView> in_big;
   std::span<TensorView> ins;
@@ -233,7 +235,7 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
       out[k].dtype = vi.dtype;
       continue;
     }
-    if (!f.plan->dynamic[v] && f.views[v].data == nullptr) {  // planned for a device segment that fell back
+    if (!f.plan->dynamic[v] && f.views[v].data == nullptr) {  // planned for a device segment that fell back, or a folded slice an observer sees
       KILN_ASSIGN_OR_RETURN(f.views[v].data, heap_alloc(f, v, f.views[v].nbytes()));
     }
     if (f.plan->dynamic[v]) {
@@ -261,8 +263,6 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
     std::memcpy(out[0].data, ins[0].data, ins[0].nbytes());
     return Status::Ok();
   }
-  // A folded slice computes nothing: its reader reads the window (slice_window).
-  if (ni.folded && !options.observer) return Status::Ok();
   OperandWindow window;
   const bool windowed = ni.b_slice >= 0 && !options.observer;
   if (windowed) KILN_RETURN_IF_ERROR(slice_window(f, n, ins[1], window));

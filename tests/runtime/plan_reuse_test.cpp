@@ -117,6 +117,48 @@ TEST(UpdatePlan, AReuseDecisionThatNoLongerHoldsRefusesTheUpdate) {
   EXPECT_FALSE(update_plan(*program, **plan, std::vector<std::int64_t>{4}));
 }
 
+// y = full([10 - n], 1.0) for an int input n >= 1.
+ir::Program shrinking_program() {
+  ir::Program p;
+  p.name = "shrinking";
+  const int s0 = *p.env.create_backed_symbol("n", sym::ValueRange::at_least(1), 4);
+  const Expr N = Expr::symbol(s0), size = Expr::constant(10) - N;
+  ir::Graph g;
+  g.name = "main";
+  const int n = g.add_value({ir::ValueKind::kSymInt, DType::kI64, {}, N, -1, "n"});
+  const int y = g.add_value({ir::ValueKind::kTensor, DType::kF32, {size}, {}, -1, "y"});
+  g.inputs = {n};
+  g.outputs = {y};
+  g.nodes.push_back({OpKind::Full, {}, {y}, {std::vector<Expr>{size}, 1.0, DType::kF32}, {}, meta(12)});
+  p.graphs = {g};
+  p.inputs.push_back({"n", true, DType::kI64, {}, ir::Dynamism::kDynamic, 0, N});
+  p.outputs.push_back({"y", false, DType::kF32, {size}, {}});
+  return p;
+}
+
+TEST(PlanReuse, AnIntInputThatCannotBePlannedFailsAndLeavesTheSessionUsable) {
+  auto program = testing::load_program(shrinking_program());
+  ASSERT_NE(program, nullptr);
+  Session s(*program);
+  ASSERT_TRUE(s.run(std::vector<HostValue>{HostValue::integer(3)}).ok());
+  auto r = s.run(std::vector<HostValue>{HostValue::integer(7)});  // smaller: the plan is updated
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(s.last_stats().plan_reused);
+  EXPECT_EQ(r->outputs[0].tensor.shape, (std::vector<std::int64_t>{3}));
+  // 10 - 12 < 0: the update refuses it, and planning afresh names the value.
+  r = s.run(std::vector<HostValue>{HostValue::integer(12)});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
+  EXPECT_EQ(r.status().message(), "value 1 of main would have a negative size -2 (-s0 + 10) (plan_reuse.cpp:12)");
+  // The session still runs both earlier values.
+  for (std::int64_t n : {7, 3}) {
+    r = s.run(std::vector<HostValue>{HostValue::integer(n)});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->outputs[0].tensor.shape, (std::vector<std::int64_t>{10 - n}));
+    for (std::int64_t i = 0; i < 10 - n; ++i) EXPECT_EQ(r->outputs[0].tensor.element(i), 1.0) << i;
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Sessions decoding with the traced decoder of samples/models/kv_decoder.h (small)
 

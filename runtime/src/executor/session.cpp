@@ -505,7 +505,12 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
   GraphPlan* plan = nullptr;
   auto it = cache.find(scratch_key);
   if (it != cache.end() && entry && !same_ints(args, it->second->int_args)) {
-    KILN_ASSIGN_OR_RETURN(plan, replan_entry(args, it->second));
+    Result<GraphPlan*> replanned = replan_entry(args, it->second);
+    if (!replanned.ok()) {
+      if (it->second == nullptr) cache.erase(it);  // planning again failed after the update did
+      return replanned.status();
+    }
+    plan = *replanned;
   } else if (it != cache.end()) {
     plan = it->second.get();
     symbols = plan->symbols;

@@ -10,9 +10,9 @@
 // 10 (B^T) and 19 (A^T) around the rounding of the products. With inputs in [-1, 1] the
 // error stays below 1.7e-6 x (|bias| + sum |w| of the output channel) in
 // tests/kernels/conv_test.cpp (AVX2 1.4e-6, baseline 1.6e-6, no FMA);
-// on resnet18 (layer1 and layer2 take this path) the max |diff| to the golden is 5.7e-6
-// with it and 4.8e-6 without; the worst element uses 11% of its tolerance (rtol 1e-4,
-// atol 1e-5). KILN_CONV_WINOGRAD=0 turns the path off.
+// on resnet18 (layers 1-3 take this path with prepared weights) the max |diff| to the
+// golden is 8.8e-6 on one thread (docs/PERFORMANCE.md); the worst element uses 13% of its
+// tolerance (rtol 1e-4, atol 1e-5). KILN_CONV_WINOGRAD=0 turns the path off.
 //
 // Prepared weights (winograd_prepare, made on the first run that picks Winograd,
 // ConvWeights::winograd_for): U is transformed once and each U[xi] [K x C] packed as the

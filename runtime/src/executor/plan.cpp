@@ -1,5 +1,5 @@
-// plan_graph, in named steps: shapes, attributes, accelerator segments, state updates,
-// buffers (aliasing and in-place reuse), arena placement.
+// plan_graph, in named steps: shapes, attributes, accelerator segments, state updates
+// (on the host, or kept on the device), buffers (aliasing and in-place reuse), arena placement.
 #include "executor/plan.h"
 
 #include <algorithm>
@@ -35,6 +35,7 @@ struct Planner {
   std::span<const std::uint8_t> bound;
   GraphPlan& plan;
   bool entry;
+  bool device_state;
   std::vector<std::uint64_t> bytes;  // per value with a planned shape
 
   std::string graph_name() const {
@@ -51,6 +52,7 @@ struct Planner {
   void find_segment_io();
   std::vector<std::uint8_t> place_segments();
   std::vector<std::int32_t> state_candidates();
+  void device_states(std::vector<std::uint8_t>& device_only);
   void plan_buffers(const std::vector<std::uint8_t>& device_only, const std::vector<std::int32_t>& state_candidate);
 };
 
@@ -181,6 +183,8 @@ std::vector<std::int32_t> Planner::state_candidates() {
   if (states == 0 || count(graph.inputs()) != in0 + states || count(graph.outputs()) != out0 + states) return candidate;
   plan.state_update.assign(states, StateUpdate::kCopy);
   plan.node_state.assign(info.nodes.size(), -1);
+  plan.device_state_written.assign(states, 0);
+  plan.segment_state_bytes.assign(info.segments.size(), 0);
   for (std::uint32_t k = 0; k < states; ++k) {
     const std::uint32_t u = graph.inputs()->Get(in0 + k), v = graph.outputs()->Get(out0 + k);
     if (u == v) {
@@ -198,6 +202,69 @@ std::vector<std::int32_t> Planner::state_candidates() {
     candidate[static_cast<std::size_t>(n)] = static_cast<std::int32_t>(k);
   }
   return candidate;
+}
+
+// State kept on the device (device_state): state k whose input value only nodes of device
+// segments read, and whose new value is that input itself (read by a device segment), or
+// the output of an index_put of a device segment updating the input in place (the input's
+// last reader; the new value read by device segments only), and which the graph returns
+// nowhere else. Such a state is planned kDevice: its values leave the segments' host inputs
+// and outputs (the segments bind the Session's device buffer) and get no host bytes.
+// f32 states only (the device holds 32-bit words; an i64 would be narrowed).
+void Planner::device_states(std::vector<std::uint8_t>& device_only) {
+  const std::uint32_t states = entry ? count(p.signature()->states()) : 0;
+  const std::uint32_t in0 = count(p.signature()->inputs()), out0 = count(p.signature()->outputs());
+  if (!device_state || states == 0 || plan.state_update.size() != states) return;
+  const std::size_t nn = info.nodes.size();
+  auto on_device = [&](std::int32_t n) {
+    if (n < 0 || static_cast<std::size_t>(n) >= nn) return false;
+    const std::int32_t s = info.nodes[static_cast<std::size_t>(n)].segment;
+    return s >= 0 && !plan.segment_on_cpu[static_cast<std::size_t>(s)];
+  };
+  auto read_on_device_only = [&](std::uint32_t v, bool& read) {
+    for (std::size_t n = 0; n < nn; ++n) {
+      const NodeInfo& ni = info.nodes[n];
+      if (std::find(ni.inputs.begin(), ni.inputs.end(), v) == ni.inputs.end()) continue;
+      if (!on_device(static_cast<std::int32_t>(n))) return false;
+      read = true;
+    }
+    return true;
+  };
+  auto returned = [&](std::uint32_t v) { return std::count(graph.outputs()->begin(), graph.outputs()->end(), v); };
+  for (std::uint32_t k = 0; k < states; ++k) {
+    const std::uint32_t u = graph.inputs()->Get(in0 + k), v = graph.outputs()->Get(out0 + k);
+    if (info.values[u].dtype != DType::kF32 || plan.dynamic[u]) continue;
+    bool read = false;
+    if (!read_on_device_only(u, read)) continue;
+    std::int32_t writer = -1;
+    if (u == v) {
+      if (!read || returned(u) != 1) continue;  // nothing to gain, or the caller gets it
+    } else {
+      const std::int32_t n = info.values[v].producer;
+      if (!on_device(n) || returned(u) != 0 || returned(v) != 1 || plan.dynamic[v]) continue;
+      const NodeInfo& ni = info.nodes[static_cast<std::size_t>(n)];
+      if (ni.op != OpKind::IndexPut || ni.outputs.size() != 1 || ni.inputs.size() < 2 || ni.inputs[0] != u ||
+          std::count(ni.inputs.begin(), ni.inputs.end(), u) != 1 || info.values[u].last_use != n || bytes[u] != bytes[v]) {
+        continue;
+      }
+      bool read_v = false;
+      if (!read_on_device_only(v, read_v)) continue;
+      writer = n;
+    }
+    if (plan.device_state_of.empty()) plan.device_state_of.assign(info.values.size(), -1);
+    plan.device_state_of[u] = static_cast<std::int32_t>(k);
+    plan.device_state_of[v] = static_cast<std::int32_t>(k);
+    plan.state_update[k] = StateUpdate::kDevice;
+    device_only[v] = 1;
+    for (auto* list : {&plan.segment_inputs, &plan.segment_outputs}) {
+      for (auto& values : *list) values.erase(std::remove_if(values.begin(), values.end(), [&](std::uint32_t w) { return w == u || w == v; }), values.end());
+    }
+    if (writer >= 0) {
+      const NodeInfo& ni = info.nodes[static_cast<std::size_t>(writer)];
+      plan.device_state_written[k] = 1;
+      plan.segment_state_bytes[static_cast<std::size_t>(ni.segment)] += bytes[ni.inputs[1]];
+    }
+  }
 }
 
 // Buffers: tensors produced by nodes with planned shapes, merged when a node may write its
@@ -305,7 +372,7 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const s
 }  // namespace
 
 Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint32_t g, std::span<const std::int64_t> symbols,
-                                              std::span<const std::uint8_t> bound, bool entry) {
+                                              std::span<const std::uint8_t> bound, bool entry, bool device_state) {
   const Program::Impl& prog = ProgramInternals::of(program);
   const fb::Program& p = program.bundle().program();
   auto plan = std::make_unique<GraphPlan>();
@@ -320,12 +387,14 @@ Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint3
   plan->dynamic.assign(nv, 0);
   plan->attrs.resize(nn);
   plan->attrs_ready.assign(nn, 0);
-  Planner planner{program, p, info, *p.graphs()->Get(g), g, symbols, bound, *plan, entry, {}};
+  Planner planner{program, p, info, *p.graphs()->Get(g), g, symbols, bound, *plan, entry, device_state, {}};
   KILN_RETURN_IF_ERROR(planner.plan_shapes());
   KILN_RETURN_IF_ERROR(planner.plan_attrs());
   planner.find_segment_io();
-  const std::vector<std::uint8_t> device_only = planner.place_segments();
-  planner.plan_buffers(device_only, planner.state_candidates());
+  std::vector<std::uint8_t> device_only = planner.place_segments();
+  const std::vector<std::int32_t> state_candidate = planner.state_candidates();
+  planner.device_states(device_only);
+  planner.plan_buffers(device_only, state_candidate);
   return plan;
 }
 

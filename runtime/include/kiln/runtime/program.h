@@ -241,7 +241,10 @@ class Session {
   // run leaves every state tensor as it was. A row write into a state that nothing reads
   // afterwards (a KV cache's index_put) is done in place on the Session's buffer, saving the
   // overwritten rows first so a failed run can put them back; other new values are copied
-  // in (RunStats::state_bytes_written; docs/FORMAT.md, "State").
+  // in (RunStats::state_bytes_written; docs/FORMAT.md, "State"). With the Vulkan backend a
+  // state that only device nodes read and update stays on the device between runs and is
+  // downloaded only when read (read_state, snapshot_state); set/restore/reset upload it at
+  // the next run.
 
   /// The state tensors' names, in the bundle's order (empty for a stateless program).
   std::vector<std::string> state_names() const;
@@ -252,7 +255,8 @@ class Session {
   /// Replaces state tensor `name`, checked like an input (dtype, shape, byte count):
   /// kInvalidInput naming the state and the constraint.
   Status set_state(const std::string& name, const HostTensor& value);
-  /// A copy of every state tensor.
+  /// A copy of every state tensor (empty when one cannot be downloaded from the device:
+  /// a lost device; restore_state refuses that).
   StateSnapshot snapshot_state() const;
   /// Restores a snapshot taken from a Session of the same Program (every state, checked
   /// like set_state; nothing changes when one does not fit).

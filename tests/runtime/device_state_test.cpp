@@ -58,14 +58,15 @@ HostTensor f32(std::vector<std::int64_t> shape, const std::vector<float>& v) {
   return ::testing::AssertionSuccess();
 }
 
-// A bundle loaded for `backend`; null when that backend is unavailable here (no Vulkan
-// device), any other failure failing the test.
+// A bundle loaded for `backend` (Vulkan with the validation layer); null when that backend
+// is unavailable here (no Vulkan device), any other failure failing the test.
 std::shared_ptr<const Program> load_bundle(std::vector<std::uint8_t> bytes, const std::string& backend) {
   auto bundle = Bundle::from_bytes(std::move(bytes));
   EXPECT_TRUE(bundle.ok()) << bundle.status().message();
   if (!bundle.ok()) return nullptr;
   ProgramOptions options;
   options.backend = backend;
+  options.validation = backend == "vulkan";  // the Khronos layer: any message fails the run
   auto program = Program::load(std::move(bundle).value(), options);
   if (!program.ok()) {
     EXPECT_EQ(program.status().code(), StatusCode::kUnavailable) << program.status().message();

@@ -88,8 +88,6 @@ void memory_barrier(const Api& api, VkCommandBuffer cmd, VkPipelineStageFlags sr
 // what follows reads or writes.
 constexpr VkPipelineStageFlags kDeviceStages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
 constexpr VkAccessFlags kDeviceWrites = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-constexpr VkAccessFlags kDeviceAccess =
-    VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
 
 // A Session's state tensor in device memory (backend::DeviceBuffer): uploaded and downloaded
 // through a host staging buffer of its own, by one-shot submissions.
@@ -505,7 +503,8 @@ Status VulkanSegment::record(const LoweredSegment& lowered) {
   if (!lowered.undo_dispatches.empty()) {  // after every earlier write of the state (this run's included)
     KILN_ASSIGN_OR_RETURN(undo_cmd_, create_command_buffer());
     KILN_RETURN_IF_ERROR(ctx_.check(api.vkBeginCommandBuffer(undo_cmd_, &bi), "vkBeginCommandBuffer"));
-    memory_barrier(api, undo_cmd_, kDeviceStages, kDeviceWrites, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, kDeviceAccess);
+    memory_barrier(api, undo_cmd_, kDeviceStages, kDeviceWrites, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                   VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
     KILN_RETURN_IF_ERROR(record_dispatches(undo_cmd_, lowered.undo_dispatches, undo_sets));
     KILN_RETURN_IF_ERROR(ctx_.check(api.vkEndCommandBuffer(undo_cmd_), "vkEndCommandBuffer"));
   }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/exported.h"
@@ -383,6 +384,28 @@ TEST(DeviceState, TwoSessionsOnOneVulkanProgramKeepSeparateState) {
   ASSERT_TRUE(again.ok()) << again.status().message();
   EXPECT_TRUE(close_to(again->outputs[0].tensor, a[3].want[0])) << "sa kept its cache";
   EXPECT_EQ(sb.read_state("k_cache_0")->data, Session(*vk).read_state("k_cache_0")->data);
+}
+
+TEST(DeviceState, FourSessionsOnOneVulkanProgramRunConcurrentlyEachWithItsOwnDeviceState) {
+  VULKAN_PROGRAM_OR_SKIP(vk, load_fixture("kv_decoder", "model.core.pt2", "vulkan"));
+  const std::vector<Step> a = kv_sequence(*vk, "prefill5_decode3"), b = kv_sequence(*vk, "prefill17_decode2");
+  std::vector<int> failures(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Session s(*vk);
+      const std::vector<Step>& steps = t % 2 ? b : a;
+      for (int round = 0; round < 2; ++round) {
+        s.reset_state();
+        for (const Step& step : steps) {
+          auto got = s.run(step.inputs);
+          if (!got.ok() || !close_to(got->outputs[0].tensor, step.want[0])) ++failures[static_cast<std::size_t>(t)];
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(failures, std::vector<int>(4, 0));
 }
 
 }  // namespace

@@ -19,6 +19,39 @@ std::optional<std::uint64_t> checked_nbytes(DType dtype, std::span<const std::in
   return n;
 }
 
+std::int32_t device_state_update(const fb::Program& p, const GraphInfo& info, const fb::Graph& graph, std::uint32_t k,
+                                 cpu::FunctionRef<bool(std::int32_t)> on_device) {
+  constexpr std::int32_t kNo = -2;
+  const std::uint32_t in0 = count(p.signature()->inputs()), out0 = count(p.signature()->outputs());
+  const std::uint32_t states = count(p.signature()->states());
+  if (k >= states || count(graph.inputs()) != in0 + states || count(graph.outputs()) != out0 + states) return kNo;
+  const std::size_t nn = info.nodes.size();
+  // Whether only device nodes read v (and `read`: some node does).
+  auto read_on_device_only = [&](std::uint32_t v, bool& read) {
+    for (std::size_t n = 0; n < nn; ++n) {
+      const NodeInfo& ni = info.nodes[n];
+      if (std::find(ni.inputs.begin(), ni.inputs.end(), v) == ni.inputs.end()) continue;
+      if (!on_device(static_cast<std::int32_t>(n))) return false;
+      read = true;
+    }
+    return true;
+  };
+  auto returned = [&](std::uint32_t v) { return std::count(graph.outputs()->begin(), graph.outputs()->end(), v); };
+  const std::uint32_t u = graph.inputs()->Get(in0 + k), v = graph.outputs()->Get(out0 + k);
+  bool read = false;
+  if (info.values[u].dtype != DType::kF32 || !read_on_device_only(u, read)) return kNo;
+  if (u == v) return read && returned(u) == 1 ? -1 : kNo;  // nothing to gain, or the caller gets it
+  const std::int32_t n = info.values[v].producer;
+  if (n < 0 || static_cast<std::size_t>(n) >= nn || !on_device(n) || returned(u) != 0 || returned(v) != 1) return kNo;
+  const NodeInfo& ni = info.nodes[static_cast<std::size_t>(n)];
+  if (ni.op != OpKind::IndexPut || ni.outputs.size() != 1 || ni.inputs.size() < 2 || ni.inputs[0] != u ||
+      std::count(ni.inputs.begin(), ni.inputs.end(), u) != 1 || info.values[u].last_use != n) {
+    return kNo;
+  }
+  bool read_v = false;
+  return read_on_device_only(v, read_v) ? n : kNo;
+}
+
 namespace {
 
 // Above this a tensor is not placed (offsets and sums stay far from overflow); the
@@ -204,53 +237,23 @@ std::vector<std::int32_t> Planner::state_candidates() {
   return candidate;
 }
 
-// State kept on the device (device_state): state k whose input value only nodes of device
-// segments read, and whose new value is that input itself (read by a device segment), or
-// the output of an index_put of a device segment updating the input in place (the input's
-// last reader; the new value read by device segments only), and which the graph returns
-// nowhere else. Such a state is planned kDevice: its values leave the segments' host inputs
-// and outputs (the segments bind the Session's device buffer) and get no host bytes.
-// f32 states only (the device holds 32-bit words; an i64 would be narrowed).
+// State kept on the device (device_state): device_state_update's rule, with the segments
+// that run on the device for these shapes, and static sizes. Such a state is planned
+// kDevice: its values leave the segments' host inputs and outputs (the segments bind the
+// Session's device buffer) and get no host bytes. f32 states only (the device holds 32-bit
+// words; an i64 would be narrowed).
 void Planner::device_states(std::vector<std::uint8_t>& device_only) {
   const std::uint32_t states = entry ? count(p.signature()->states()) : 0;
-  const std::uint32_t in0 = count(p.signature()->inputs()), out0 = count(p.signature()->outputs());
   if (!device_state || states == 0 || plan.state_update.size() != states) return;
-  const std::size_t nn = info.nodes.size();
+  const std::uint32_t in0 = count(p.signature()->inputs()), out0 = count(p.signature()->outputs());
   auto on_device = [&](std::int32_t n) {
-    if (n < 0 || static_cast<std::size_t>(n) >= nn) return false;
     const std::int32_t s = info.nodes[static_cast<std::size_t>(n)].segment;
     return s >= 0 && !plan.segment_on_cpu[static_cast<std::size_t>(s)];
   };
-  auto read_on_device_only = [&](std::uint32_t v, bool& read) {
-    for (std::size_t n = 0; n < nn; ++n) {
-      const NodeInfo& ni = info.nodes[n];
-      if (std::find(ni.inputs.begin(), ni.inputs.end(), v) == ni.inputs.end()) continue;
-      if (!on_device(static_cast<std::int32_t>(n))) return false;
-      read = true;
-    }
-    return true;
-  };
-  auto returned = [&](std::uint32_t v) { return std::count(graph.outputs()->begin(), graph.outputs()->end(), v); };
   for (std::uint32_t k = 0; k < states; ++k) {
+    const std::int32_t writer = device_state_update(p, info, graph, k, on_device);
     const std::uint32_t u = graph.inputs()->Get(in0 + k), v = graph.outputs()->Get(out0 + k);
-    if (info.values[u].dtype != DType::kF32 || plan.dynamic[u]) continue;
-    bool read = false;
-    if (!read_on_device_only(u, read)) continue;
-    std::int32_t writer = -1;
-    if (u == v) {
-      if (!read || returned(u) != 1) continue;  // nothing to gain, or the caller gets it
-    } else {
-      const std::int32_t n = info.values[v].producer;
-      if (!on_device(n) || returned(u) != 0 || returned(v) != 1 || plan.dynamic[v]) continue;
-      const NodeInfo& ni = info.nodes[static_cast<std::size_t>(n)];
-      if (ni.op != OpKind::IndexPut || ni.outputs.size() != 1 || ni.inputs.size() < 2 || ni.inputs[0] != u ||
-          std::count(ni.inputs.begin(), ni.inputs.end(), u) != 1 || info.values[u].last_use != n || bytes[u] != bytes[v]) {
-        continue;
-      }
-      bool read_v = false;
-      if (!read_on_device_only(v, read_v)) continue;
-      writer = n;
-    }
+    if (writer < -1 || plan.dynamic[u] || plan.dynamic[v] || bytes[u] != bytes[v]) continue;
     if (plan.device_state_of.empty()) plan.device_state_of.assign(info.values.size(), -1);
     plan.device_state_of[u] = static_cast<std::int32_t>(k);
     plan.device_state_of[v] = static_cast<std::int32_t>(k);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/thread_pool.h"
 #include "executor/program_impl.h"
 #include "kernel/kernel.h"
 
@@ -62,6 +63,15 @@ struct GraphPlan {
   std::int32_t largest = -1;
   std::uint64_t largest_bytes = 0;
 };
+
+/// The load-time part of keeping state `k` of entry graph `g` on the device (docs/FORMAT.md,
+/// "State"), given which nodes run in device segments: its input value is f32 and read by
+/// device nodes only, and its new value is that input (read by some device node) or the
+/// output of an index_put of a device node updating it in place (its last reader), read by
+/// device nodes only; the graph returns neither anywhere else. Returns the updating node,
+/// -1 when the state is only read there, or -2 when it cannot live on the device.
+std::int32_t device_state_update(const fb::Program& p, const GraphInfo& info, const fb::Graph& graph, std::uint32_t k,
+                                 cpu::FunctionRef<bool(std::int32_t)> on_device);
 
 /// Bytes of a tensor of `dtype` and `shape`, or nullopt when that does not fit in 64 bits
 /// (or a dim is negative).

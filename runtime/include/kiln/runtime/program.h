@@ -96,6 +96,16 @@ struct NodePlacement {
   std::string where;
 };
 
+/// Where a state tensor lives between runs, as decided at load (Program::state_placement).
+struct StatePlacement {
+  std::string name;
+  /// "cpu" (the Session's host memory) or the accelerator's name ("vulkan"): every node
+  /// reading or updating the state runs there, so a Session keeps it in device memory,
+  /// downloading it only when read (docs/FORMAT.md, "State"). A call whose shapes the device
+  /// refuses (limits) keeps it on the host for that call.
+  std::string backend;
+};
+
 class Program {
  public:
   /// Takes ownership of a verified bundle and resolves a kernel for every op. With an
@@ -109,6 +119,9 @@ class Program {
   const std::string& backend_notice() const;
   /// Every node of graph `graph` (0-based; empty when out of range) with where it runs.
   std::vector<NodePlacement> placement(std::uint32_t graph) const;
+  /// Every state tensor (in the bundle's order) with where it lives between runs (the entry
+  /// graph's rule; a specialization may differ).
+  std::vector<StatePlacement> state_placement() const;
 
   /// Bytes of mapped weight pages released after load: constants that only prepared
   /// (prepacked) conv2d kernels read leave the resident set (Bundle::release_pages), so a

@@ -328,6 +328,19 @@ TEST(DeviceState, AFailedStepLeavesTheDeviceStateByteIdentical) {
     ASSERT_TRUE(after.ok()) << after.status().message();
     EXPECT_EQ(after->data, before->data) << "a failed run leaves the state byte-identical";
   }
+  // A run that fails before its segment reaches the device (an index beyond the device's
+  // 32-bit range, refused at upload) writes nothing, and undoes nothing either: the undo log
+  // still holds the previous step's rows.
+  {
+    auto good = write_then_read_inputs(6, value++, 1, 0);
+    ASSERT_TRUE(v.run(good).ok());
+    ASSERT_TRUE(c.run(good).ok());
+    auto before = c.read_state("cache");
+    auto got = v.run(write_then_read_inputs(2, 9, 1, std::int64_t{1} << 40));
+    ASSERT_FALSE(got.ok());
+    EXPECT_NE(got.status().message().find("32-bit"), std::string::npos) << got.status().message();
+    EXPECT_EQ(v.read_state("cache")->data, before->data);
+  }
   // A failure right after a read_state (the host copy current too): the device's copy is
   // put back as well, as the next step, reading row 3 without writing it, shows.
   ASSERT_TRUE(v.read_state("cache").ok());

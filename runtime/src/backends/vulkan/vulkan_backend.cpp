@@ -183,6 +183,7 @@ class VulkanSegment final : public PreparedSegment {
   VkCommandBuffer undo_cmd_ = VK_NULL_HANDLE;  // the restore dispatches; null when there are none
   UniqueFence fence_;
   std::uint64_t uploaded_ = 0, downloaded_ = 0;
+  bool submitted_ = false;  // the last run() reached the queue: its undo logs are this run's
 };
 
 class VulkanBackend final : public backend::Backend {
@@ -586,6 +587,7 @@ Status VulkanSegment::run(const SegmentRun& run) {
     return v.data != nullptr || v.numel() == 0;
   };
   uploaded_ = downloaded_ = 0;
+  submitted_ = false;
   for (std::size_t i = 0; i < inputs_.size(); ++i) {
     const SegmentTensor& t = desc_.tensors[inputs_[i]];
     if (!matches(run.inputs[i], t)) return Status(StatusCode::kInternal, "Vulkan: input " + std::to_string(i) + " does not match the prepared shape");
@@ -600,6 +602,7 @@ Status VulkanSegment::run(const SegmentRun& run) {
     }
   }
   if (error_.valid()) std::memset(error_->mapped, 0, 16);
+  submitted_ = true;
   KILN_RETURN_IF_ERROR(ctx_.submit_and_wait(cmd_, fence_.get(), "running a segment"));
   KILN_RETURN_IF_ERROR(ctx_.take_validation_errors());
   if (error_.valid()) {
@@ -628,7 +631,10 @@ Status VulkanSegment::run(const SegmentRun& run) {
 }
 
 Status VulkanSegment::undo_writes() {
-  if (undo_cmd_ == VK_NULL_HANDLE) return Status::Ok();
+  // A run that failed before its submission wrote nothing, and the undo logs hold an
+  // earlier run's words: putting those back would undo that run.
+  if (undo_cmd_ == VK_NULL_HANDLE || !submitted_) return Status::Ok();
+  submitted_ = false;
   KILN_RETURN_IF_ERROR(ctx_.submit_and_wait(undo_cmd_, fence_.get(), "undoing a segment's writes of device state"));
   return ctx_.take_validation_errors();
 }

@@ -421,5 +421,55 @@ TEST(DeviceState, FourSessionsOnOneVulkanProgramRunConcurrentlyEachWithItsOwnDev
   EXPECT_EQ(failures, std::vector<int>(4, 0));
 }
 
+// A state only read (scale: stays on the device, uploaded once and after set_state) next to
+// one replaced by an add (total: its new value is computed on the device, downloaded and
+// copied in on the host, and uploaded again by the next run).
+struct ScaledSum : Module {
+  Tensor total, scale;
+  ScaledSum() {
+    total = register_buffer("total", zeros({4}), {.state = true});
+    scale = register_buffer("scale", Tensor::from_floats({4}, std::vector<float>{1, 2, 3, 4}), {.state = true});
+  }
+  Tensor operator()(const Tensor& x) {
+    total.add_(x);
+    return total * scale;
+  }
+};
+
+TEST(DeviceState, AStateOnlyReadStaysOnTheDeviceNextToOneTheHostReplaces) {
+  ScaledSum model;
+  auto ep = export_program([&](Tensor x) { return model(x); }, {input("x", Tensor::from_floats({4}, std::vector<float>{1, 1, 1, 1}))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  auto bytes = serialize_bundle(ep->program());
+  ASSERT_TRUE(bytes.ok());
+  VULKAN_PROGRAM_OR_SKIP(vk, load_bundle(*bytes, "vulkan"));
+  auto cpu = load_bundle(*bytes, "cpu");
+  ASSERT_NE(cpu, nullptr);
+  const std::vector<StatePlacement> placed = vk->state_placement();
+  ASSERT_EQ(placed.size(), 2u);
+  EXPECT_EQ(placed[0].name, "total");
+  EXPECT_EQ(placed[0].backend, "cpu");  // its new value comes from an add, not an index_put
+  EXPECT_EQ(placed[1].name, "scale");
+  EXPECT_EQ(placed[1].backend, "vulkan");
+  Session v(*vk), c(*cpu);
+  const HostValue x = testing::floats({0.5f, 1, 2, -1});
+  for (int run = 0; run < 4; ++run) {
+    SCOPED_TRACE(run);
+    if (run == 2) {  // a new scale: uploaded by the next run
+      const HostTensor scale = f32({4}, {-1, 0.5f, 2, 3});
+      ASSERT_TRUE(v.set_state("scale", scale).ok());
+      ASSERT_TRUE(c.set_state("scale", scale).ok());
+    }
+    auto got = v.run(std::vector<HostValue>{x});
+    auto want = c.run(std::vector<HostValue>{x});
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(got->outputs[0].tensor.data, want->outputs[0].tensor.data);
+    // x and total (16 bytes each) every run; scale with the first run and after set_state.
+    EXPECT_EQ(v.last_stats().bytes_uploaded, run == 0 || run == 2 ? 48u : 32u);
+    expect_same_state(v, c);
+  }
+}
+
 }  // namespace
 }  // namespace kiln

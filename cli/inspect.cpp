@@ -615,6 +615,9 @@ json placement_json(const Program& program) {
   }
   json j{{"backend", program.backend_name()}, {"graphs", std::move(graphs)}};
   if (!program.backend_notice().empty()) j["notice"] = program.backend_notice();
+  json states = json::array();
+  for (const StatePlacement& st : program.state_placement()) states.push_back({{"name", st.name}, {"backend", st.backend}});
+  if (!states.empty()) j["states"] = std::move(states);
   return j;
 }
 
@@ -633,6 +636,12 @@ void print_placement(std::ostream& os, const json& j) {
                     runs.c_str());
       os << line << n["where"].get<std::string>() << "\n";
     }
+  }
+  if (!j.contains("states")) return;
+  os << "  state between runs\n";
+  for (const auto& st : j["states"]) {
+    const std::string b = st["backend"].get<std::string>();
+    os << "    " << st["name"].get<std::string>() << ": " << (b == "cpu" ? "host memory" : b + " device memory (downloaded when read)") << "\n";
   }
 }
 

@@ -93,7 +93,7 @@ TEST(UpdatePlan, HeadroomMakesRoomForLargerSizesUpToIt) {
   Chain chain = chain_program(Expr::symbol(0));
   auto program = testing::load_program(chain.program);
   ASSERT_NE(program, nullptr);
-  auto plan = plan_graph(*program, 0, std::vector<std::int64_t>{100}, kBound, false, std::vector<std::int64_t>{164});
+  auto plan = plan_graph(*program, 0, std::vector<std::int64_t>{100}, kBound, false, false, std::vector<std::int64_t>{164});
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   GraphPlan& gp = **plan;
   // The shapes are those of n = 100; the arena holds 164 floats.

@@ -200,6 +200,20 @@ TEST(VulkanBackend, OutOfRangeAdvancedIndexIsInvalidInput) {
   EXPECT_EQ(got.status().code(), StatusCode::kInvalidInput) << got.status().to_string();
 }
 
+TEST(VulkanBackend, OutOfRangeIndexPutPositionIsTheCpuKernelsError) {
+  KILN_VULKAN_BACKEND_OR_SKIP(b);
+  Graph g;
+  const auto x = g.input(Tensor::of(DType::kF32, {1, 4, 2}, {0, 0, 0, 0, 0, 0, 0, 0}));
+  const auto v = g.input(Tensor::of(DType::kF32, {1, 1, 2}, {7, 8}));
+  const auto idx = g.input(Tensor::of(DType::kI64, {1}, {4}));  // rows 0..3 (or -4..-1)
+  g.node(OpKind::IndexPut, {x, v, idx}, {g.output(DType::kF32, {1, 4, 2})}, AttrList().ints({1}).b(false));
+  auto got = run_vulkan(*b, g);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kInvalidInput) << got.status().to_string();
+  EXPECT_NE(got.status().message().find("[index_put] indices[0] element 0 = 4 out of range for dim 1 of size 4"), std::string::npos)
+      << got.status().message();
+}
+
 TEST(VulkanBackend, I64OutsideI32IsAnErrorNotAWrongAnswer) {
   KILN_VULKAN_BACKEND_OR_SKIP(b);
   Graph g;

@@ -1,7 +1,9 @@
 // Conformance: every op the Vulkan backend supports, on random shapes (odd sizes,
 // broadcasting, empty dims), compared with the CPU kernels within tolerance. Each case is
 // prepared and run with the validation layer on; any validation message fails it.
+#include <algorithm>
 #include <functional>
+#include <numeric>
 #include <random>
 
 #include "vulkan/vulkan_testutil.h"
@@ -422,6 +424,24 @@ std::vector<Case> all_cases() {
                  else os.insert(os.end(), {2, 3});
                  os.insert(os.end(), xs.begin() + first + k, xs.end());
                  g.node(OpKind::Index, ins, {g.output(DType::kF32, os)}, AttrList().ints(dims));
+                 return g;
+               }, 0, 0, 6});
+
+  c.push_back({"index_put_rows", [](std::mt19937& rng) {  // a KV cache row write, not in place
+                 Graph g;
+                 const std::int64_t dim = pick(rng, 0, 2), k = pick(rng, 1, 4);
+                 const Shape xs = {3, 8, 5};
+                 std::vector<std::int64_t> rows(static_cast<std::size_t>(xs[dim]));
+                 std::iota(rows.begin(), rows.end(), -xs[dim]);  // distinct, negatives too
+                 std::shuffle(rows.begin(), rows.end(), rng);
+                 rows.resize(static_cast<std::size_t>(std::min(k, xs[dim])));
+                 Shape vs = xs;
+                 vs[dim] = static_cast<std::int64_t>(rows.size());
+                 std::vector<double> idx(rows.begin(), rows.end());
+                 const auto x = g.input(rnd(DType::kF32, xs, rng));
+                 const auto v = g.input(rnd(DType::kF32, vs, rng));
+                 const auto i = g.input(Tensor::of(DType::kI64, {static_cast<std::int64_t>(rows.size())}, idx));
+                 g.node(OpKind::IndexPut, {x, v, i}, {g.output(DType::kF32, xs)}, AttrList().ints({dim}).b(false));
                  return g;
                }, 0, 0, 6});
 

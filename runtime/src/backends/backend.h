@@ -15,6 +15,13 @@
 // Constants (weights) are uploaded once per Program: SegmentDesc names them by their
 // bundle constant index, and the backend keeps one device copy per index.
 //
+// State kept on the device between runs (a Session's KV cache): the executor owns one
+// DeviceBuffer per such state (Backend::create_buffer), names it in a SegmentDesc
+// (Role::kDevice), and the segment reads it, or updates it in place, where it lies: no
+// upload, no download. A segment that writes a kDevice tensor saves the elements it
+// overwrites on the device first; PreparedSegment::undo_writes puts them back (a failed
+// run leaves the state as it was).
+//
 // Errors are Status values; a backend never throws, aborts or hangs (device loss is
 // StatusCode::kUnavailable).
 #pragma once
@@ -40,12 +47,27 @@ struct SegmentTensor {
     kConstant,  // a bundle constant: `constant` is its index; bytes from constant_data()
     kInternal,  // produced and consumed inside the segment only
     kOutput,    // produced inside the segment and read by the host (SegmentRun::outputs)
+    kDevice,    // lives in SegmentDesc::device_buffers[io_index] across runs (a state tensor):
+                // read there, or written there in place by an update of the buffer's other
+                // kDevice tensor with the same io_index (index_put); never copied to the host
   };
   Role role = Role::kInternal;
   DType dtype = DType::kF32;
   std::vector<std::int64_t> shape;
   std::uint32_t constant = 0;  // kConstant
-  std::uint32_t io_index = 0;  // kInput / kOutput: position in SegmentRun::inputs / outputs
+  std::uint32_t io_index = 0;  // kInput / kOutput: position in SegmentRun::inputs / outputs;
+                               // kDevice: position in SegmentDesc::device_buffers
+};
+
+/// A tensor the executor keeps in device memory between segment runs (Backend::create_buffer):
+/// a Session's state. Its dtype and shape are fixed at creation.
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  /// Host -> device: `host` has the buffer's dtype and shape.
+  virtual Status upload(const TensorView& host) = 0;
+  /// Device -> host: `host` has the buffer's dtype and shape and points at writable memory.
+  virtual Status download(const TensorView& host) = 0;
 };
 
 /// SegmentNode::inputs entry for an absent optional input (layer_norm's weight, ...).
@@ -72,6 +94,9 @@ struct SegmentDesc {
   std::vector<SegmentNode> nodes;  // in execution order
   std::uint32_t num_inputs = 0;
   std::uint32_t num_outputs = 0;
+  /// What kDevice tensors name (made by the same Backend's create_buffer; null where unused).
+  /// They outlive the PreparedSegment, which binds them at prepare.
+  std::vector<DeviceBuffer*> device_buffers;
 };
 
 /// Host memory for one run of a prepared segment: dense, C-contiguous, of the shapes and
@@ -90,6 +115,10 @@ class PreparedSegment {
   /// Bytes copied host→device and device→host by the last run (for inspect/bench).
   virtual std::uint64_t bytes_uploaded() const = 0;
   virtual std::uint64_t bytes_downloaded() const = 0;
+  /// Puts back the elements of kDevice tensors the last run() overwrote (it saved them on
+  /// the device before writing), newest first. The executor calls it, newest segment first,
+  /// when a run that ran this segment fails, before any other run of the segment.
+  virtual Status undo_writes() { return Status::Ok(); }
 };
 
 /// Access to the bundle's constants, so a backend can upload a weight the first time a
@@ -114,6 +143,13 @@ class Backend {
   /// Builds pipelines/buffers/command buffers for a segment with concrete shapes. Thread-safe
   /// (several Sessions may prepare at once).
   virtual Result<std::unique_ptr<PreparedSegment>> prepare(const SegmentDesc& segment, const ConstantSource& constants) = 0;
+  /// A device buffer of `dtype` and `shape` for kDevice tensors (contents unspecified until
+  /// an upload). kUnsupported when the backend cannot keep such a tensor. Thread-safe.
+  virtual Result<std::unique_ptr<DeviceBuffer>> create_buffer(DType dtype, std::span<const std::int64_t> shape) {
+    (void)dtype;
+    (void)shape;
+    return Status(StatusCode::kUnsupported, std::string(name()) + ": no device buffers");
+  }
 };
 
 struct BackendOptions {

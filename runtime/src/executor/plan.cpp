@@ -1,5 +1,5 @@
-// plan_graph, in named steps: shapes, attributes, accelerator segments, state updates,
-// buffers (aliasing and in-place reuse), arena placement.
+// plan_graph, in named steps: shapes, attributes, accelerator segments, state updates
+// (on the host, or kept on the device), buffers (aliasing and in-place reuse), arena placement.
 #include "executor/plan.h"
 
 #include <algorithm>
@@ -19,6 +19,39 @@ std::optional<std::uint64_t> checked_nbytes(DType dtype, std::span<const std::in
   return n;
 }
 
+std::int32_t device_state_update(const fb::Program& p, const GraphInfo& info, const fb::Graph& graph, std::uint32_t k,
+                                 cpu::FunctionRef<bool(std::int32_t)> on_device) {
+  constexpr std::int32_t kNo = -2;
+  const std::uint32_t in0 = count(p.signature()->inputs()), out0 = count(p.signature()->outputs());
+  const std::uint32_t states = count(p.signature()->states());
+  if (k >= states || count(graph.inputs()) != in0 + states || count(graph.outputs()) != out0 + states) return kNo;
+  const std::size_t nn = info.nodes.size();
+  // Whether only device nodes read v (and `read`: some node does).
+  auto read_on_device_only = [&](std::uint32_t v, bool& read) {
+    for (std::size_t n = 0; n < nn; ++n) {
+      const NodeInfo& ni = info.nodes[n];
+      if (std::find(ni.inputs.begin(), ni.inputs.end(), v) == ni.inputs.end()) continue;
+      if (!on_device(static_cast<std::int32_t>(n))) return false;
+      read = true;
+    }
+    return true;
+  };
+  auto returned = [&](std::uint32_t v) { return std::count(graph.outputs()->begin(), graph.outputs()->end(), v); };
+  const std::uint32_t u = graph.inputs()->Get(in0 + k), v = graph.outputs()->Get(out0 + k);
+  bool read = false;
+  if (info.values[u].dtype != DType::kF32 || !read_on_device_only(u, read)) return kNo;
+  if (u == v) return read && returned(u) == 1 ? -1 : kNo;  // nothing to gain, or the caller gets it
+  const std::int32_t n = info.values[v].producer;
+  if (n < 0 || static_cast<std::size_t>(n) >= nn || !on_device(n) || returned(u) != 0 || returned(v) != 1) return kNo;
+  const NodeInfo& ni = info.nodes[static_cast<std::size_t>(n)];
+  if (ni.op != OpKind::IndexPut || ni.outputs.size() != 1 || ni.inputs.size() < 2 || ni.inputs[0] != u ||
+      std::count(ni.inputs.begin(), ni.inputs.end(), u) != 1 || info.values[u].last_use != n) {
+    return kNo;
+  }
+  bool read_v = false;
+  return read_on_device_only(v, read_v) ? n : kNo;
+}
+
 namespace {
 
 // Above this a tensor is not placed (offsets and sums stay far from overflow); the
@@ -35,6 +68,7 @@ struct Planner {
   std::span<const std::uint8_t> bound;
   GraphPlan& plan;
   bool entry;
+  bool device_state;
   std::span<const std::int64_t> headroom;  // plan_graph's `headroom` (empty: none)
   std::vector<std::uint64_t> bytes;    // per value with a planned shape
   std::vector<std::uint64_t> reserve;  // per value: the bytes its place must hold (>= bytes)
@@ -55,6 +89,7 @@ struct Planner {
   void find_segment_io();
   std::vector<std::uint8_t> place_segments();
   std::vector<std::int32_t> state_candidates();
+  void device_states(std::vector<std::uint8_t>& device_only);
   void plan_buffers(const std::vector<std::uint8_t>& device_only, const std::vector<std::int32_t>& state_candidate);
 };
 
@@ -208,6 +243,8 @@ std::vector<std::int32_t> Planner::state_candidates() {
   if (states == 0 || count(graph.inputs()) != in0 + states || count(graph.outputs()) != out0 + states) return candidate;
   plan.state_update.assign(states, StateUpdate::kCopy);
   plan.node_state.assign(info.nodes.size(), -1);
+  plan.device_state_written.assign(states, 0);
+  plan.segment_state_bytes.assign(info.segments.size(), 0);
   for (std::uint32_t k = 0; k < states; ++k) {
     const std::uint32_t u = graph.inputs()->Get(in0 + k), v = graph.outputs()->Get(out0 + k);
     if (u == v) {
@@ -225,6 +262,39 @@ std::vector<std::int32_t> Planner::state_candidates() {
     candidate[static_cast<std::size_t>(n)] = static_cast<std::int32_t>(k);
   }
   return candidate;
+}
+
+// State kept on the device (device_state): device_state_update's rule, with the segments
+// that run on the device for these shapes, and static sizes. Such a state is planned
+// kDevice: its values leave the segments' host inputs and outputs (the segments bind the
+// Session's device buffer) and get no host bytes. f32 states only (the device holds 32-bit
+// words; an i64 would be narrowed).
+void Planner::device_states(std::vector<std::uint8_t>& device_only) {
+  const std::uint32_t states = entry ? count(p.signature()->states()) : 0;
+  if (!device_state || states == 0 || plan.state_update.size() != states) return;
+  const std::uint32_t in0 = count(p.signature()->inputs()), out0 = count(p.signature()->outputs());
+  auto on_device = [&](std::int32_t n) {
+    const std::int32_t s = info.nodes[static_cast<std::size_t>(n)].segment;
+    return s >= 0 && !plan.segment_on_cpu[static_cast<std::size_t>(s)];
+  };
+  for (std::uint32_t k = 0; k < states; ++k) {
+    const std::int32_t writer = device_state_update(p, info, graph, k, on_device);
+    const std::uint32_t u = graph.inputs()->Get(in0 + k), v = graph.outputs()->Get(out0 + k);
+    if (writer < -1 || plan.dynamic[u] || plan.dynamic[v] || bytes[u] != bytes[v]) continue;
+    if (plan.device_state_of.empty()) plan.device_state_of.assign(info.values.size(), -1);
+    plan.device_state_of[u] = static_cast<std::int32_t>(k);
+    plan.device_state_of[v] = static_cast<std::int32_t>(k);
+    plan.state_update[k] = StateUpdate::kDevice;
+    device_only[v] = 1;
+    for (auto* list : {&plan.segment_inputs, &plan.segment_outputs}) {
+      for (auto& values : *list) values.erase(std::remove_if(values.begin(), values.end(), [&](std::uint32_t w) { return w == u || w == v; }), values.end());
+    }
+    if (writer >= 0) {
+      const NodeInfo& ni = info.nodes[static_cast<std::size_t>(writer)];
+      plan.device_state_written[k] = 1;
+      plan.segment_state_bytes[static_cast<std::size_t>(ni.segment)] += bytes[ni.inputs[1]];
+    }
+  }
 }
 
 // Buffers: tensors produced by nodes with planned shapes, merged when a node may write its
@@ -345,7 +415,8 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const s
 }  // namespace
 
 Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint32_t g, std::span<const std::int64_t> symbols,
-                                              std::span<const std::uint8_t> bound, bool entry, std::span<const std::int64_t> headroom) {
+                                              std::span<const std::uint8_t> bound, bool entry, bool device_state,
+                                              std::span<const std::int64_t> headroom) {
   const Program::Impl& prog = ProgramInternals::of(program);
   const fb::Program& p = program.bundle().program();
   auto plan = std::make_unique<GraphPlan>();
@@ -362,12 +433,14 @@ Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint3
   plan->attrs_ready.assign(nn, 0);
   plan->reserved.assign(nv, 0);
   plan->attr_symbols.resize(nn);
-  Planner planner{program, p, info, *p.graphs()->Get(g), g, symbols, bound, *plan, entry, headroom, {}, {}};
+  Planner planner{program, p, info, *p.graphs()->Get(g), g, symbols, bound, *plan, entry, device_state, headroom, {}, {}};
   KILN_RETURN_IF_ERROR(planner.plan_shapes());
   KILN_RETURN_IF_ERROR(planner.plan_attrs());
   planner.find_segment_io();
-  const std::vector<std::uint8_t> device_only = planner.place_segments();
-  planner.plan_buffers(device_only, planner.state_candidates());
+  std::vector<std::uint8_t> device_only = planner.place_segments();
+  const std::vector<std::int32_t> state_candidate = planner.state_candidates();
+  planner.device_states(device_only);
+  planner.plan_buffers(device_only, state_candidate);
   return plan;
 }
 

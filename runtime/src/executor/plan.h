@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/thread_pool.h"
 #include "executor/program_impl.h"
 #include "kernel/kernel.h"
 
@@ -26,6 +27,9 @@ enum class StateUpdate : std::uint8_t {
   kInPlace,    // its producer (cpu::updates_in_place) writes over the state's buffer, which it
                // alone reads from then on; the executor saves the elements it overwrites first
   kUnchanged,  // the graph returns the state's own input value
+  kDevice,     // kept in the Session's device buffer (an accelerator runs every node reading it, and
+               // updates it in place there with an index_put, or leaves it unchanged): segments
+               // read and write it where it lies (backend::SegmentTensor::Role::kDevice)
 };
 
 /// Everything one graph call needs for one input signature.
@@ -47,6 +51,12 @@ struct GraphPlan {
   /// the state it updates in place (-1: none). Empty otherwise.
   std::vector<StateUpdate> state_update;
   std::vector<std::int32_t> node_state;
+  /// kDevice states: per value, the state it is (its input or new value; -1: none, or empty
+  /// when no state is kDevice); per state, whether a segment writes it; per segment, the
+  /// bytes of device state its in-place updates write (0: none, so no undo either).
+  std::vector<std::int32_t> device_state_of;
+  std::vector<std::uint8_t> device_state_written;
+  std::vector<std::uint64_t> segment_state_bytes;
   /// The arena the planned tensors need (saturates at UINT64_MAX when a tensor's size does
   /// not fit in 64 bits), and what they would take without reuse.
   std::uint64_t arena_bytes = 0, naive_bytes = 0;
@@ -65,6 +75,15 @@ struct GraphPlan {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> same_bytes, same_shape;
 };
 
+/// The load-time part of keeping state `k` of entry graph `g` on the device (docs/FORMAT.md,
+/// "State"), given which nodes run in device segments: its input value is f32 and read by
+/// device nodes only, and its new value is that input (read by some device node) or the
+/// output of an index_put of a device node updating it in place (its last reader), read by
+/// device nodes only; the graph returns neither anywhere else. Returns the updating node,
+/// -1 when the state is only read there, or -2 when it cannot live on the device.
+std::int32_t device_state_update(const fb::Program& p, const GraphInfo& info, const fb::Graph& graph, std::uint32_t k,
+                                 cpu::FunctionRef<bool(std::int32_t)> on_device);
+
 /// Bytes of a tensor of `dtype` and `shape`, or nullopt when that does not fit in 64 bits
 /// (or a dim is negative).
 std::optional<std::uint64_t> checked_nbytes(DType dtype, std::span<const std::int64_t> shape);
@@ -73,14 +92,16 @@ std::optional<std::uint64_t> checked_nbytes(DType dtype, std::span<const std::in
 /// value; the others are bound inside the graph, by the nodes that produce them). `entry`:
 /// g is the entry graph or a specialization, whose trailing inputs and outputs are the
 /// state tensors (their updates are planned: GraphPlan::state_update). Fails with
-/// kInvalidInput when a shape evaluates negative or an expression overflows.
+/// kInvalidInput when a shape evaluates negative or an expression overflows. `device_state`
+/// (an entry plan with an accelerator): states whose every reader and update runs in device
+/// segments are planned kDevice.
 ///
 /// `headroom` (empty: none): other values of the symbols under which the arena places each
 /// tensor with room for the larger of its sizes under `symbols` and under `headroom`, so
 /// that update_plan can reuse the plan for symbol values up to those (a decoder's next
 /// positions). The shapes, attributes and decisions are those of `symbols`.
 Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint32_t g, std::span<const std::int64_t> symbols,
-                                              std::span<const std::uint8_t> bound, bool entry = false,
+                                              std::span<const std::uint8_t> bound, bool entry = false, bool device_state = false,
                                               std::span<const std::int64_t> headroom = {});
 
 /// Re-evaluates `plan` for new values of symbols already bound in it (the same `bound`):

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "backends/cpu/kernel.h"
+#include "executor/plan.h"
 #include "executor/program_impl.h"
 #include "kiln/format/kiln_generated.h"
 #include "kiln/runtime/expr.h"
@@ -521,6 +522,20 @@ std::vector<NodePlacement> Program::placement(std::uint32_t graph) const {
     pl.fused_away = ni.fused_away;
     pl.where = debug_location(p, nodes->Get(n)->debug()).text();
     out.push_back(std::move(pl));
+  }
+  return out;
+}
+
+std::vector<StatePlacement> Program::state_placement() const {
+  std::vector<StatePlacement> out;
+  const fb::Program& p = bundle_->program();
+  const auto* states = p.signature()->states();
+  const GraphInfo& info = impl_->graphs[p.entry_graph()];
+  auto on_device = [&](std::int32_t n) { return info.nodes[static_cast<std::size_t>(n)].segment >= 0; };
+  for (std::uint32_t k = 0; k < count(states); ++k) {
+    const bool device = impl_->accelerator != nullptr &&
+                        device_state_update(p, info, *p.graphs()->Get(p.entry_graph()), k, on_device) >= -1;
+    out.push_back({states->Get(k)->name()->str(), device ? backend_name() : "cpu"});
   }
   return out;
 }

@@ -359,19 +359,27 @@ Status Session::Impl::save_state_writes(const Frame& f, std::uint32_t n, std::sp
   return Status::Ok();
 }
 
-void Session::Impl::undo_state_writes() {
+Status Session::Impl::undo_state_writes() {
   for (auto it = undo.rbegin(); it != undo.rend(); ++it) std::memcpy(it->at, undo_bytes.data() + it->saved, it->bytes);
   undo.clear();
   undo_bytes.clear();
+  Status result = Status::Ok();
+  for (auto it = device_writes.rbegin(); it != device_writes.rend(); ++it) {
+    if (Status st = (*it)->undo_writes(); !st.ok() && result.ok()) result = st;
+  }
+  device_writes.clear();
+  return result;
 }
 
-Status Session::Impl::run_segment(Frame& f, std::uint32_t s) {
+// Describes segment s with its concrete shapes and has the accelerator prepare it, once per
+// plan; a segment the device refuses (kUnsupported: limits) runs on the CPU from then on.
+Status Session::Impl::prepare_segment(Frame& f, std::uint32_t s) {
   const Segment& seg = f.info->segments[s];
   std::unique_ptr<backend::PreparedSegment>& prepared = f.plan->prepared[s];
   const std::vector<std::uint32_t>& in_values = f.plan->segment_inputs[s];
   KILN_ASSIGN_OR_RETURN(const std::vector<std::uint32_t>* out_list, segment_outputs(f, s));
   const std::vector<std::uint32_t>& out_values = *out_list;
-  if (!prepared) {
+  {
     backend::SegmentDesc desc;
     std::vector<std::int32_t> tensor_of(f.info->values.size(), -1);
     auto add_tensor = [&](std::uint32_t v) -> std::uint32_t {
@@ -383,6 +391,9 @@ Status Session::Impl::run_segment(Frame& f, std::uint32_t s) {
       if (vi.kind == fb::ValueKind::Constant) {
         t.role = backend::SegmentTensor::Role::kConstant;
         t.constant = vi.constant;
+      } else if (!f.plan->device_state_of.empty() && f.plan->device_state_of[v] >= 0) {
+        t.role = backend::SegmentTensor::Role::kDevice;
+        t.io_index = static_cast<std::uint32_t>(f.plan->device_state_of[v]);
       } else if (auto it = std::find(in_values.begin(), in_values.end(), v); it != in_values.end()) {
         t.role = backend::SegmentTensor::Role::kInput;
         t.io_index = static_cast<std::uint32_t>(it - in_values.begin());
@@ -406,6 +417,7 @@ Status Session::Impl::run_segment(Frame& f, std::uint32_t s) {
     }
     desc.num_inputs = static_cast<std::uint32_t>(in_values.size());
     desc.num_outputs = static_cast<std::uint32_t>(out_values.size());
+    if (!f.plan->device_state_of.empty()) desc.device_buffers = device_buffers;
     ConstantsOf constants(program.bundle());
     auto made = prog.accelerator->prepare(desc, constants);
     if (!made.ok() && made.status().code() == StatusCode::kUnsupported) {
@@ -415,6 +427,24 @@ Status Session::Impl::run_segment(Frame& f, std::uint32_t s) {
     }
     if (!made.ok()) return made.status();
     prepared = std::move(made).value();
+  }
+  return Status::Ok();
+}
+
+Status Session::Impl::run_segment(Frame& f, std::uint32_t s) {
+  const Segment& seg = f.info->segments[s];
+  std::unique_ptr<backend::PreparedSegment>& prepared = f.plan->prepared[s];
+  if (!prepared) {
+    KILN_RETURN_IF_ERROR(prepare_segment(f, s));
+    if (f.plan->segment_on_cpu[s]) return Status::Ok();
+  }
+  const std::vector<std::uint32_t>& in_values = f.plan->segment_inputs[s];
+  KILN_ASSIGN_OR_RETURN(const std::vector<std::uint32_t>* out_list, segment_outputs(f, s));
+  const std::vector<std::uint32_t>& out_values = *out_list;
+  const std::uint64_t state_bytes = f.plan->segment_state_bytes.empty() ? 0 : f.plan->segment_state_bytes[s];
+  if (state_bytes > 0) {  // before it runs: a failed run undoes what it wrote, even partly
+    device_writes.push_back(prepared.get());
+    stats.state_bytes_written += state_bytes;
   }
   std::vector<TensorView> ins, outs;
   for (std::uint32_t v : in_values) ins.push_back(f.views[v]);
@@ -484,11 +514,11 @@ Result<GraphPlan*> Session::Impl::replan_entry(std::span<const CallArg> args, st
     }
   }
   slot.reset();  // update_plan may have left it half updated
-  KILN_ASSIGN_OR_RETURN(slot, plan_graph(program, g, symbols, bound, true, headroom));
+  KILN_ASSIGN_OR_RETURN(slot, plan_for_state(g, true, headroom));
   if (!headroom.empty()) {  // the room must not be what exceeds the memory limit
     const std::uint64_t held = bytes_in_use() - std::min(bytes_in_use(), arenas[g].capacity);
     if (slot->arena_bytes > memory_limit || held > memory_limit - slot->arena_bytes) {
-      KILN_ASSIGN_OR_RETURN(slot, plan_graph(program, g, symbols, bound, true));
+      KILN_ASSIGN_OR_RETURN(slot, plan_for_state(g, true, {}));
     }
   }
   slot->variant = label;
@@ -530,13 +560,17 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
     probe.info = &prog.graphs[g];
     probe.graph = p.graphs()->Get(g);
     KILN_RETURN_IF_ERROR(check_asserts(probe, 0));
-    KILN_ASSIGN_OR_RETURN(auto made, plan_graph(program, g, symbols, bound, entry));
+    KILN_ASSIGN_OR_RETURN(auto made, plan_for_state(g, entry, {}));
     made->variant = label;
     if (entry) ints_of(args, made->int_args);
     if (cache.size() >= 256) cache.clear();  // a bound on memory for callers with many shapes
     plan = cache.emplace(std::move(key), std::move(made)).first->second.get();
   }
   if (variant) *variant = plan->variant;
+  if (entry) {
+    entry_plan = plan;
+    if (!plan->state_update.empty()) KILN_RETURN_IF_ERROR(sync_states(*plan));
+  }
   Frame f;
   f.plan = plan;
   f.graph_id = plan->graph;
@@ -584,9 +618,13 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
     if (!f.info->asserts_after[n + 1].empty()) KILN_RETURN_IF_ERROR(check_asserts(f, n + 1));
     if (options.observer) observe_nodes(f, n, n);
   }
+  const std::uint32_t state_out0 = count(p.signature()->outputs());
   for (std::uint32_t k = 0; k < count(f.graph->outputs()); ++k) {
     const std::uint32_t v = f.graph->outputs()->Get(k);
     const ValueInfo& vi = f.info->values[v];
+    if (entry && k >= state_out0 && k - state_out0 < plan->state_update.size() && plan->state_update[k - state_out0] == StateUpdate::kDevice) {
+      continue;  // stays in the device buffer
+    }
     CallArg out;
     if (vi.kind == fb::ValueKind::SymInt || vi.kind == fb::ValueKind::SymBool) {
       KILN_ASSIGN_OR_RETURN(out.i, eval(vi.expr));
@@ -609,6 +647,8 @@ Status Session::Impl::run(std::span<const HostValue> inputs, RunResult& result) 
   nodes_executed = 0;
   outputs_live = 0;
   calls.clear();
+  device_writes.clear();
+  entry_plan = nullptr;
   arena_used.assign(arenas.size(), 0);
   const auto* sig = p.signature()->inputs();
   if (inputs.size() != count(sig)) {
@@ -675,13 +715,20 @@ Status Session::Impl::run(std::span<const HostValue> inputs, RunResult& result) 
   };
   state_copied.assign(state.size(), 0);
   if (Status st = run_graph(p.entry_graph(), args, true, sink, &result.variant); !st.ok()) {
-    undo_state_writes();
+    if (Status undone = undo_state_writes(); !undone.ok()) {
+      return Status(st.code(), st.message() + "; putting the state back on the device failed too: " + undone.message());
+    }
     return st;
   }
   undo.clear();  // commit: the in-place writes stay, the copied values swap in
   undo_bytes.clear();
+  device_writes.clear();
   for (std::size_t k = 0; k < state.size(); ++k) {
     if (state_copied[k]) std::swap(state[k].data, state_next[k].data);
+    if (entry_plan == nullptr || entry_plan->state_update.size() != state.size()) continue;
+    const StateUpdate how = entry_plan->state_update[k];
+    if (how == StateUpdate::kDevice && entry_plan->device_state_written[k]) host_stale[k] = 1;
+    if (how == StateUpdate::kCopy || how == StateUpdate::kInPlace) device_stale[k] = 1;
   }
   stats.peak_bytes = heap_peak;
   for (std::uint64_t a : arena_used) stats.peak_bytes += a;
@@ -694,6 +741,10 @@ void Session::Impl::reset_state() {
   const auto* states = p.signature()->states();
   state.resize(count(states));
   state_next.resize(count(states));
+  device_state.resize(count(states));  // kept: prepared segments bind them
+  device_buffers.resize(count(states));
+  host_stale.assign(count(states), 0);
+  device_stale.assign(count(states), 1);
   for (std::uint32_t k = 0; k < count(states); ++k) {
     const auto* st = states->Get(k);
     const auto bytes = program.bundle().constant_data(st->initial());  // verified: the state's dtype and shape
@@ -704,6 +755,84 @@ void Session::Impl::reset_state() {
     }
     state[k].data.assign(bytes.begin(), bytes.end());
   }
+}
+
+Status Session::Impl::sync_host(std::size_t k, bool in_run) {
+  if (!host_stale[k]) return Status::Ok();
+  HostTensor& t = state[k];
+  const std::string name = p.signature()->states()->Get(static_cast<std::uint32_t>(k))->name()->str();
+  if (Status st = device_state[k]->download(make_view(t.dtype, t.shape, t.data.data())); !st.ok()) {
+    return Status(st.code(), "reading state " + name + " from the device: " + st.message());
+  }
+  host_stale[k] = 0;
+  if (in_run) stats.bytes_downloaded += t.data.size();
+  return Status::Ok();
+}
+
+Status Session::Impl::sync_states(const GraphPlan& plan) {
+  for (std::size_t k = 0; k < state.size() && k < plan.state_update.size(); ++k) {
+    if (plan.state_update[k] != StateUpdate::kDevice) {
+      KILN_RETURN_IF_ERROR(sync_host(k, true));
+      continue;
+    }
+    if (!device_stale[k]) continue;
+    HostTensor& t = state[k];
+    if (Status st = device_state[k]->upload(make_view(t.dtype, t.shape, t.data.data())); !st.ok()) {
+      return Status(st.code(), "writing state " + p.signature()->states()->Get(static_cast<std::uint32_t>(k))->name()->str() +
+                                   " to the device: " + st.message());
+    }
+    device_stale[k] = 0;
+    stats.bytes_uploaded += t.data.size();
+  }
+  return Status::Ok();
+}
+
+// plan_graph for the current symbols, keeping a state on the device where the plan can
+// (an entry plan with an accelerator and no observer) and planning it on the host when the
+// device refuses its buffer or a segment binding it.
+Result<std::unique_ptr<GraphPlan>> Session::Impl::plan_for_state(std::uint32_t g, bool entry,
+                                                                 std::span<const std::int64_t> headroom) {
+  const bool device_state = entry && prog.accelerator && !options.observer && !state.empty();
+  KILN_ASSIGN_OR_RETURN(auto made, plan_graph(program, g, symbols, bound, entry, device_state, headroom));
+  if (!made->device_state_of.empty()) {
+    KILN_ASSIGN_OR_RETURN(const bool kept, prepare_device_states(*made));
+    if (!kept) {
+      KILN_ASSIGN_OR_RETURN(made, plan_graph(program, g, symbols, bound, entry, false, headroom));
+    }
+  }
+  return made;
+}
+
+Result<bool> Session::Impl::prepare_device_states(GraphPlan& plan) {
+  for (std::size_t k = 0; k < state.size(); ++k) {
+    if (plan.state_update[k] != StateUpdate::kDevice || device_state[k]) continue;
+    auto made = prog.accelerator->create_buffer(state[k].dtype, state[k].shape);
+    if (!made.ok() && made.status().code() == StatusCode::kUnsupported) return false;
+    if (!made.ok()) return made.status();
+    device_state[k] = std::move(made).value();
+    device_buffers[k] = device_state[k].get();
+    device_stale[k] = 1;
+  }
+  Frame f;
+  f.plan = &plan;
+  f.graph_id = plan.graph;
+  f.info = &prog.graphs[plan.graph];
+  f.graph = p.graphs()->Get(plan.graph);
+  f.views = plan.views;
+  f.heap.resize(f.views.size());
+  f.heap_size.assign(f.views.size(), 0);
+  HeapRelease release{*this, f};
+  for (std::uint32_t s = 0; s < f.info->segments.size(); ++s) {
+    const Segment& seg = f.info->segments[s];
+    bool binds_state = false;
+    for (std::uint32_t n = seg.first; n <= seg.last && !binds_state; ++n) {
+      for (std::uint32_t v : f.info->nodes[n].inputs) binds_state = binds_state || plan.device_state_of[v] >= 0;
+    }
+    if (!binds_state || plan.segment_on_cpu[s]) continue;
+    KILN_RETURN_IF_ERROR(prepare_segment(f, s));
+    if (plan.segment_on_cpu[s]) return false;
+  }
+  return true;
 }
 
 Result<std::size_t> Session::Impl::state_index(const std::string& name) const {
@@ -747,6 +876,7 @@ void Session::reset_state() { impl_->reset_state(); }
 
 Result<HostTensor> Session::read_state(const std::string& name) const {
   KILN_ASSIGN_OR_RETURN(std::size_t k, impl_->state_index(name));
+  KILN_RETURN_IF_ERROR(impl_->sync_host(k, false));
   return impl_->state[k];
 }
 
@@ -754,10 +884,17 @@ Status Session::set_state(const std::string& name, const HostTensor& value) {
   KILN_ASSIGN_OR_RETURN(std::size_t k, impl_->state_index(name));
   KILN_RETURN_IF_ERROR(impl_->check_state_value(k, value));
   impl_->state[k].data = value.data;
+  impl_->host_stale[k] = 0;
+  impl_->device_stale[k] = 1;
   return Status::Ok();
 }
 
-StateSnapshot Session::snapshot_state() const { return {state_names(), impl_->state}; }
+StateSnapshot Session::snapshot_state() const {
+  for (std::size_t k = 0; k < impl_->state.size(); ++k) {
+    if (!impl_->sync_host(k, false).ok()) return {};  // the device copy is unreadable: restore_state refuses it
+  }
+  return {state_names(), impl_->state};
+}
 
 Status Session::restore_state(const StateSnapshot& snapshot) {
   const std::vector<std::string> names = state_names();
@@ -766,7 +903,11 @@ Status Session::restore_state(const StateSnapshot& snapshot) {
                      std::to_string(names.size()) + ")");
   }
   for (std::size_t k = 0; k < names.size(); ++k) KILN_RETURN_IF_ERROR(impl_->check_state_value(k, snapshot.values[k]));
-  for (std::size_t k = 0; k < names.size(); ++k) impl_->state[k].data = snapshot.values[k].data;
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    impl_->state[k].data = snapshot.values[k].data;
+    impl_->host_stale[k] = 0;
+    impl_->device_stale[k] = 1;
+  }
   return Status::Ok();
 }
 

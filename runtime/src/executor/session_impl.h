@@ -132,6 +132,16 @@ struct Session::Impl {
   std::vector<UndoRecord> undo;
   std::vector<std::uint8_t> undo_bytes;        // capacity kept across runs
   std::vector<cpu::ElementRange> state_writes;  // scratch for cpu::in_place_writes
+  // State kept on the accelerator (StateUpdate::kDevice): per state, its device buffer (made
+  // the first time a plan keeps it there, then kept: prepared segments bind it), and which
+  // copy is behind: `host_stale` (a run wrote the device copy: download before the host
+  // reads it) or `device_stale` (set/restore/reset or a host-side run changed the host copy,
+  // or no device copy yet: upload before a run keeps it on the device). Never both.
+  std::vector<std::unique_ptr<backend::DeviceBuffer>> device_state;
+  std::vector<backend::DeviceBuffer*> device_buffers;  // device_state's pointers, for SegmentDesc
+  std::vector<std::uint8_t> host_stale, device_stale;
+  std::vector<backend::PreparedSegment*> device_writes;  // this run: segments that wrote device state
+  GraphPlan* entry_plan = nullptr;                       // this run's entry plan
 
   // One graph call in progress.
   struct Frame {
@@ -185,8 +195,21 @@ struct Session::Impl {
   // of range), having saved nothing.
   Status slice_window(const Frame& f, std::uint32_t n, TensorView& b, OperandWindow& window);
   Status save_state_writes(const Frame& f, std::uint32_t n, std::span<const TensorView> ins, std::span<const AttrValue> attrs);
-  // Puts back what the undo log saved (a failed run) and empties it.
-  void undo_state_writes();
+  // Puts back what the undo log saved (a failed run) and empties it; then has every segment
+  // of this run that wrote device state put back what it overwrote (newest first).
+  Status undo_state_writes();
+  // The host copy of state k, downloaded first when the device's is newer (counted in
+  // stats.bytes_downloaded when `in_run`).
+  Status sync_host(std::size_t k, bool in_run);
+  // Before an entry plan runs: its kDevice states uploaded where the device copy is behind,
+  // the others downloaded where the host copy is.
+  Status sync_states(const GraphPlan& plan);
+  // A new entry plan with kDevice states: makes their device buffers and prepares the
+  // segments that bind them. False when the device refuses one (a buffer, a segment's
+  // shapes): the caller plans again with the state on the host.
+  Result<bool> prepare_device_states(GraphPlan& plan);
+  Result<std::unique_ptr<GraphPlan>> plan_for_state(std::uint32_t g, bool entry, std::span<const std::int64_t> headroom);
+  Status prepare_segment(Frame& f, std::uint32_t s);
   Result<std::uint8_t*> arena_for(const Frame& f, std::uint64_t bytes);
   // Heap bytes for value v of frame f (freeing what v held before: a re-sized loop carry).
   Result<void*> heap_alloc(Frame& f, std::uint32_t v, std::size_t bytes);

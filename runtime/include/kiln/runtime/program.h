@@ -96,6 +96,16 @@ struct NodePlacement {
   std::string where;
 };
 
+/// Where a state tensor lives between runs, as decided at load (Program::state_placement).
+struct StatePlacement {
+  std::string name;
+  /// "cpu" (the Session's host memory) or the accelerator's name ("vulkan"): every node
+  /// reading or updating the state runs there, so a Session keeps it in device memory,
+  /// downloading it only when read (docs/FORMAT.md, "State"). A call whose shapes the device
+  /// refuses (limits) keeps it on the host for that call.
+  std::string backend;
+};
+
 class Program {
  public:
   /// Takes ownership of a verified bundle and resolves a kernel for every op. With an
@@ -109,6 +119,9 @@ class Program {
   const std::string& backend_notice() const;
   /// Every node of graph `graph` (0-based; empty when out of range) with where it runs.
   std::vector<NodePlacement> placement(std::uint32_t graph) const;
+  /// Every state tensor (in the bundle's order) with where it lives between runs (the entry
+  /// graph's rule; a specialization may differ).
+  std::vector<StatePlacement> state_placement() const;
 
   /// Bytes of mapped weight pages released after load: constants that only prepared
   /// (prepacked) conv2d kernels read leave the resident set (Bundle::release_pages), so a
@@ -245,7 +258,10 @@ class Session {
   // run leaves every state tensor as it was. A row write into a state that nothing reads
   // afterwards (a KV cache's index_put) is done in place on the Session's buffer, saving the
   // overwritten rows first so a failed run can put them back; other new values are copied
-  // in (RunStats::state_bytes_written; docs/FORMAT.md, "State").
+  // in (RunStats::state_bytes_written; docs/FORMAT.md, "State"). With the Vulkan backend a
+  // state that only device nodes read and update stays on the device between runs and is
+  // downloaded only when read (read_state, snapshot_state); set/restore/reset upload it at
+  // the next run.
 
   /// The state tensors' names, in the bundle's order (empty for a stateless program).
   std::vector<std::string> state_names() const;
@@ -256,7 +272,8 @@ class Session {
   /// Replaces state tensor `name`, checked like an input (dtype, shape, byte count):
   /// kInvalidInput naming the state and the constraint.
   Status set_state(const std::string& name, const HostTensor& value);
-  /// A copy of every state tensor.
+  /// A copy of every state tensor (empty when one cannot be downloaded from the device:
+  /// a lost device; restore_state refuses that).
   StateSnapshot snapshot_state() const;
   /// Restores a snapshot taken from a Session of the same Program (every state, checked
   /// like set_state; nothing changes when one does not fit).

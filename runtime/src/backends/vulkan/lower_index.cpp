@@ -1,6 +1,7 @@
 // Indexed reads with device-side range checks: embedding / index_select / gather
-// (index.comp) and advanced indexing by up to 3 index tensors (advindex.comp). An
-// out-of-range index sets the segment's error buffer, which the backend checks after the run.
+// (index.comp) and advanced indexing by up to 3 index tensors (advindex.comp); and the
+// indexed write index_put (indexput.comp: a KV cache row update). An out-of-range index
+// sets the segment's error buffer, which the backend checks after the run.
 #include "backends/cpu/kernels/common.h"
 #include "backends/vulkan/lowerer.h"
 #include "kernel/attrs.h"
@@ -162,6 +163,83 @@ Status Lowerer::advanced_index() {
   d.bindings[2] = {BindingRef::kError, 0};
   grid_1d(d, n, 256);
   out_.uses_error_buffer = true;
+  return Status::Ok();
+}
+
+// index_put(x, values, index; dims=[dim], accumulate=false), one index tensor, values dense
+// in the indexed shape (the checks and message texts of the CPU kernel). Written in place
+// when x and out are one device-resident tensor (kDevice): an INDEXPUT_SAVE dispatch first
+// records every element it will overwrite (and range-checks every index) in an undo log,
+// then INDEXPUT_WRITE writes only when no index of the segment was out of range; the
+// segment's undo command puts the log back after a failed run. Otherwise out = a copy of x,
+// then the write.
+Status Lowerer::index_put() {
+  KILN_RETURN_IF_ERROR(expect_inputs(3, 3));
+  KILN_ASSIGN_OR_RETURN(std::span<const std::int64_t> dims, attr_ints("index_put", attrs_, 0, "dims"));
+  KILN_ASSIGN_OR_RETURN(bool accumulate, attr_bool("index_put", attrs_, 1, "accumulate"));
+  if (accumulate) return unsupported("accumulate=True");
+  if (dims.size() != 1) return invalid("dims has ", dims.size(), " entries for 1 index tensors");
+  const Shape& xs = in(0)->shape;
+  const Shape& vs = in(1)->shape;
+  const Shape& is = in(2)->shape;
+  const auto rank = static_cast<std::int64_t>(xs.size());
+  if (dims[0] < 0 || dims[0] >= rank) return invalid("dims[0]=", dims[0], " out of range for rank ", rank);
+  const auto dim = static_cast<std::size_t>(dims[0]);
+  if (out().shape != xs) return invalid("x.shape=", shape_text(xs), " != out.shape=", shape_text(out().shape));
+  if (out().dtype != in(0)->dtype || in(1)->dtype != in(0)->dtype) return invalid("x, values and out differ in dtype");
+  Shape ishape(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(dim));
+  ishape.insert(ishape.end(), is.begin(), is.end());
+  ishape.insert(ishape.end(), xs.begin() + static_cast<std::ptrdiff_t>(dim) + 1, xs.end());
+  // values broadcasts into the indexed shape (right-aligned, dims equal or 1); the device
+  // takes it only when that needs no broadcasting.
+  if (vs.size() > ishape.size()) return invalid("values.shape=", shape_text(vs), " does not broadcast to the indexed shape ", shape_text(ishape));
+  bool dense = true;
+  for (std::size_t d = 0; d < ishape.size(); ++d) {
+    const std::ptrdiff_t vd = static_cast<std::ptrdiff_t>(d) - static_cast<std::ptrdiff_t>(ishape.size() - vs.size());
+    const std::int64_t v = vd < 0 ? 1 : vs[static_cast<std::size_t>(vd)];
+    if (v != 1 && v != ishape[d]) return invalid("values.shape=", shape_text(vs), " does not broadcast to the indexed shape ", shape_text(ishape));
+    dense = dense && (v == ishape[d]);
+  }
+  if (!dense) return unsupported("values of shape ", shape_text(vs), " broadcast into the indexed shape ", shape_text(ishape));
+  const std::int64_t count = numel(is), post = numel(Shape(xs.begin() + static_cast<std::ptrdiff_t>(dim) + 1, xs.end()));
+  const std::int64_t n = numel(ishape);
+  const bool in_place = in(0)->role == backend::SegmentTensor::Role::kDevice && out().role == backend::SegmentTensor::Role::kDevice &&
+                        in(0)->io_index == out().io_index;
+  if (!in_place) KILN_RETURN_IF_ERROR(copy(in_id(0), out_id(), xs, contiguous(xs), contiguous(xs), 0, 0));
+  if (n == 0) return Status::Ok();
+  out_.index_checks.push_back({"index_put", static_cast<std::int64_t>(dim), xs[dim], node_->where});
+  out_.uses_error_buffer = true;
+  Dispatch d;
+  d.variant = "indexput_x32";
+  put(d, PC_INDEXPUT_N, n);
+  put(d, PC_INDEXPUT_COUNT, count);
+  put(d, PC_INDEXPUT_POST, post);
+  put(d, PC_INDEXPUT_SIZE, xs[dim]);
+  put(d, PC_INDEXPUT_X_N, numel(xs));
+  put(d, PC_INDEXPUT_TAG, static_cast<std::int64_t>(out_.index_checks.size()));
+  d.bindings[0] = T(out_id());
+  d.bindings[1] = T(in_id(1));
+  d.bindings[2] = T(in_id(2));
+  d.bindings[3] = {BindingRef::kError, 0};
+  grid_1d(d, n, 256);
+  if (in_place) {
+    const auto slot = static_cast<std::uint32_t>(out_.undo_words.size());
+    out_.undo_words.push_back(2 * n);
+    d.bindings[4] = {BindingRef::kUndo, slot};
+    Dispatch save = d;
+    put(save, PC_INDEXPUT_MODE, INDEXPUT_SAVE);
+    save.reads = {in_id(0), in_id(2)};
+    out_.dispatches.push_back(save);
+    Dispatch restore = d;
+    put(restore, PC_INDEXPUT_MODE, INDEXPUT_RESTORE);
+    restore.writes = {out_id()};
+    out_.undo_dispatches.insert(out_.undo_dispatches.begin(), restore);  // newest first
+  }
+  put(d, PC_INDEXPUT_MODE, INDEXPUT_WRITE);
+  d.reads = {in_id(1), in_id(2)};
+  d.writes = {out_id()};
+  d.barrier_before = true;  // after every range check (and SAVE) of the segment
+  out_.dispatches.push_back(std::move(d));
   return Status::Ok();
 }
 

@@ -67,6 +67,11 @@ bool advanced_index_dtypes(DTypes in, DTypes out, Attrs) {
   if (in.size() < 2 || in.size() > 1 + ADVINDEX_MAX_INDICES || out.size() != 1 || in[0] != out[0]) return false;
   return std::all_of(in.begin() + 1, in.end(), is_index);
 }
+// index_put: x and values of one dtype, one integer index tensor, accumulate=false.
+bool index_put_dtypes(DTypes in, DTypes out, Attrs attrs) {
+  if (in.size() != 3 || out.size() != 1 || in[0] != out[0] || in[1] != in[0] || !is_index(in[2])) return false;
+  return attrs.size() >= 2 && (attrs[1].type == AttrType::kBool || attrs[1].type == AttrType::kInt) && attrs[1].i == 0;
+}
 bool movement_dtypes(DTypes in, DTypes out, Attrs) {  // 32-bit words move whatever they hold
   return !in.empty() && !out.empty() && all_are(in, in[0]) && all_are(out, in[0]);
 }
@@ -208,7 +213,7 @@ constexpr OpLowering Cond = kNoVulkanKernel;
 constexpr OpLowering WhileLoop = kNoVulkanKernel;
 constexpr OpLowering InvokeSubgraph = kNoVulkanKernel;
 
-// Bitwise ops, border padding and index_put: the CPU's.
+
 constexpr OpLowering BitwiseAnd = kNoVulkanKernel;
 constexpr OpLowering BitwiseOr = kNoVulkanKernel;
 constexpr OpLowering BitwiseXor = kNoVulkanKernel;
@@ -216,7 +221,7 @@ constexpr OpLowering BitwiseLeftShift = kNoVulkanKernel;
 constexpr OpLowering BitwiseRightShift = kNoVulkanKernel;
 constexpr OpLowering BitwiseNot = kNoVulkanKernel;
 constexpr OpLowering PadBorder = kNoVulkanKernel;
-constexpr OpLowering IndexPut = kNoVulkanKernel;
+constexpr OpLowering IndexPut{index_put_dtypes, call<&Lowerer::index_put>};
 
 // Quantized weights (int8/int4): the CPU's fused-dequantization kernels.
 constexpr OpLowering LinearQ = kNoVulkanKernel;
@@ -257,10 +262,14 @@ Status Lowerer::node(const SegmentNode& n) {
   }
   for (std::uint32_t t : n.outputs) {
     if (t >= desc_.tensors.size()) return invalid("output tensor ", t, " out of range");
-    // Never write a constant (shared by every segment) or a host input; never in place.
+    // Never write a constant (shared by every segment) or a host input; never in place,
+    // except an index_put updating a device-resident tensor (kDevice) where it lies.
     const auto role = desc_.tensors[t].role;
-    if (role != SegmentTensor::Role::kInternal && role != SegmentTensor::Role::kOutput) {
-      return invalid("output tensor ", t, " is a segment input or a constant");
+    const bool device_update = role == SegmentTensor::Role::kDevice && n.op == OpKind::IndexPut && !n.inputs.empty() &&
+                               n.inputs[0] < desc_.tensors.size() && desc_.tensors[n.inputs[0]].role == SegmentTensor::Role::kDevice &&
+                               desc_.tensors[n.inputs[0]].io_index == desc_.tensors[t].io_index;
+    if (role != SegmentTensor::Role::kInternal && role != SegmentTensor::Role::kOutput && !device_update) {
+      return invalid("output tensor ", t, " is a segment input, a constant or device state");
     }
     if (std::find(n.inputs.begin(), n.inputs.end(), t) != n.inputs.end()) return invalid("tensor ", t, " is both input and output");
   }

@@ -105,6 +105,7 @@ class Lowerer {
   Status arange();
   Status indexing();
   Status advanced_index();
+  Status index_put();
 
  private:
   const backend::SegmentTensor* in(std::size_t i) const {

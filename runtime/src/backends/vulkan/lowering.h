@@ -22,9 +22,10 @@ bool dtype_on_device(DType d);
 bool op_supported(OpKind op, std::span<const DType> in, std::span<const DType> out,
                   std::span<const AttrValue> attrs);
 
-/// A binding: a tensor of the segment, or one of the segment's special buffers.
+/// A binding: a tensor of the segment, or one of the segment's special buffers (kUndo:
+/// undo log `tensor` of LoweredSegment::undo_words).
 struct BindingRef {
-  enum Kind : std::uint8_t { kTensor, kDummy, kError } kind = kDummy;
+  enum Kind : std::uint8_t { kTensor, kDummy, kError, kUndo } kind = kDummy;
   std::uint32_t tensor = 0;
 };
 
@@ -35,11 +36,25 @@ struct Dispatch {
   std::vector<std::uint32_t> reads;   // tensors read (for barriers)
   std::vector<std::uint32_t> writes;  // tensors written
   std::uint32_t groups[3] = {1, 1, 1};
+  bool barrier_before = false;  // wait for every earlier dispatch (it reads the error buffer)
+};
+
+/// What an index out of range reported with error word 3 = tag (index + 1 here) was: the
+/// host writes the CPU kernel's message from it.
+struct IndexCheck {
+  std::string_view op;
+  std::int64_t dim = 0, size = 0;
+  std::string where;  // SegmentNode::where
 };
 
 struct LoweredSegment {
   std::vector<Dispatch> dispatches;
   bool uses_error_buffer = false;
+  std::vector<IndexCheck> index_checks;
+  /// In-place updates of kDevice tensors: the undo logs' sizes in 32-bit words, and the
+  /// dispatches that put the saved words back after a failed run (newest update first).
+  std::vector<std::int64_t> undo_words;
+  std::vector<Dispatch> undo_dispatches;
 };
 
 /// Checks every node against its tensors' concrete shapes and produces the dispatches.

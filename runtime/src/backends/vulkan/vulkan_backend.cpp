@@ -1,5 +1,7 @@
-// The Vulkan implementation of backend::Backend: device context, weight cache, and
-// prepared segments (buffers, descriptor sets and one pre-recorded command buffer each).
+// The Vulkan implementation of backend::Backend: device context, weight cache, device
+// buffers the executor keeps state in (VulkanBuffer), and prepared segments (buffers,
+// descriptor sets and one pre-recorded command buffer each, plus one that undoes their
+// in-place writes of device state).
 #include "backends/vulkan/vulkan_backend.h"
 
 #include <algorithm>
@@ -73,6 +75,77 @@ void from_device(DType dtype, const std::uint32_t* src, std::int64_t n, void* ds
   }
 }
 
+// One memory barrier on `cmd`.
+void memory_barrier(const Api& api, VkCommandBuffer cmd, VkPipelineStageFlags src_stage, VkAccessFlags src,
+                    VkPipelineStageFlags dst_stage, VkAccessFlags dst) {
+  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  mb.srcAccessMask = src;
+  mb.dstAccessMask = dst;
+  api.vkCmdPipelineBarrier(cmd, src_stage, dst_stage, 0, 1, &mb, 0, nullptr, 0, nullptr);
+}
+
+// Every earlier device write (compute or transfer, in an earlier submission too) before
+// what follows reads or writes.
+constexpr VkPipelineStageFlags kDeviceStages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+constexpr VkAccessFlags kDeviceWrites = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+
+// A Session's state tensor in device memory (backend::DeviceBuffer): uploaded and downloaded
+// through a host staging buffer of its own, by one-shot submissions.
+class VulkanBuffer final : public backend::DeviceBuffer {
+ public:
+  VulkanBuffer(Context& ctx, DType dtype, std::vector<std::int64_t> shape) : ctx_(ctx), dtype_(dtype), shape_(std::move(shape)) {}
+  Status init() {
+    KILN_ASSIGN_OR_RETURN(device_, ctx_.allocate(device_bytes(numel(shape_)), MemoryKind::kDevice));
+    KILN_ASSIGN_OR_RETURN(staging_, ctx_.allocate(device_bytes(numel(shape_)), MemoryKind::kHost));
+    return Status::Ok();
+  }
+  Status upload(const TensorView& host) override {
+    KILN_RETURN_IF_ERROR(check(host));
+    const std::int64_t n = numel(shape_);
+    KILN_RETURN_IF_ERROR(to_device(dtype_, host.data, n, reinterpret_cast<std::uint32_t*>(staging_->mapped), "a state tensor"));
+    if (n == 0) return Status::Ok();
+    const Allocation &s = staging_.get(), &d = device_.get();
+    return ctx_.one_shot("uploading a state tensor", [&](VkCommandBuffer cmd) {
+      memory_barrier(ctx_.api(), cmd, kDeviceStages, kDeviceWrites | VK_ACCESS_SHADER_READ_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                     VK_ACCESS_TRANSFER_WRITE_BIT);
+      VkBufferCopy region{s.offset, d.offset, static_cast<VkDeviceSize>(n) * 4};
+      ctx_.api().vkCmdCopyBuffer(cmd, s.buffer, d.buffer, 1, &region);
+    });
+  }
+  Status download(const TensorView& host) override {
+    KILN_RETURN_IF_ERROR(check(host));
+    const std::int64_t n = numel(shape_);
+    if (n == 0) return Status::Ok();
+    const Allocation &s = staging_.get(), &d = device_.get();
+    KILN_RETURN_IF_ERROR(ctx_.one_shot("downloading a state tensor", [&](VkCommandBuffer cmd) {
+      memory_barrier(ctx_.api(), cmd, kDeviceStages, kDeviceWrites, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+      VkBufferCopy region{d.offset, s.offset, static_cast<VkDeviceSize>(n) * 4};
+      ctx_.api().vkCmdCopyBuffer(cmd, d.buffer, s.buffer, 1, &region);
+      memory_barrier(ctx_.api(), cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                     VK_ACCESS_HOST_READ_BIT);
+    }));
+    from_device(dtype_, reinterpret_cast<const std::uint32_t*>(staging_->mapped), n, host.data);
+    return Status::Ok();
+  }
+  DType dtype() const { return dtype_; }
+  const std::vector<std::int64_t>& shape() const { return shape_; }
+  const Allocation& allocation() const { return device_.get(); }
+
+ private:
+  Status check(const TensorView& host) const {
+    bool same = host.dtype == dtype_ && host.rank == static_cast<int>(shape_.size());
+    for (int d = 0; same && d < host.rank; ++d) same = host.shape[d] == shape_[static_cast<std::size_t>(d)];
+    if (!same || (host.data == nullptr && numel(shape_) > 0)) {
+      return Status(StatusCode::kInternal, "Vulkan: a state tensor transfer with another dtype or shape than the buffer's");
+    }
+    return Status::Ok();
+  }
+  Context& ctx_;
+  DType dtype_;
+  std::vector<std::int64_t> shape_;
+  OwnedAllocation device_, staging_;
+};
+
 class VulkanBackend;
 
 class VulkanSegment final : public PreparedSegment {
@@ -83,14 +156,15 @@ class VulkanSegment final : public PreparedSegment {
   Status run(const SegmentRun& run) override;
   std::uint64_t bytes_uploaded() const override { return uploaded_; }
   std::uint64_t bytes_downloaded() const override { return downloaded_; }
+  Status undo_writes() override;
 
  private:
   Status place_tensors(const SegmentDesc& desc, const ConstantSource& constants, VkDeviceSize& staging_size);
   Status place_internals(const SegmentDesc& desc, const LoweredSegment& lowered);
-  Result<std::vector<VkDescriptorSet>> descriptor_sets(const LoweredSegment& lowered);
-  Status create_command_buffer();
+  Result<std::vector<VkDescriptorSet>> descriptor_sets(const std::vector<Dispatch>& dispatches);
+  Result<VkCommandBuffer> create_command_buffer();
   Status record(const LoweredSegment& lowered);
-  Status record_dispatches(const LoweredSegment& lowered, const std::vector<VkDescriptorSet>& ds);
+  Status record_dispatches(VkCommandBuffer cmd, const std::vector<Dispatch>& dispatches, std::span<const VkDescriptorSet> ds);
   void barrier(VkPipelineStageFlags src_stage, VkAccessFlags src, VkPipelineStageFlags dst_stage, VkAccessFlags dst);
 
   VulkanBackend& backend_;
@@ -101,11 +175,15 @@ class VulkanSegment final : public PreparedSegment {
   std::vector<std::uint32_t> inputs_, outputs_;  // tensor ids by io_index
   std::vector<VkDeviceSize> in_staging_off_, out_staging_off_;
   OwnedAllocation staging_, error_;
+  std::vector<OwnedAllocation> undo_;     // per in-place update of device state: its undo log
+  std::vector<IndexCheck> index_checks_;  // by error tag - 1
   UniqueDescriptorPool pool_;
   UniqueCommandPool cmd_pool_;
-  VkCommandBuffer cmd_ = VK_NULL_HANDLE;  // freed with cmd_pool_
+  VkCommandBuffer cmd_ = VK_NULL_HANDLE;       // freed with cmd_pool_
+  VkCommandBuffer undo_cmd_ = VK_NULL_HANDLE;  // the restore dispatches; null when there are none
   UniqueFence fence_;
   std::uint64_t uploaded_ = 0, downloaded_ = 0;
+  bool submitted_ = false;  // the last run() reached the queue: its undo logs are this run's
 };
 
 class VulkanBackend final : public backend::Backend {
@@ -169,6 +247,21 @@ class VulkanBackend final : public backend::Backend {
   }
   const Allocation& dummy() const { return dummy_.get(); }
 
+  Result<std::unique_ptr<backend::DeviceBuffer>> create_buffer(DType dtype, std::span<const std::int64_t> shape) override {
+    if (!dtype_on_device(dtype)) return Status(StatusCode::kUnsupported, "Vulkan: dtype " + std::string(dtype_name(dtype)) + " is not on the device");
+    std::int64_t n = 1;
+    for (std::int64_t d : shape) {
+      if (d < 0 || (d > 0 && n > kMaxElements / d)) return Status(StatusCode::kUnsupported, "Vulkan: a state tensor too large for 32-bit indexing");
+      n *= d;
+    }
+    if (device_bytes(n) > ctx_->properties().limits.maxStorageBufferRange) {
+      return Status(StatusCode::kUnsupported, "Vulkan: a state tensor of " + std::to_string(device_bytes(n)) + " bytes exceeds maxStorageBufferRange");
+    }
+    auto b = std::make_unique<VulkanBuffer>(*ctx_, dtype, std::vector<std::int64_t>(shape.begin(), shape.end()));
+    KILN_RETURN_IF_ERROR(b->init());
+    return std::unique_ptr<backend::DeviceBuffer>(std::move(b));
+  }
+
  private:
   std::unique_ptr<Context> ctx_;  // declared first: outlives the allocations below
   std::mutex const_mutex_;
@@ -219,7 +312,13 @@ Status VulkanSegment::build(const SegmentDesc& desc, const ConstantSource& const
   if (lowered.uses_error_buffer) {
     KILN_ASSIGN_OR_RETURN(error_, ctx_.allocate(16, MemoryKind::kHost));
   }
+  index_checks_ = lowered.index_checks;
+  for (std::int64_t words : lowered.undo_words) {
+    KILN_ASSIGN_OR_RETURN(OwnedAllocation a, ctx_.allocate(device_bytes(words), MemoryKind::kDevice));
+    undo_.push_back(std::move(a));
+  }
   for (const Dispatch& d : lowered.dispatches) KILN_RETURN_IF_ERROR(ctx_.pipeline(d.variant).status());
+  for (const Dispatch& d : lowered.undo_dispatches) KILN_RETURN_IF_ERROR(ctx_.pipeline(d.variant).status());
   return record(lowered);
 }
 
@@ -252,6 +351,14 @@ Status VulkanSegment::place_tensors(const SegmentDesc& desc, const ConstantSourc
       continue;
     }
     if (t.role == Role::kInternal) continue;  // placed below, sharing memory by lifetime
+    if (t.role == Role::kDevice) {             // the executor's buffer, bound where it lies
+      const auto* b = t.io_index < desc.device_buffers.size() ? dynamic_cast<const VulkanBuffer*>(desc.device_buffers[t.io_index]) : nullptr;
+      if (b == nullptr || b->dtype() != t.dtype || b->shape() != t.shape) {
+        return Status(StatusCode::kInternal, "Vulkan: tensor " + std::to_string(i) + " names a missing device buffer or one of another dtype or shape");
+      }
+      tensor_alloc_[i] = b->allocation();
+      continue;
+    }
     KILN_ASSIGN_OR_RETURN(OwnedAllocation a, ctx_.allocate(device_bytes(n), MemoryKind::kDevice));
     tensor_alloc_[i] = a.get();
     owned_.push_back(std::move(a));
@@ -313,10 +420,10 @@ Status VulkanSegment::place_internals(const SegmentDesc& desc, const LoweredSegm
 }
 
 // One descriptor set per dispatch, written once (bindings never change between runs).
-Result<std::vector<VkDescriptorSet>> VulkanSegment::descriptor_sets(const LoweredSegment& lowered) {
+Result<std::vector<VkDescriptorSet>> VulkanSegment::descriptor_sets(const std::vector<Dispatch>& dispatches) {
   const Api& api = ctx_.api();
   VkDevice dev = ctx_.device();
-  const auto sets = static_cast<std::uint32_t>(std::max<std::size_t>(lowered.dispatches.size(), 1));
+  const auto sets = static_cast<std::uint32_t>(std::max<std::size_t>(dispatches.size(), 1));
   VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, sets * kMaxBindings};
   VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
   pi.maxSets = sets;
@@ -325,7 +432,7 @@ Result<std::vector<VkDescriptorSet>> VulkanSegment::descriptor_sets(const Lowere
   VkDescriptorPool pool = VK_NULL_HANDLE;
   KILN_RETURN_IF_ERROR(ctx_.check(api.vkCreateDescriptorPool(dev, &pi, nullptr, &pool), "vkCreateDescriptorPool"));
   pool_ = UniqueDescriptorPool(api, dev, pool);
-  std::vector<VkDescriptorSet> ds(lowered.dispatches.size());
+  std::vector<VkDescriptorSet> ds(dispatches.size());
   if (!ds.empty()) {
     std::vector<VkDescriptorSetLayout> layouts(ds.size(), ctx_.set_layout());
     VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
@@ -338,9 +445,10 @@ Result<std::vector<VkDescriptorSet>> VulkanSegment::descriptor_sets(const Lowere
   std::vector<VkWriteDescriptorSet> writes;
   for (std::size_t i = 0; i < ds.size(); ++i) {
     for (std::uint32_t b = 0; b < kMaxBindings; ++b) {
-      const BindingRef& ref = lowered.dispatches[i].bindings[b];
+      const BindingRef& ref = dispatches[i].bindings[b];
       const Allocation& a = ref.kind == BindingRef::kTensor ? tensor_alloc_[ref.tensor]
                             : ref.kind == BindingRef::kError ? error_.get()
+                            : ref.kind == BindingRef::kUndo  ? undo_.at(ref.tensor).get()
                                                              : backend_.dummy();
       infos[i * kMaxBindings + b] = {a.buffer, a.offset, a.size};
       VkWriteDescriptorSet w{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
@@ -356,42 +464,57 @@ Result<std::vector<VkDescriptorSet>> VulkanSegment::descriptor_sets(const Lowere
   return ds;
 }
 
-Status VulkanSegment::create_command_buffer() {
+// A command buffer from the segment's pool (created, with the segment's fence, on first use).
+Result<VkCommandBuffer> VulkanSegment::create_command_buffer() {
   const Api& api = ctx_.api();
   VkDevice dev = ctx_.device();
-  VkCommandPoolCreateInfo ci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
-  ci.queueFamilyIndex = ctx_.queue_family();
-  VkCommandPool cmd_pool = VK_NULL_HANDLE;
-  KILN_RETURN_IF_ERROR(ctx_.check(api.vkCreateCommandPool(dev, &ci, nullptr, &cmd_pool), "vkCreateCommandPool"));
-  cmd_pool_ = UniqueCommandPool(api, dev, cmd_pool);
+  if (!cmd_pool_) {
+    VkCommandPoolCreateInfo ci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    ci.queueFamilyIndex = ctx_.queue_family();
+    VkCommandPool cmd_pool = VK_NULL_HANDLE;
+    KILN_RETURN_IF_ERROR(ctx_.check(api.vkCreateCommandPool(dev, &ci, nullptr, &cmd_pool), "vkCreateCommandPool"));
+    cmd_pool_ = UniqueCommandPool(api, dev, cmd_pool);
+    VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    VkFence fence = VK_NULL_HANDLE;
+    KILN_RETURN_IF_ERROR(ctx_.check(api.vkCreateFence(dev, &fi, nullptr, &fence), "vkCreateFence"));
+    fence_ = UniqueFence(api, dev, fence);
+  }
   VkCommandBufferAllocateInfo cai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  cai.commandPool = cmd_pool;
+  cai.commandPool = cmd_pool_.get();
   cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
   cai.commandBufferCount = 1;
-  KILN_RETURN_IF_ERROR(ctx_.check(api.vkAllocateCommandBuffers(dev, &cai, &cmd_), "vkAllocateCommandBuffers"));
-  VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-  VkFence fence = VK_NULL_HANDLE;
-  KILN_RETURN_IF_ERROR(ctx_.check(api.vkCreateFence(dev, &fi, nullptr, &fence), "vkCreateFence"));
-  fence_ = UniqueFence(api, dev, fence);
-  return Status::Ok();
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  KILN_RETURN_IF_ERROR(ctx_.check(api.vkAllocateCommandBuffers(dev, &cai, &cmd), "vkAllocateCommandBuffers"));
+  return cmd;
 }
 
 void VulkanSegment::barrier(VkPipelineStageFlags src_stage, VkAccessFlags src, VkPipelineStageFlags dst_stage,
                             VkAccessFlags dst) {
-  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-  mb.srcAccessMask = src;
-  mb.dstAccessMask = dst;
-  ctx_.api().vkCmdPipelineBarrier(cmd_, src_stage, dst_stage, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  memory_barrier(ctx_.api(), cmd_, src_stage, src, dst_stage, dst);
 }
 
 Status VulkanSegment::record(const LoweredSegment& lowered) {
   const Api& api = ctx_.api();
-  KILN_ASSIGN_OR_RETURN(const std::vector<VkDescriptorSet> ds, descriptor_sets(lowered));
-  KILN_RETURN_IF_ERROR(create_command_buffer());
+  std::vector<Dispatch> all = lowered.dispatches;
+  all.insert(all.end(), lowered.undo_dispatches.begin(), lowered.undo_dispatches.end());
+  KILN_ASSIGN_OR_RETURN(const std::vector<VkDescriptorSet> ds, descriptor_sets(all));
+  const std::span<const VkDescriptorSet> run_sets(ds.data(), lowered.dispatches.size());
+  const std::span<const VkDescriptorSet> undo_sets(ds.data() + lowered.dispatches.size(), lowered.undo_dispatches.size());
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  if (!lowered.undo_dispatches.empty()) {  // after every earlier write of the state (this run's included)
+    KILN_ASSIGN_OR_RETURN(undo_cmd_, create_command_buffer());
+    KILN_RETURN_IF_ERROR(ctx_.check(api.vkBeginCommandBuffer(undo_cmd_, &bi), "vkBeginCommandBuffer"));
+    memory_barrier(api, undo_cmd_, kDeviceStages, kDeviceWrites, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                   VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+    KILN_RETURN_IF_ERROR(record_dispatches(undo_cmd_, lowered.undo_dispatches, undo_sets));
+    KILN_RETURN_IF_ERROR(ctx_.check(api.vkEndCommandBuffer(undo_cmd_), "vkEndCommandBuffer"));
+  }
+  KILN_ASSIGN_OR_RETURN(cmd_, create_command_buffer());
   KILN_RETURN_IF_ERROR(ctx_.check(api.vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer"));
-  // Host-written staging -> input buffers.
-  barrier(VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+  // Host-written staging -> input buffers; device state written by an earlier submission
+  // (another segment, an upload) before the dispatches touch it.
+  barrier(VK_PIPELINE_STAGE_HOST_BIT | kDeviceStages, VK_ACCESS_HOST_WRITE_BIT | kDeviceWrites, VK_PIPELINE_STAGE_TRANSFER_BIT,
+          VK_ACCESS_TRANSFER_READ_BIT);
   for (std::size_t i = 0; i < inputs_.size(); ++i) {
     const std::int64_t n = numel(desc_.tensors[inputs_[i]].shape);
     if (n == 0) continue;
@@ -399,9 +522,8 @@ Status VulkanSegment::record(const LoweredSegment& lowered) {
     VkBufferCopy region{staging_->offset + in_staging_off_[i], dst.offset, static_cast<VkDeviceSize>(n) * 4};
     api.vkCmdCopyBuffer(cmd_, staging_->buffer, dst.buffer, 1, &region);
   }
-  barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-          VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
-  KILN_RETURN_IF_ERROR(record_dispatches(lowered, ds));
+  barrier(kDeviceStages, kDeviceWrites, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+  KILN_RETURN_IF_ERROR(record_dispatches(cmd_, lowered.dispatches, run_sets));
   barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
           VK_ACCESS_TRANSFER_READ_BIT);
   for (std::size_t i = 0; i < outputs_.size(); ++i) {
@@ -417,7 +539,7 @@ Status VulkanSegment::record(const LoweredSegment& lowered) {
 }
 
 // The dispatches, with barriers where they are needed.
-Status VulkanSegment::record_dispatches(const LoweredSegment& lowered, const std::vector<VkDescriptorSet>& ds) {
+Status VulkanSegment::record_dispatches(VkCommandBuffer cmd, const std::vector<Dispatch>& dispatches, std::span<const VkDescriptorSet> ds) {
   const Api& api = ctx_.api();
   // Hazards are tracked per buffer range (internals share ranges): a barrier goes before a
   // dispatch that reads or writes a range written since the last barrier, or writes a
@@ -426,25 +548,25 @@ Status VulkanSegment::record_dispatches(const LoweredSegment& lowered, const std
   auto range_of = [&](std::uint32_t t) { return Range{tensor_alloc_[t].buffer, tensor_alloc_[t].offset}; };
   std::set<Range> written, read;
   VkPipeline bound = VK_NULL_HANDLE;
-  for (std::size_t i = 0; i < lowered.dispatches.size(); ++i) {
-    const Dispatch& d = lowered.dispatches[i];
-    bool hazard = false;
+  for (std::size_t i = 0; i < dispatches.size(); ++i) {
+    const Dispatch& d = dispatches[i];
+    bool hazard = d.barrier_before && i > 0;
     for (std::uint32_t t : d.reads) hazard = hazard || written.count(range_of(t)) != 0;
     for (std::uint32_t t : d.writes) hazard = hazard || written.count(range_of(t)) != 0 || read.count(range_of(t)) != 0;
     if (hazard) {
-      barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
-              VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+      memory_barrier(api, cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+                     VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
       written.clear();
       read.clear();
     }
     KILN_ASSIGN_OR_RETURN(VkPipeline p, ctx_.pipeline(d.variant));
     if (p != bound) {
-      api.vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p);
+      api.vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p);
       bound = p;
     }
-    api.vkCmdBindDescriptorSets(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, ctx_.pipeline_layout(), 0, 1, &ds[i], 0, nullptr);
-    api.vkCmdPushConstants(cmd_, ctx_.pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushWords * 4, d.push.data());
-    api.vkCmdDispatch(cmd_, d.groups[0], d.groups[1], d.groups[2]);
+    api.vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, ctx_.pipeline_layout(), 0, 1, &ds[i], 0, nullptr);
+    api.vkCmdPushConstants(cmd, ctx_.pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushWords * 4, d.push.data());
+    api.vkCmdDispatch(cmd, d.groups[0], d.groups[1], d.groups[2]);
     for (std::uint32_t t : d.writes) written.insert(range_of(t));
     for (std::uint32_t t : d.reads) read.insert(range_of(t));
   }
@@ -465,6 +587,7 @@ Status VulkanSegment::run(const SegmentRun& run) {
     return v.data != nullptr || v.numel() == 0;
   };
   uploaded_ = downloaded_ = 0;
+  submitted_ = false;
   for (std::size_t i = 0; i < inputs_.size(); ++i) {
     const SegmentTensor& t = desc_.tensors[inputs_[i]];
     if (!matches(run.inputs[i], t)) return Status(StatusCode::kInternal, "Vulkan: input " + std::to_string(i) + " does not match the prepared shape");
@@ -479,11 +602,21 @@ Status VulkanSegment::run(const SegmentRun& run) {
     }
   }
   if (error_.valid()) std::memset(error_->mapped, 0, 16);
+  submitted_ = true;
   KILN_RETURN_IF_ERROR(ctx_.submit_and_wait(cmd_, fence_.get(), "running a segment"));
   KILN_RETURN_IF_ERROR(ctx_.take_validation_errors());
   if (error_.valid()) {
     std::uint32_t e[3];
     std::memcpy(e, error_->mapped, sizeof e);
+    std::uint32_t tag = 0;
+    std::memcpy(&tag, error_->mapped + 12, 4);
+    if (e[0] != 0 && tag >= 1 && tag <= index_checks_.size()) {  // the CPU kernel's message
+      const IndexCheck& c = index_checks_[tag - 1];
+      return Status(StatusCode::kInvalidInput, "[" + std::string(c.op) + "] indices[0] element " + std::to_string(e[1]) + " = " +
+                                                   std::to_string(static_cast<std::int32_t>(e[2])) + " out of range for dim " +
+                                                   std::to_string(c.dim) + " of size " + std::to_string(c.size) +
+                                                   (c.where.empty() ? "" : " [" + c.where + "]"));
+    }
     if (e[0] != 0) {
       return Status(StatusCode::kInvalidInput, "[index] index " + std::to_string(static_cast<std::int32_t>(e[2])) +
                                                    " at position " + std::to_string(e[1]) + " is out of range");
@@ -495,6 +628,15 @@ Status VulkanSegment::run(const SegmentRun& run) {
     downloaded_ += v.nbytes();
   }
   return Status::Ok();
+}
+
+Status VulkanSegment::undo_writes() {
+  // A run that failed before its submission wrote nothing, and the undo logs hold an
+  // earlier run's words: putting those back would undo that run.
+  if (undo_cmd_ == VK_NULL_HANDLE || !submitted_) return Status::Ok();
+  submitted_ = false;
+  KILN_RETURN_IF_ERROR(ctx_.submit_and_wait(undo_cmd_, fence_.get(), "undoing a segment's writes of device state"));
+  return ctx_.take_validation_errors();
 }
 
 }  // namespace

@@ -277,4 +277,16 @@
 #define PC_ADVINDEX_SIZES (PC_ADVINDEX_STRIDES + ADVINDEX_MAX_INDICES * ADVINDEX_MAX_RANK)
 #define PC_ADVINDEX_X_STRIDES (PC_ADVINDEX_SIZES + ADVINDEX_MAX_INDICES)
 
+// ---- indexput.comp: index_put(x, values, index; dims=[dim], accumulate=false) ---------------
+#define PC_INDEXPUT_N 0      // elements of the indexed shape: pre * count * post
+#define PC_INDEXPUT_MODE 1   // INDEXPUT_*
+#define PC_INDEXPUT_COUNT 2  // index elements
+#define PC_INDEXPUT_POST 3   // elements after the indexed dim
+#define PC_INDEXPUT_SIZE 4   // x's size along the indexed dim
+#define PC_INDEXPUT_X_N 5    // elements of x
+#define PC_INDEXPUT_TAG 6    // written to the error buffer's word 3 with an index out of range
+#define INDEXPUT_SAVE 0      // in place: record each element's offset and old word (the undo log)
+#define INDEXPUT_WRITE 1     // write the values, unless the error buffer is set
+#define INDEXPUT_RESTORE 2   // put the recorded words back (a failed run)
+
 #endif  // KILN_VULKAN_SHADER_ABI_H

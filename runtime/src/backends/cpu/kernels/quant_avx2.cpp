@@ -239,15 +239,30 @@ void dequantize_panel_tiles(const QuantWeight& w, std::int64_t row0, std::int64_
       const std::int64_t end = group_end < col0 + len ? group_end : col0 + len;
       __m256 scale[8];
       __m128i zero[8];
+      __m256i zero32[8];
       for (int i = 0; i < 8; ++i) {
         const std::int64_t j = half * 8 + i;
         const std::int64_t index = (row0 + (j < rows ? j : rows - 1)) * groups + g;
         scale[i] = _mm256_set1_ps(i < live ? scale_at(w, index) : 0.0f);
         zero[i] = _mm_set1_epi8(static_cast<char>(zero_at(w, index)));
+        zero32[i] = _mm256_set1_epi32(zero_at(w, index));
       }
       for (; c < end; c += 8) {
         __m256 r[8];
-        for (int i = 0; i < 8; ++i) r[i] = _mm256_mul_ps(load8<Bits>(row_ptr[i], c, zero[i]), scale[i]);
+        if constexpr (Bits == 4) {
+          // 8 nibbles (4 bytes) broadcast as one 32-bit word and shifted per lane: lane t
+          // gets column c + t (low nibble first); minus the zero point in int32, exactly
+          // as load8 computes it, in half the instructions.
+          const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), mask = _mm256_set1_epi32(0x0F);
+          for (int i = 0; i < 8; ++i) {
+            std::int32_t word;
+            __builtin_memcpy(&word, row_ptr[i] + c / 2, 4);
+            const __m256i q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), shifts), mask);
+            r[i] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q, zero32[i])), scale[i]);
+          }
+        } else {
+          for (int i = 0; i < 8; ++i) r[i] = _mm256_mul_ps(load8<Bits>(row_ptr[i], c, zero[i]), scale[i]);
+        }
         transpose8x8(r);
         float* dst = out + (c - col0) * 16 + half * 8;
         for (int t = 0; t < 8; ++t) _mm256_storeu_ps(dst + t * 16, r[t]);

@@ -1,15 +1,17 @@
 // Issue 17's decode measure: the KV-cache decoder of samples/models/kv_decoder.h (d 128,
 // 2 layers, random weights) exported as a stateful bundle, its linear layers quantized by
-// `kiln quantize --weights int4 --group 32 --ops linear`, and both bundles run step by step
-// on the same tokens (the f32 bundle's greedy continuation fed to both, so every step
-// compares the two next-token distributions on the same context). Reports the greedy
-// agreement and the mean KL(p_f32 || p_int4) (test properties, and printed).
+// `kiln quantize --weights int4 --group 32 --ops linear` (and variants), and both bundles
+// run step by step on the same tokens (the f32 bundle's greedy continuation fed to both, so
+// every step compares the two next-token distributions on the same context). Reports the
+// greedy agreement and the mean KL(p_f32 || p_int4) per setting (test properties, printed).
 //
 // The issue's target is >= 95 % agreement; this untrained model's next-token
 // distributions are nearly flat (f32 top-1 probability ~0.046 over 256 tokens), so a
-// small perturbation flips the argmax: measured 0.823 agreement, mean KL 0.0074 nats
-// (0.771 / 0.0114 with the embeddings int4 too). The bounds below guard that measurement
-// against regressions (docs/QUANTIZATION.md); they are not the issue's target.
+// small perturbation flips the argmax. Measured (docs/QUANTIZATION.md): the default (scale
+// search, output head int8) 0.875 / 0.0031 nats; every linear int4 with searched scales
+// 0.76 / 0.0064; with max-range scales (the first round) 0.823 / 0.0074. Agreement moves by
+// a few of the 96 steps between settings of near-equal KL. The bounds below guard these
+// measurements against regressions; they are not the issue's target.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -134,7 +136,7 @@ TEST(QuantizeDecode, Int4KvDecoderGreedyAgreementAndKlAgainstF32) {
   // 95 % target.
   EXPECT_GE(mixed.agreement, 0.84);
   EXPECT_LT(mixed.mean_kl, 0.005);
-  EXPECT_GE(all4.agreement, 0.75);
+  EXPECT_GE(all4.agreement, 0.70);
   EXPECT_LT(all4.mean_kl, 0.01);
   EXPECT_LT(all4.mean_kl, all4_max.mean_kl);  // the scale search lowers the KL
   EXPECT_LT(mixed.mean_kl, all4.mean_kl);     // and so does the int8 head

@@ -1,5 +1,5 @@
 // kiln quantize IN.kiln -o OUT.kiln --weights int8|int4 [--group N] [--ops LIST]
-//   [--scale-dtype f16|f32] [--zero-points] [--json]
+//   [--scale-dtype f16|f32] [--zero-points] [--embed-head int8|int4|f32] [--scales mse|max] [--json]
 // Post-training weight-only quantization (docs/QUANTIZATION.md): the constant 2-D weights of
 // linear, matmul and embedding nodes become int8/int4 constants with scales (schema
 // Constant.quant) read by linear_q / embedding_q; everything else is copied. The self-tests

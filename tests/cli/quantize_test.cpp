@@ -174,9 +174,65 @@ TEST_F(Quantize, EmbeddingRowsGatherFromInt8AndInt4Tables) {
   const json j8 = quantize_json("embedding.kiln", "embedding.q8.kiln", "--weights int8");
   EXPECT_EQ(j8["layers"][0]["op"], "embedding");
   EXPECT_GE(cosine(run_bundle(path("embedding.q8.kiln"), in), want), 0.9999);
-  quantize_json("embedding.kiln", "embedding.q4.kiln", "--weights int4");
+  // With --weights int4 the table stays int8 unless --embed-head says int4.
+  const json j4 = quantize_json("embedding.kiln", "embedding.q4.kiln", "--weights int4 --embed-head int4");
+  EXPECT_EQ(j4["layers"][0]["format"], "int4 g32");
   EXPECT_GE(cosine(run_bundle(path("embedding.q4.kiln"), in), want), 0.99);
   EXPECT_EQ(kiln_cmd("validate " + path("embedding.q4.kiln")).code, 0);
+}
+
+TEST_F(Quantize, Int4KeepsTheEmbeddingTablesAndTheOutputHeadInt8UnlessEmbedHeadSaysOtherwise) {
+  // The MLP's matmul produces the graph output: its head. Default with int4: int8 per channel.
+  const json j = quantize_json("mlp.kiln", "mlp.mixed.kiln", "--weights int4 --group 16");
+  EXPECT_EQ(j["embed_head"], "int8");
+  ASSERT_EQ(j["layers"].size(), 3u) << j.dump();
+  for (const auto& l : j["layers"]) {
+    EXPECT_TRUE(l["quantized"].get<bool>()) << l.dump();
+    EXPECT_EQ(l["format"], l["op"] == "matmul" ? "int8" : "int4 g16") << l.dump();
+    if (l["op"] == "matmul") EXPECT_EQ(l["bytes_after"], 64 * 32 + 32 * 4) << l.dump();  // [N=32, K=64] int8, f32 scales
+  }
+  const Tensor x = Tensor::randn({2, 128}, 5);
+  const std::vector<HostValue> in{HostValue::of(host(x))};
+  EXPECT_GE(cosine(run_bundle(path("mlp.mixed.kiln"), in), run_bundle(path("mlp.kiln"), in)), 0.98);
+  EXPECT_EQ(kiln_cmd("validate " + path("mlp.mixed.kiln")).code, 0);
+  // --embed-head int4: every layer int4; f32: the head is listed as kept f32, with the reason.
+  for (const auto& l : quantize_json("mlp.kiln", "mlp.all4.kiln", "--weights int4 --group 16 --embed-head int4")["layers"]) {
+    EXPECT_EQ(l["format"], "int4 g16") << l.dump();
+  }
+  const json f = quantize_json("mlp.kiln", "mlp.headf32.kiln", "--weights int4 --group 16 --embed-head f32");
+  int kept = 0;
+  for (const auto& l : f["layers"]) {
+    if (l["quantized"].get<bool>()) continue;
+    ++kept;
+    EXPECT_EQ(l["op"], "matmul");
+    EXPECT_EQ(l["reason"], "the output head (its result is a graph output), kept f32 by --embed-head f32");
+  }
+  EXPECT_EQ(kept, 1);
+  // A lone linear is the whole model, not a head: int4 as asked.
+  EXPECT_EQ(quantize_json("linear.kiln", "linear.lone.kiln", "--weights int4")["layers"][0]["format"], "int4 g32");
+  // Embedding tables: int8 by default with int4, f32 on request.
+  EXPECT_EQ(quantize_json("embedding.kiln", "embedding.mixed.kiln", "--weights int4")["layers"][0]["format"], "int8");
+  const json e = quantize_json("embedding.kiln", "embedding.f32.kiln", "--weights int4 --embed-head f32");
+  EXPECT_EQ(e["layers"][0]["reason"], "an embedding table, kept f32 by --embed-head f32");
+}
+
+TEST_F(Quantize, ScaleSearchLowersTheWeightErrorAgainstMaxRangeScales) {
+  for (const std::string args : {"--weights int4 --group 32", "--weights int4 --group 32 --zero-points", "--weights int8"}) {
+    const json mse = quantize_json("linear.kiln", "linear.mse.kiln", args);
+    const json max = quantize_json("linear.kiln", "linear.max.kiln", args + " --scales max");
+    EXPECT_EQ(mse["scales"], "mse");
+    EXPECT_EQ(max["scales"], "max");
+    // Never worse (the max-range scale is the search's first candidate); on normal weights
+    // int4 gains ~0.5 dB.
+    const double gain = mse["layers"][0]["sqnr_db"].get<double>() - max["layers"][0]["sqnr_db"].get<double>();
+    EXPECT_GE(gain, 0.0) << args;
+    if (args.find("int4") != std::string::npos) EXPECT_GT(gain, 0.2) << args;
+    const Tensor x = Tensor::randn({1, 256}, 77);
+    const std::vector<HostValue> in{HostValue::of(host(x))};
+    EXPECT_GE(cosine(run_bundle(path("linear.mse.kiln"), in), run_bundle(path("linear.kiln"), in)),
+              args == "--weights int8" ? 0.9999 : 0.99)
+        << args;
+  }
 }
 
 TEST_F(Quantize, TextReportShowsLayersSqnrBytesAndWidenedTolerances) {
@@ -188,6 +244,11 @@ TEST_F(Quantize, TextReportShowsLayersSqnrBytesAndWidenedTolerances) {
   EXPECT_NE(r.out.find("(linear [64, 48]): input dim 48 is not a multiple of the group size 32"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("2 layer(s) quantized, 1 kept f32"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tolerances widened from the measured quantization error"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("; embedding tables and output head int8; scales searched for the least squared error"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("format"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("int4 g32"), std::string::npos) << r.out;
 }
 
 TEST_F(Quantize, RefusesAnAlreadyQuantizedBundleAndBadOptions) {
@@ -211,6 +272,12 @@ TEST_F(Quantize, RefusesAnAlreadyQuantizedBundleAndBadOptions) {
   r = kiln_cmd("quantize " + path("linear.kiln") + " -o " + path("x.kiln") + " --weights int8 --ops linear,softmax");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("--ops: unknown op 'softmax'"), std::string::npos) << r.out;
+  r = kiln_cmd("quantize " + path("linear.kiln") + " -o " + path("x.kiln") + " --weights int4 --embed-head int2");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--embed-head must be int8, int4 or f32"), std::string::npos) << r.out;
+  r = kiln_cmd("quantize " + path("linear.kiln") + " -o " + path("x.kiln") + " --weights int4 --scales rms");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--scales must be mse or max"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(path("x.kiln")));
   r = kiln_cmd("quantize " + path("missing.kiln") + " -o " + path("x.kiln") + " --weights int8 --json", false);
   EXPECT_NE(r.code, 0);

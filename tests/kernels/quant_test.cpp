@@ -180,11 +180,22 @@ TEST(LinearQKernel, Int4Group32DecodeEightBlocksAtATimeMatchesReference) {
   for (const Case& c : cases) check_case(c, seed++);
 }
 
-TEST(LinearQKernel, BatchPathPacksDequantizedPanelsOverManyColumnBlocks) {
-  // n past the SGEMM's 512-column B block at k = 4096 and not a multiple of 16: the
-  // dequantize-into-panels callback over several column blocks and a partial last panel.
+TEST(LinearQKernel, BatchPathDequantizesPanelsOverManyChunksAndKBlocks) {
+  // n past several 8-panel chunks and not a multiple of 16 (a partial last panel); k = 4096
+  // in 16 K blocks of 256 (the C tile accumulates across them, bias at the last one).
   check_case({8, 16, 1030, 4096, 4096, false, false, true}, 60);
   check_case({4, 7, 1043, 256, 32, true, true, true}, 61);
+}
+
+TEST(LinearQKernel, BatchPathCrossesRowBlocksAndUnalignedKBlocks) {
+  // 150 rows: two row blocks (144 + 6) of activation panels swept over each dequantized
+  // panel. k = 600 splits into 3 K blocks of 200 columns (the 8-column tiles); k = 300 into
+  // 2 of 150 (not a multiple of 8: the element-wise panel path); group 20 / 30 / 50 straddle
+  // the K block boundaries.
+  check_case({8, 150, 37, 600, 600, false, false, true}, 62);
+  check_case({4, 150, 19, 600, 20, true, true, false}, 63);
+  check_case({8, 9, 33, 300, 50, true, false, true}, 64);
+  check_case({4, 3, 17, 300, 30, false, false, true}, 65);
 }
 
 TEST(LinearQKernel, ActivationQuantizationScalesRoundsAndOrdersByNibble) {

@@ -317,14 +317,19 @@ bool prepack_enabled() {
   return enabled;
 }
 
-// KILN_CONV_DEPTHWISE=0 sends depthwise convolutions to the older paths (direct tiles over
-// a padded copy, per-plane loops), to compare speed; read once.
-bool depthwise_enabled() {
-  static const bool enabled = [] {
+// Which kernel takes depthwise convolutions: KILN_CONV_DEPTHWISE=0 the older paths (direct
+// tiles over a padded copy, per-plane loops), =rows the per-plane rows kernel
+// (conv_depthwise_rows), otherwise the channel-blocked kernel (conv_depthwise_block); to
+// compare speed; read once.
+enum class DepthwiseKernel { kOff, kRows, kBlocked };
+DepthwiseKernel depthwise_kernel() {
+  static const DepthwiseKernel kernel = [] {
     const char* v = std::getenv("KILN_CONV_DEPTHWISE");
-    return v == nullptr || std::string_view(v) != "0";
+    if (v != nullptr && std::string_view(v) == "0") return DepthwiseKernel::kOff;
+    if (v != nullptr && std::string_view(v) == "rows") return DepthwiseKernel::kRows;
+    return DepthwiseKernel::kBlocked;
   }();
-  return enabled;
+  return kernel;
 }
 
 // The Winograd shape of g, when g is a 3x3 stride-1 dilation-1 ungrouped convolution.
@@ -525,6 +530,91 @@ Status conv_depthwise(const float* x, const float* w, const float* bias, float* 
   return Status::Ok();
 }
 
+// Depthwise (one input and output channel per group) with at most kConvDepthwiseMaxRows
+// kernel rows and kConvDepthwiseMaxTaps taps, any stride, padding and dilation: blocks of 8
+// channels (SimdKernels::conv_depthwise_block, the channels in the vector lanes), threaded
+// over (image, block, output rows) with no serial phase; relu / relu6 / hardswish in the
+// kernel, other activations on the chunk's rows while they are in cache.
+bool use_depthwise_blocked(const ConvGeometry& g) {
+  return g.group_in() == 1 && g.group_out() == 1 && g.kh <= kConvDepthwiseMaxRows &&
+         g.kh * g.kw <= kConvDepthwiseMaxTaps;
+}
+
+Status conv_depthwise_blocked(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g,
+                              FusedActivation act, ThreadPool& pool) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  float lo = -kInf, hi = kInf;
+  if (act == FusedActivation::kRelu || act == FusedActivation::kRelu6) lo = 0.0f;
+  if (act == FusedActivation::kRelu6) hi = 6.0f;
+  const bool hardswish = act == FusedActivation::kHardswish;
+  const bool in_kernel = hardswish || act == FusedActivation::kNone || act == FusedActivation::kRelu ||
+                         act == FusedActivation::kRelu6;
+  const auto kernel = simd().conv_depthwise_block;
+  const std::int64_t channels = g.out_channels, taps = g.kh * g.kw, blocks = (channels + 7) / 8;
+  const std::int64_t in_plane = g.in.height * g.in.width, out_plane = g.oh * g.ow;
+  const std::int64_t total = g.in.batch * blocks * g.oh;
+  // Chunks of at least ~16K multiply-adds (8 lanes each), whole planes when small: each
+  // chunk transposes its first kernel window's rows again.
+  const std::int64_t grain =
+      std::clamp<std::int64_t>(2048 / std::max<std::int64_t>(1, g.ow * taps), 1, std::max<std::int64_t>(g.oh, 1));
+  const std::int64_t scratch_floats =
+      conv_depthwise_block_scratch_floats(g.kh, g.kw, g.stride[1], g.dilation[0], g.dilation[1], g.ow);
+  std::atomic<bool> failed{false};
+  pool.parallel_for(total, grain, [&](std::int64_t begin, std::int64_t end) {
+    std::unique_ptr<float[]> scratch(new (std::nothrow) float[static_cast<std::size_t>(scratch_floats)]);
+    if (scratch == nullptr) {
+      failed = true;
+      return;
+    }
+    alignas(32) float wblock[kConvDepthwiseMaxTaps * 8];
+    alignas(32) float bblock[8];
+    std::int64_t packed_block = -1;
+    while (begin < end) {
+      const std::int64_t item = begin / g.oh, oy0 = begin % g.oh;
+      const std::int64_t oy1 = std::min(g.oh, oy0 + (end - begin));
+      const std::int64_t n = item / blocks, c0 = item % blocks * 8, count = std::min<std::int64_t>(8, channels - c0);
+      if (packed_block != c0) {  // the block's weights tap-major, channels in lanes
+        std::fill(wblock, wblock + taps * 8, 0.0f);
+        std::fill(bblock, bblock + 8, 0.0f);
+        for (std::int64_t c = 0; c < count; ++c) {
+          for (std::int64_t t = 0; t < taps; ++t) wblock[t * 8 + c] = w[(c0 + c) * taps + t];
+          if (bias != nullptr) bblock[c] = bias[c0 + c];
+        }
+        packed_block = c0;
+      }
+      ConvDepthwiseBlockArgs a{};
+      a.input = x + (n * g.in.channels + c0) * in_plane;
+      a.channels = count;
+      a.h = g.in.height;
+      a.w = g.in.width;
+      a.kh = g.kh;
+      a.kw = g.kw;
+      a.stride_h = g.stride[0];
+      a.stride_w = g.stride[1];
+      a.pad_h = g.padding[0];
+      a.pad_w = g.padding[1];
+      a.dilation_h = g.dilation[0];
+      a.dilation_w = g.dilation[1];
+      a.weights = wblock;
+      a.bias = bblock;
+      a.lo = lo;
+      a.hi = hi;
+      a.hardswish = hardswish;
+      a.output = y + (n * channels + c0) * out_plane;
+      a.oh = g.oh;
+      a.ow = g.ow;
+      a.scratch = scratch.get();
+      kernel(a, oy0, oy1);
+      if (!in_kernel) {
+        for (std::int64_t c = 0; c < count; ++c) apply_activation(act, a.output + c * out_plane + oy0 * g.ow, (oy1 - oy0) * g.ow);
+      }
+      begin += oy1 - oy0;
+    }
+  });
+  if (failed) return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate ", scratch_floats, " floats of rows");
+  return Status::Ok();
+}
+
 Status conv_f32(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g, GemmActivation act,
                 ThreadPool& pool) {
   const std::int64_t patch = g.patch();
@@ -628,7 +718,11 @@ Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
     if (!relu) apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
     return Status::Ok();
   }
-  if (use_depthwise(g) && depthwise_enabled()) {
+  if (use_depthwise_blocked(g) && depthwise_kernel() == DepthwiseKernel::kBlocked) {
+    return conv_depthwise_blocked(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.fused_activation(),
+                                  ctx.pool());
+  }
+  if (use_depthwise(g) && depthwise_kernel() == DepthwiseKernel::kRows) {
     return conv_depthwise(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.fused_activation(), ctx.pool());
   }
   if (use_direct(g)) {

@@ -3,7 +3,8 @@
 // (SimdKernels::conv_depthwise_block, the default) with channel counts around and past a
 // block of 8, odd plane sizes, rectangular kernels up to 7x7, strides 1-3, padding,
 // dilation, batches, every fused activation, on 1 and 2 threads; and the kernel table
-// entry called directly on both instruction sets.
+// entry called directly on both instruction sets. Then 1x1 convolutions over few pixels on
+// the transposed GEMM (conv_pointwise.h) against a reference, and its cost rule.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/kernels/conv_pointwise.h"
+#include "backends/cpu/kernels/conv_prepared.h"
 #include "backends/cpu/kernels/simd.h"
 #include "backends/cpu/thread_pool.h"
 #include "kernel_testutil.h"
@@ -228,6 +231,80 @@ TEST(DepthwiseConv, BlockKernelWritesOnlyItsRowsAndChannels) {
     for (std::size_t i = static_cast<std::size_t>(c.c * oh * ow); i < out.size(); ++i) {
       ASSERT_EQ(out[i], -77.0f) << table->name << " wrote past the block's channels";
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 1x1 convolutions over few pixels, run transposed (conv_pointwise.h) with prepared weights.
+
+class PreparedContext : public DepthwiseContext {
+ public:
+  using DepthwiseContext::DepthwiseContext;
+  const PreparedWeights* prepared = nullptr;
+  const PreparedWeights* prepared_weights(int index) const override { return index == 1 ? prepared : nullptr; }
+};
+
+TEST(PointwiseConv, CostRulePicksFewPixelsWithPaddedPanels) {
+  EXPECT_TRUE(kernels::pointwise_transposed_profitable(320, 1280, 49));   // 7x7: 64 columns for 49
+  EXPECT_TRUE(kernels::pointwise_transposed_profitable(960, 160, 49));
+  EXPECT_TRUE(kernels::pointwise_transposed_profitable(64, 16, 1));       // squeeze-excitation: one pixel
+  EXPECT_FALSE(kernels::pointwise_transposed_profitable(96, 576, 196));   // 14x14: 208 columns for 196
+  EXPECT_FALSE(kernels::pointwise_transposed_profitable(24, 144, 3136));  // 56x56: whole panels, and large
+  EXPECT_FALSE(kernels::pointwise_transposed_profitable(16, 96, 12544));
+  EXPECT_FALSE(kernels::pointwise_transposed_profitable(0, 16, 49));
+}
+
+TEST(PointwiseConv, TransposedMatchesReferenceWithEveryActivation) {
+  struct Case {
+    std::int64_t n, c, h, w, o;
+  };
+  // 7x7 and 1x1 planes, odd channel counts, batches; each is picked by the cost rule.
+  const std::vector<Case> cases = {{1, 150, 7, 7, 96}, {2, 200, 7, 7, 160}, {1, 64, 1, 1, 16},
+                                   {3, 9, 1, 1, 45},   {1, 100, 3, 3, 48},  {2, 130, 2, 2, 21}};
+  const FusedActivation acts[] = {FusedActivation::kNone, FusedActivation::kRelu6, FusedActivation::kHardswish,
+                                  FusedActivation::kSilu, FusedActivation::kHardsigmoid};
+  std::mt19937 rng(144);
+  ThreadPool one(1), two(2);
+  for (const Case& c : cases) {
+    const std::int64_t pixels = c.h * c.w;
+    ASSERT_TRUE(kernels::pointwise_transposed_profitable(c.c, c.o, pixels)) << c.c << "->" << c.o << " @" << pixels;
+    Tensor x = Tensor::random(DType::kF32, {c.n, c.c, c.h, c.w}, rng, -2.0, 2.0);
+    Tensor w = Tensor::random(DType::kF32, {c.o, c.c, 1, 1}, rng, -1.0, 1.0);
+    Tensor b = Tensor::random(DType::kF32, {c.o}, rng, -1.0, 1.0);
+    const AttrList attrs = AttrList().ints({1, 1}).ints({0, 0}).ints({1, 1}).i(1);
+    auto made = prepare_weights(OpKind::Conv2d, 1, w.view(), attrs.span());
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    const auto* cw = static_cast<const kernels::ConvWeights*>(made->get());
+    ASSERT_NE(cw, nullptr);
+    EXPECT_TRUE(cw->pointwise_eligible);
+    std::vector<double> sums(static_cast<std::size_t>(c.n * c.o * pixels));
+    for (std::int64_t img = 0; img < c.n; ++img) {
+      for (std::int64_t o = 0; o < c.o; ++o) {
+        for (std::int64_t p = 0; p < pixels; ++p) {
+          double sum = b.at(o);
+          for (std::int64_t i = 0; i < c.c; ++i) sum += w.at(o * c.c + i) * x.at((img * c.c + i) * pixels + p);
+          sums[static_cast<std::size_t>((img * c.o + o) * pixels + p)] = sum;
+        }
+      }
+    }
+    for (ThreadPool* pool : {&one, &two}) {
+      for (FusedActivation act : acts) {
+        std::vector<double> want(sums.size());
+        for (std::size_t i = 0; i < sums.size(); ++i) want[i] = activate(act, sums[i]);
+        Tensor out(DType::kF32, {c.n, c.o, c.h, c.w});
+        std::vector<TensorView> ov{out.view()};
+        PreparedContext ctx(*pool);
+        ctx.act = act;
+        ctx.prepared = made->get();
+        const Status st = run_views(OpKind::Conv2d, {x.view(), w.view(), b.view()}, ov, attrs, &ctx);
+        ASSERT_TRUE(st.ok()) << st.message();
+        // Sums of up to 200 products of magnitude <= 2.
+        ASSERT_TRUE(all_close(out, want, 1e-5, 5e-5)) << c.c << "->" << c.o << " @" << c.h << "x" << c.w << " +"
+                                                      << activation_name(act);
+        ASSERT_TRUE(out.canary_intact());
+      }
+    }
+    EXPECT_NE(cw->pointwise, nullptr) << "the run packed W^T (took the transposed path)";
   }
 }
 

@@ -30,6 +30,7 @@
 #include "backends/cpu/gemm/gemm.h"
 #include "backends/cpu/gemm/gemm_packed_a.h"
 #include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/conv_pointwise.h"
 #include "backends/cpu/kernels/conv_prepared.h"
 #include "backends/cpu/kernels/conv_winograd.h"
 #include "backends/cpu/kernels/kernels.h"
@@ -730,6 +731,16 @@ Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
     if (!relu) apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
     return Status::Ok();
   }
+  const bool plain_1x1 = g.kh == 1 && g.kw == 1 && g.groups == 1 && g.stride[0] == 1 && g.stride[1] == 1 &&
+                         g.padding[0] == 0 && g.padding[1] == 0;
+  if (plain_1x1 && weights != nullptr && weights->pointwise_eligible && weights->pointwise_out == g.out_channels &&
+      weights->pointwise_in == g.in.channels &&
+      pointwise_transposed_profitable(g.in.channels, g.out_channels, g.oh * g.ow)) {
+    if (const PackedB* wt = weights->pointwise_for(w.as<float>()); wt != nullptr) {
+      return conv_pointwise_transposed(x.as<float>(), *wt, bp, out[0].as<float>(), g.in.batch, g.in.channels,
+                                       g.out_channels, g.oh * g.ow, ctx.fused_activation(), ctx.pool());
+    }
+  }
   if (weights != nullptr && weights->gemm != nullptr && weights->out_channels == g.out_channels &&
       weights->groups == g.groups && weights->patch == g.patch()) {
     return conv_packed(x.as<float>(), *weights, bp, out[0].as<float>(), g, ctx.fused_activation(), ctx.pool());
@@ -743,6 +754,14 @@ const WinogradWeights* ConvWeights::winograd_for(const float* w) const {
     if (made.ok()) winograd = std::move(made).value();  // else null: transformed per call
   });
   return winograd.get();
+}
+
+const PackedB* ConvWeights::pointwise_for(const float* w) const {
+  std::call_once(pointwise_once, [&] {
+    auto made = pointwise_transposed_prepare(w, pointwise_out, pointwise_in);
+    if (made.ok()) pointwise.reset(new (std::nothrow) PackedB(std::move(made).value()));  // else null: plain GEMM
+  });
+  return pointwise.get();
 }
 
 Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight, Attrs attrs) {
@@ -781,7 +800,12 @@ Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight
     prepared->groups = groups;
     prepared->patch = patch;
   }
-  if (!prepared->winograd_eligible && prepared->gemm == nullptr) return none;
+  if (kh == 1 && kw == 1 && groups == 1 && !depthwise) {
+    prepared->pointwise_eligible = true;  // W^T packed on first use: pointwise_for
+    prepared->pointwise_out = k;
+    prepared->pointwise_in = c;
+  }
+  if (!prepared->winograd_eligible && prepared->gemm == nullptr && !prepared->pointwise_eligible) return none;
   return std::unique_ptr<PreparedWeights>(std::move(prepared));
 }
 

@@ -1,0 +1,34 @@
+// 1x1 convolutions (stride 1, no padding, one group) over few output pixels, run transposed:
+// Y^T [pixels x out] = X^T [pixels x in] * W^T [in x out] on the SGEMM with W^T packed once
+// (sgemm_prepacked's B), then Y^T transposed into the NCHW output. The plain GEMM (W * X,
+// conv.cpp) puts the pixels in its 16-column panels: 7x7 = 49 pixels compute 64 columns, a
+// squeeze-excitation's 1x1 pixel computes 16. Transposed, the pixels are the 6-row panels (49
+// -> 54 rows) and a single pixel takes the GEMV path.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cpu/gemm/gemm.h"
+#include "backends/cpu/thread_pool.h"
+#include "kiln/runtime/status.h"
+
+namespace kiln::cpu::kernels {
+
+/// Whether the transposed form is cheaper for a 1x1 convolution of `in_channels` ->
+/// `out_channels` over `pixels` output pixels per image: padded GEMM work (16-column and
+/// 6-row panels) plus the final transpose, against the plain form's padded work.
+bool pointwise_transposed_profitable(std::int64_t in_channels, std::int64_t out_channels, std::int64_t pixels);
+
+/// W [out_channels x in_channels] (a 1x1 weight) packed as W^T for conv_pointwise_transposed.
+/// Errors: kUnavailable when the allocation fails.
+Result<PackedB> pointwise_transposed_prepare(const float* w, std::int64_t out_channels, std::int64_t in_channels);
+
+/// y [batch][out_channels][pixels] = act(W x + bias) for x [batch][in_channels][pixels], with
+/// W^T from pointwise_transposed_prepare; bias may be null. Threaded over the pool (the
+/// GEMM, then the transpose by output channel blocks).
+/// Errors: kUnavailable when the transpose buffer or a GEMM buffer cannot be allocated.
+Status conv_pointwise_transposed(const float* x, const PackedB& wt, const float* bias, float* y, std::int64_t batch,
+                                 std::int64_t in_channels, std::int64_t out_channels, std::int64_t pixels,
+                                 GemmActivation act, ThreadPool& pool);
+
+}  // namespace kiln::cpu::kernels

@@ -333,6 +333,16 @@ DepthwiseKernel depthwise_kernel() {
   return kernel;
 }
 
+// KILN_CONV_POINTWISE=0 keeps 1x1 convolutions over few pixels on the plain GEMM instead
+// of the transposed one (conv_pointwise.h), to compare speed; read once.
+bool pointwise_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("KILN_CONV_POINTWISE");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+}
+
 // The Winograd shape of g, when g is a 3x3 stride-1 dilation-1 ungrouped convolution.
 bool winograd_shape(const ConvGeometry& g, WinogradShape& s) {
   if (!winograd_enabled() || g.kh != 3 || g.kw != 3 || g.groups != 1) return false;
@@ -733,7 +743,7 @@ Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   }
   const bool plain_1x1 = g.kh == 1 && g.kw == 1 && g.groups == 1 && g.stride[0] == 1 && g.stride[1] == 1 &&
                          g.padding[0] == 0 && g.padding[1] == 0;
-  if (plain_1x1 && weights != nullptr && weights->pointwise_eligible && weights->pointwise_out == g.out_channels &&
+  if (plain_1x1 && pointwise_enabled() && weights != nullptr && weights->pointwise_eligible && weights->pointwise_out == g.out_channels &&
       weights->pointwise_in == g.in.channels &&
       pointwise_transposed_profitable(g.in.channels, g.out_channels, g.oh * g.ow)) {
     if (const PackedB* wt = weights->pointwise_for(w.as<float>()); wt != nullptr) {

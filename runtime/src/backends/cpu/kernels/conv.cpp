@@ -1,7 +1,11 @@
 // conv2d (NCHW, or unbatched CHW) with stride, padding, dilation and groups. The paths:
-// - depthwise with a column stride >= 2 or stride-1 rows of >= 32 pixels, up to 16 kernel
-//   rows and 64 taps (use_depthwise): SimdKernels::conv_depthwise_rows per plane, reading
-//   a few padded input rows at a time, relu/relu6 in the kernel;
+// - depthwise (one input and output channel per group) up to 16 kernel rows and 64 taps,
+//   any stride, padding and dilation (use_depthwise_blocked): SimdKernels::
+//   conv_depthwise_block on blocks of 8 channels, the channels in the vector lanes (input
+//   rows transposed once into a ring, output rows transposed back), relu/relu6/hardswish in
+//   the kernel; KILN_CONV_DEPTHWISE=rows / =0 select the two older depthwise kernels below;
+// - depthwise with a column stride >= 2 or stride-1 rows of >= 32 pixels (use_depthwise,
+//   KILN_CONV_DEPTHWISE=rows): SimdKernels::conv_depthwise_rows per plane;
 // - up to kDirectMaxOut output channels per group, kernels of 2 to 64 taps: a direct
 //   convolution over a padded, phase-split copy of the input (SimdKernels::
 //   conv_direct_rows), where a GEMM would have too few rows to fill its micro-kernel;
@@ -9,6 +13,9 @@
 // - depthwise 1x1 (or over 64 taps): a direct loop per plane;
 // - 3x3 stride-1 ungrouped convolutions with enough channels and tiles (winograd_profitable):
 //   Winograd F(4x4, 3x3) (conv_winograd.h);
+// - 1x1 stride-1 unpadded ungrouped convolutions over few pixels with prepared weights
+//   (pointwise_transposed_profitable: 7x7 planes, squeeze-excitation's single pixel):
+//   Y^T = X^T W^T on the SGEMM with W^T packed on first use (conv_pointwise.h);
 // - otherwise a GEMM per (image, group), W_g [out x patch] times the patches, bias and
 //   activation in the SGEMM's epilogue. With weights prepared at load (ConvWeights::gemm,
 //   conv_prepared.h) W_g is the prepacked A of sgemm_packed_a and the patches are written

@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/kernels/conv_pointwise.h"
@@ -252,6 +253,27 @@ TEST(PointwiseConv, CostRulePicksFewPixelsWithPaddedPanels) {
   EXPECT_FALSE(kernels::pointwise_transposed_profitable(24, 144, 3136));  // 56x56: whole panels, and large
   EXPECT_FALSE(kernels::pointwise_transposed_profitable(16, 96, 12544));
   EXPECT_FALSE(kernels::pointwise_transposed_profitable(0, 16, 49));
+}
+
+TEST(PointwiseConv, TransposedWeightsFromThePrepackedCopyEqualTheRawOnes) {
+  std::mt19937 rng(145);
+  for (auto [o, c] : {std::pair<std::int64_t, std::int64_t>{13, 7}, {96, 300}, {1, 600}, {40, 257}}) {
+    Tensor w = Tensor::random(DType::kF32, {o, c}, rng, -1.0, 1.0);
+    auto raw = kernels::pointwise_transposed_prepare(w.as<float>(), o, c);
+    auto a = pack_a_matrix(w.as<float>(), c, o, c);
+    ASSERT_TRUE(raw.ok() && a.ok());
+    auto from_a = kernels::pointwise_transposed_prepare(a.value());
+    ASSERT_TRUE(from_a.ok());
+    ASSERT_EQ(raw->k(), from_a->k());
+    ASSERT_EQ(raw->n(), from_a->n());
+    for (std::int64_t p = 0; p < raw->panels(); ++p) {
+      for (std::int64_t i = 0; i < c * 16; ++i) {
+        // Columns past n in the last panel are padding: compare only real ones.
+        if (p * 16 + i % 16 >= o) continue;
+        ASSERT_EQ(raw->panel(p)[i], from_a->panel(p)[i]) << o << "x" << c << " panel " << p << " at " << i;
+      }
+    }
+  }
 }
 
 TEST(PointwiseConv, TransposedMatchesReferenceWithEveryActivation) {

@@ -775,7 +775,11 @@ const WinogradWeights* ConvWeights::winograd_for(const float* w) const {
 
 const PackedB* ConvWeights::pointwise_for(const float* w) const {
   std::call_once(pointwise_once, [&] {
-    auto made = pointwise_transposed_prepare(w, pointwise_out, pointwise_in);
+    // From the prepacked A copy when there is one: the raw weight's mapped pages may have
+    // been released after load (Program: release_prepared_constants).
+    auto made = gemm != nullptr && groups == 1 && patch == pointwise_in && out_channels == pointwise_out
+                    ? pointwise_transposed_prepare(gemm[0])
+                    : pointwise_transposed_prepare(w, pointwise_out, pointwise_in);
     if (made.ok()) pointwise.reset(new (std::nothrow) PackedB(std::move(made).value()));  // else null: plain GEMM
   });
   return pointwise.get();

@@ -64,6 +64,22 @@ Result<PackedB> pointwise_transposed_prepare(const float* w, std::int64_t out_ch
   return pack_b(w, in_channels, in_channels, out_channels, /*trans_b=*/true, nullptr);
 }
 
+Result<PackedB> pointwise_transposed_prepare(const PackedA& w) {
+  const std::int64_t m = w.m(), k = w.k();
+  std::unique_ptr<float[]> plain(new (std::nothrow) float[static_cast<std::size_t>(std::max<std::int64_t>(m * k, 1))]);
+  if (plain == nullptr) return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate ", m * k, " floats of weights");
+  // PackedA: per K block of kc() columns, panel p holds rows 6p.. as [t * 6 + i].
+  for (std::int64_t k0 = 0; k0 < k; k0 += w.kc()) {
+    const std::int64_t kc = std::min(w.kc(), k - k0);
+    const float* block = w.block(k0);
+    for (std::int64_t row = 0; row < m; ++row) {
+      const float* panel = block + row / 6 * kc * 6;
+      for (std::int64_t t = 0; t < kc; ++t) plain[static_cast<std::size_t>(row * k + k0 + t)] = panel[t * 6 + row % 6];
+    }
+  }
+  return pointwise_transposed_prepare(plain.get(), m, k);
+}
+
 Status conv_pointwise_transposed(const float* x, const PackedB& wt, const float* bias, float* y, std::int64_t batch,
                                  std::int64_t in_channels, std::int64_t out_channels, std::int64_t pixels,
                                  GemmActivation act, ThreadPool& pool) {

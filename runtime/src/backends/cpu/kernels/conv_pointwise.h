@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backends/cpu/gemm/gemm.h"
+#include "backends/cpu/gemm/gemm_packed_a.h"
 #include "backends/cpu/thread_pool.h"
 #include "kiln/runtime/status.h"
 
@@ -22,6 +23,11 @@ bool pointwise_transposed_profitable(std::int64_t in_channels, std::int64_t out_
 /// W [out_channels x in_channels] (a 1x1 weight) packed as W^T for conv_pointwise_transposed.
 /// Errors: kUnavailable when the allocation fails.
 Result<PackedB> pointwise_transposed_prepare(const float* w, std::int64_t out_channels, std::int64_t in_channels);
+
+/// The same W^T made from W's prepacked A copy (pack_a_matrix of W [out x in]), so the
+/// mapped pages of the raw weight, released after load, are not faulted back in.
+/// Errors: kUnavailable when an allocation fails.
+Result<PackedB> pointwise_transposed_prepare(const PackedA& w);
 
 /// y [batch][out_channels][pixels] = act(W x + bias) for x [batch][in_channels][pixels], with
 /// W^T from pointwise_transposed_prepare; bias may be null. Threaded over the pool (the

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 ap = argparse.ArgumentParser()
 ap.add_argument("--weights", required=True, help="directory written by kiln_sample_kv_decode --weights-out")
 ap.add_argument("--kiln-bench", help="kiln_kv_decode_bench binary (omit to time PyTorch only)")
+ap.add_argument("--kiln-baseline", help="another kiln_kv_decode_bench binary (an earlier build), alternated with the others")
 ap.add_argument("--contexts", type=int, nargs="+", default=[16, 64, 256, 1024])
 ap.add_argument("--threads", type=int, default=1)
 ap.add_argument("--iters", type=int, default=50)
@@ -123,8 +124,8 @@ def torch_step_ms(context):
     return statistics.median(wall), statistics.median(cpu)
 
 
-def kiln_step_ms(context):
-    out = subprocess.run([args.kiln_bench, f"--benchmark_filter=BM_KvDecodeStep/{context}$", "--benchmark_format=json",
+def kiln_step_ms(context, binary=None):
+    out = subprocess.run([binary or args.kiln_bench, f"--benchmark_filter=BM_KvDecodeStep/{context}$", "--benchmark_format=json",
                           "--benchmark_repetitions=3", "--benchmark_report_aggregates_only=true"],
                          check=True, capture_output=True, text=True).stdout
     runs = [b for b in json.loads(out)["benchmarks"] if b.get("aggregate_name") == "median"]
@@ -135,7 +136,8 @@ def kiln_step_ms(context):
 best = {}
 for _ in range(args.rounds):
     for context in args.contexts:
-        for side, fn in (("torch", torch_step_ms), ("kiln", kiln_step_ms if args.kiln_bench else None)):
+        baseline = (lambda c: kiln_step_ms(c, args.kiln_baseline)) if args.kiln_baseline else None
+        for side, fn in (("torch", torch_step_ms), ("kiln", kiln_step_ms if args.kiln_bench else None), ("before", baseline)):
             if fn is None:
                 continue
             wall, cpu = fn(context)
@@ -143,11 +145,14 @@ for _ in range(args.rounds):
             best[(side, context)] = (min(w0, wall), min(c0, cpu))
 
 print(f"one decode step, batch 1, {args.threads} thread(s); ms (wall / CPU)")
-print(f"{'context':>8} {'PyTorch eager':>18} {'Kiln':>18} {'speedup (CPU)':>14}")
+print(f"{'context':>8} {'PyTorch eager':>18} {'Kiln':>18} {'speedup (CPU)':>14}" + (f" {'Kiln before':>18} {'speedup':>8}" if args.kiln_baseline else ""))
 for context in args.contexts:
     tw, tc = best[("torch", context)]
     line = f"{context:>8} {tw:8.3f} / {tc:7.3f}"
     if ("kiln", context) in best:
         kw, kc = best[("kiln", context)]
         line += f" {kw:8.3f} / {kc:7.3f} {tc / kc:13.2f}x"
+    if ("before", context) in best:
+        bw, bc = best[("before", context)]
+        line += f" {bw:8.3f} / {bc:7.3f} {tc / bc:7.2f}x"
     print(line)

@@ -11,6 +11,8 @@
 #include <memory>
 
 #include "../samples/models/kv_decoder.h"
+#include "backends/cpu/gemm/gemm.h"
+#include "backends/cpu/kernels/gemv.h"
 #include "kiln/export/serialize.h"
 #include "kiln/runtime/program.h"
 
@@ -125,6 +127,32 @@ void BM_RecomputeStep(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_RecomputeStep)->Arg(16)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+// The two attention products of one layer's decode step at context N, on their own: q kᵀ
+// (4 heads of [1, 64] x the window [64, N] of k_cache [64, 1088]) and a v (4 heads of
+// [1, N] x the window [N, 64] of v_cache [1088, 64]), over caches (1.1 MB each) bigger than
+// L2. Arg 1: 0 = the SGEMM's M = 1 path (what matmul took before), 1 = gemv_rows_f32.
+void BM_AttentionProducts(benchmark::State& state) {
+  const std::int64_t n = state.range(0), max_ctx = kConfig.max_ctx, hd = 64, heads = 4;
+  std::vector<float> k_cache(static_cast<std::size_t>(heads * hd * max_ctx), 0.5f), v_cache(k_cache.size(), 0.25f);
+  std::vector<float> q(static_cast<std::size_t>(heads * hd), 1.0f), a(static_cast<std::size_t>(heads * n), 0.001f);
+  std::vector<float> scores(static_cast<std::size_t>(heads * n)), out(static_cast<std::size_t>(heads * hd));
+  auto product = [&](std::int64_t m_n, std::int64_t m_k, const float* x, const float* b, std::int64_t ldb, float* c) {
+    if (state.range(1) == 1) return cpu::kernels::gemv_rows_f32(m_n, m_k, x, b, ldb, c, nullptr);
+    cpu::GemmParams p;
+    p.m = 1, p.n = m_n, p.k = m_k, p.a = x, p.lda = m_k, p.b = b, p.ldb = ldb, p.c = c, p.ldc = m_n;
+    if (!cpu::sgemm(p, nullptr).ok()) state.SkipWithError("sgemm failed");
+  };
+  for (auto _ : state) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      product(n, hd, q.data() + h * hd, k_cache.data() + h * hd * max_ctx, max_ctx, scores.data() + h * n);
+      product(hd, n, a.data() + h * n, v_cache.data() + h * max_ctx * hd, hd, out.data() + h * hd);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * heads * hd * n * 4);
+}
+BENCHMARK(BM_AttentionProducts)->ArgsProduct({{256, 1024}, {0, 1}})->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

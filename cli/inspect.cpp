@@ -1,6 +1,7 @@
 // kiln inspect BUNDLE [--graph] [--json] [--dot [FILE]]
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -215,8 +216,22 @@ json bundle_json(const Bundle& b, const std::string& path, bool with_graph) {
   }
   j["segments"] = segments;
   json tests = json::array();
-  for (std::uint32_t t = 0; t < count(p.self_tests()); ++t) tests.push_back(str(p.self_tests()->Get(t)->name()));
+  // Sequences: the self-tests sharing a SelfTest.sequence are its steps, in list order.
+  json sequences = json::array();
+  for (std::uint32_t t = 0; t < count(p.self_tests()); ++t) {
+    const auto* test = p.self_tests()->Get(t);
+    tests.push_back(str(test->name()));
+    const std::string seq = str(test->sequence());
+    if (seq.empty()) continue;
+    auto it = std::find_if(sequences.begin(), sequences.end(), [&](const json& e) { return e["name"] == seq; });
+    if (it == sequences.end()) {
+      sequences.push_back({{"name", seq}, {"steps", json::array()}});
+      it = sequences.end() - 1;
+    }
+    (*it)["steps"].push_back(str(test->name()));
+  }
   j["self_tests"] = tests;
+  j["sequences"] = sequences;
   j["debug_info"] = p.debug() != nullptr;
   json meta = json::object();
   for (std::uint32_t m = 0; m < count(p.metadata()); ++m) meta[str(p.metadata()->Get(m)->key())] = str(p.metadata()->Get(m)->value());
@@ -360,6 +375,9 @@ void print_human(std::ostream& os, const Bundle& b, const json& j, bool with_gra
        << s["stored_size"] << "  size " << s["size"] << "  xxh3 " << s["checksum"].get<std::string>() << "\n";
   }
   os << "self-tests " << j["self_tests"].size() << "\n";
+  for (const auto& q : j["sequences"]) {
+    os << "  sequence " << q["name"].get<std::string>() << ": " << q["steps"].size() << " steps\n";
+  }
   os << "debug info " << (j["debug_info"].get<bool>() ? "present" : "stripped") << "\n";
   for (const auto& [k, v] : j["metadata"].items()) os << "metadata   " << k << " = " << v.get<std::string>() << "\n";
   if (with_graph) {

@@ -58,6 +58,22 @@ TEST_F(SequenceCli, ImportEmbedsTheSequencesAndValidateReplaysThemStepByStepForB
       const Cmd imported = kiln_cmd("import " + (stateful(model) / file).string() + " -o " + bundle + " --self-test-dir " + stateful(model).string());
       ASSERT_EQ(imported.code, 0) << imported.out;
       EXPECT_NE(imported.out.find(std::to_string(steps) + " self-test(s)"), std::string::npos) << imported.out;
+      // inspect lists every sequence with its steps in order (JSON and text).
+      const Cmd shown = kiln_stdout("inspect --json " + bundle);
+      ASSERT_EQ(shown.code, 0) << shown.out;
+      const json info = json::parse(shown.out);
+      ASSERT_EQ(info["sequences"].size(), m["sequences"].size());
+      for (std::size_t q = 0; q < m["sequences"].size(); ++q) {
+        const json& seq = m["sequences"][q];
+        EXPECT_EQ(info["sequences"][q]["name"], seq["name"]);
+        ASSERT_EQ(info["sequences"][q]["steps"].size(), seq["steps"].size());
+        EXPECT_EQ(info["sequences"][q]["steps"][1], seq["name"].get<std::string>() + "[1]");
+        const Cmd text = kiln_stdout("inspect " + bundle);
+        EXPECT_NE(text.out.find("  sequence " + seq["name"].get<std::string>() + ": " + std::to_string(seq["steps"].size()) +
+                                " steps\n"),
+                  std::string::npos)
+            << text.out;
+      }
       const Cmd v = kiln_stdout("validate " + bundle + " --json");
       ASSERT_EQ(v.code, 0) << v.out;
       const json report = json::parse(v.out);

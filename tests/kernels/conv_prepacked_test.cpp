@@ -327,6 +327,34 @@ TEST(Conv2dDepthwise, MatchesNaiveConvolutionOverRandomShapes) {
   }
 }
 
+// im2col_panels' cases over wide planes (rows of 16-pixel panels inside one output row:
+// the copy when every tap lands inside the input row, the checked loads at the padded
+// edges) and narrow ones (panels spanning several output rows), randomized: widths 1..70,
+// kernels 1..5 with padding, strides 1-3, dilation 1-2, more than 64 outputs (the GEMM path).
+TEST(Conv2dPrepacked, Im2colPanelsOverWideAndNarrowPlanes) {
+  std::mt19937 rng(44);
+  for (int it = 0; it < 24; ++it) {
+    auto pick = [&](std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); };
+    ConvCase s{};
+    s.n = 1;
+    s.groups = 1;
+    s.c = pick(1, 6);
+    s.o = pick(65, 70);
+    const std::int64_t sizes[] = {1, 2, 3, 3, 5};
+    s.kh = sizes[pick(0, 4)];
+    s.kw = sizes[pick(0, 4)];
+    s.sh = pick(1, 2);
+    s.sw = it % 3 == 0 ? pick(2, 3) : 1;
+    s.dh = pick(0, 3) == 0 ? 2 : 1;
+    s.dw = pick(0, 3) == 0 ? 2 : 1;
+    s.ph = pick(0, s.dh * (s.kh - 1));
+    s.pw = pick(0, s.dw * (s.kw - 1));
+    s.h = pick(std::max<std::int64_t>(1, s.dh * (s.kh - 1) + 1 - 2 * s.ph), 9);
+    s.w = it % 2 == 0 ? pick(33, 70) : pick(std::max<std::int64_t>(1, s.dw * (s.kw - 1) + 1 - 2 * s.pw), 20);
+    EXPECT_EQ(check_conv(s, FusedActivation::kRelu, rng), "gemm") << s.text();
+  }
+}
+
 TEST(Conv2dPrepacked, CoversFixedEdgeShapes) {
   std::mt19937 rng(42);
   const ConvCase cases[] = {

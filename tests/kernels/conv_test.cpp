@@ -149,6 +149,22 @@ TEST(WinogradConv, StaysAccurateWithManyChannels) {
   }
 }
 
+TEST(WinogradConv, PreparedSlicesOverTileCountsWithNarrowTails) {
+  // Prepared weights (each U[xi] as sgemm_packed_a's A, tiles as the GEMM's columns) at
+  // tile counts whose last 16-column panel has 1 (49), 4 (196, and 36 over a batch of 3)
+  // or 8 (24) live columns (the SGEMM's narrow tiles), output channels not a
+  // multiple of the 6-row panel, on one and two threads.
+  std::mt19937 rng(19);
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (const WinogradShape& s : {shape_of(1, 64, 28, 28, 70, 1, 1), shape_of(1, 65, 56, 56, 64, 1, 1),
+                                   shape_of(1, 72, 10, 30, 66, 1, 1), shape_of(3, 33, 9, 23, 13, 0, 1)}) {
+      EXPECT_LT(winograd_relative_error(s, true, threads == 2, rng, pool, /*prepared=*/true), kRelativeBound)
+          << "n=" << s.n << " c=" << s.c << " tiles=" << s.tiles() << " k=" << s.k << " threads=" << threads;
+    }
+  }
+}
+
 TEST(WinogradConv, HandlesRowsWiderThanItsRowBuffer) {
   // Over 1024 padded columns the input transform reads the plane with bounds checks instead
   // of through its zero-padded row copy; both ISAs, padding 0 to 2.

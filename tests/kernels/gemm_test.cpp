@@ -274,6 +274,32 @@ TEST_P(GemmIsaTest, ZeroKOrZeroAlphaScalesCAndAddsBias) {
   }
 }
 
+// The narrow-tile kernels (a last B panel of 1..8 live columns: the 6x8 tile and the
+// row-vector kernel for <= 4 columns) over every tail width, K lengths around their k
+// unrolling (1, 2, 3, 4, 5, 9) and the 256 K block (a second K block: beta 1 on the
+// partial sums), rows that do not fill the 6-row panel, every bias kind, alpha/beta and an
+// activation; randomized sizes, both orientations of A, with and without threads.
+TEST_P(GemmIsaTest, NarrowColumnTailsMatchReference) {
+  std::mt19937 rng(77);
+  std::uint32_t seed = 400;
+  const std::int64_t ks[] = {1, 2, 3, 4, 5, 9, 37, 300};
+  for (std::int64_t tail = 1; tail <= 9; ++tail) {
+    for (std::int64_t k : ks) {
+      const std::int64_t m = 1 + static_cast<std::int64_t>(rng() % 40);
+      const std::int64_t n = 16 * static_cast<std::int64_t>(rng() % 3) + tail;
+      const std::uint32_t problem_seed = seed++;
+      Problem problem({m, n, k}, problem_seed % 2 == 0, problem_seed % 3 == 0, static_cast<int>(problem_seed % 3),
+                      problem_seed);
+      problem.params.alpha = problem_seed % 4 == 0 ? 1.0f : 1.5f;
+      problem.params.beta = problem_seed % 5 == 0 ? 0.0f : 0.5f;
+      problem.params.bias_kind = static_cast<GemmBias>(problem_seed % 3);
+      problem.params.activation = problem_seed % 2 == 0 ? GemmActivation::kRelu : GemmActivation::kSilu;
+      check_both_paths(problem, problem_seed % 2 == 0 ? &pool3_ : nullptr,
+                       describe(problem.params, problem_seed % 2 == 0 ? 3 : 1));
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, GemmIsaTest, ::testing::Values(GemmIsa::kScalar, GemmIsa::kAvx2),
                          [](const auto& info) {
                            return std::string(info.param == GemmIsa::kScalar ? "Scalar" : "Avx2");

@@ -35,7 +35,9 @@ struct Planner {
   std::span<const std::uint8_t> bound;
   GraphPlan& plan;
   bool entry;
-  std::vector<std::uint64_t> bytes;  // per value with a planned shape
+  std::span<const std::int64_t> headroom;  // plan_graph's `headroom` (empty: none)
+  std::vector<std::uint64_t> bytes;    // per value with a planned shape
+  std::vector<std::uint64_t> reserve;  // per value: the bytes its place must hold (>= bytes)
 
   std::string graph_name() const {
     return graph.name() && graph.name()->size() ? graph.name()->str() : "graph " + std::to_string(g);
@@ -46,6 +48,8 @@ struct Planner {
     return d.empty() ? "" : " (" + d.text() + ")";
   }
 
+  // Value v's bytes under `headroom` (0 without one, or when they do not evaluate).
+  std::uint64_t headroom_bytes(std::size_t v) const;
   Status plan_shapes();
   Status plan_attrs();
   void find_segment_io();
@@ -54,10 +58,25 @@ struct Planner {
   void plan_buffers(const std::vector<std::uint8_t>& device_only, const std::vector<std::int32_t>& state_candidate);
 };
 
+std::uint64_t Planner::headroom_bytes(std::size_t v) const {
+  const ValueInfo& vi = info.values[v];
+  bool differs = false;
+  for (std::uint32_t s : vi.symbols) differs |= !headroom.empty() && headroom[s] != symbols[s];
+  if (!differs) return 0;
+  std::vector<std::int64_t> shape(count(vi.shape));
+  for (std::uint32_t d = 0; d < shape.size(); ++d) {
+    auto size = evaluate_expr(p, vi.shape->Get(d), headroom);
+    if (!size.ok()) return 0;
+    shape[d] = *size;
+  }
+  return checked_nbytes(vi.dtype, shape).value_or(0);
+}
+
 // Shapes: every tensor whose dims mention no symbol bound inside the graph.
 Status Planner::plan_shapes() {
   const std::size_t nv = info.values.size();
   bytes.assign(nv, 0);
+  reserve.assign(nv, 0);
   for (std::size_t v = 0; v < nv; ++v) {
     const ValueInfo& vi = info.values[v];
     if (vi.kind != fb::ValueKind::Tensor && vi.kind != fb::ValueKind::Constant) continue;
@@ -82,6 +101,7 @@ Status Planner::plan_shapes() {
       view.shape[static_cast<std::size_t>(d)] = *size;
     }
     bytes[v] = checked_nbytes(vi.dtype, view.dims()).value_or(std::numeric_limits<std::uint64_t>::max());
+    reserve[v] = std::max(bytes[v], headroom_bytes(v));
     if (vi.kind == fb::ValueKind::Constant) {
       view.data = const_cast<std::uint8_t*>(program.bundle().constant_data(vi.constant).data());
     }
@@ -95,6 +115,7 @@ Status Planner::plan_attrs() {
   for (std::size_t n = 0; n < nn; ++n) {
     const auto* node = graph.nodes()->Get(static_cast<std::uint32_t>(n));
     bool ready = true;
+    std::vector<std::uint32_t>& mentioned = plan.attr_symbols[n];
     for (std::uint32_t k = 0; k < count(node->attrs()) && ready; ++k) {
       const auto* a = node->attrs()->Get(k);
       if (a->kind() != fb::AttrKind::Expr && a->kind() != fb::AttrKind::Exprs) continue;
@@ -102,11 +123,17 @@ Status Planner::plan_attrs() {
         const auto* ref = p.exprs()->Get(a->exprs()->Get(e));
         for (std::uint32_t t = ref->start(); t < ref->start() + ref->length(); ++t) {
           const auto* tok = p.expr_tokens()->Get(t);
-          if (tok->op() == fb::ExprOp::Sym && info.bound_inside[static_cast<std::size_t>(tok->value())]) ready = false;
+          if (tok->op() != fb::ExprOp::Sym) continue;
+          const auto sym = static_cast<std::uint32_t>(tok->value());
+          if (info.bound_inside[sym]) ready = false;
+          if (std::find(mentioned.begin(), mentioned.end(), sym) == mentioned.end()) mentioned.push_back(sym);
         }
       }
     }
-    if (!ready) continue;
+    if (!ready) {
+      mentioned.clear();
+      continue;
+    }
     KILN_RETURN_IF_ERROR(read_attrs(p, *node, symbols, plan.attrs[n]));
     plan.attrs_ready[n] = 1;
   }
@@ -228,10 +255,13 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const s
       buffer_of[v] = buffer_of[u];
       Buffer& b = buffers[static_cast<std::size_t>(buffer_of[v])];
       b.last = std::max(b.last, last);
+      b.bytes = std::max(b.bytes, reserve[v]);
+      plan.same_bytes.emplace_back(u, v);
       return true;
     }
     if (!external(u)) return false;
     plan.alias[v] = plan.alias[u] >= 0 ? plan.alias[u] : static_cast<std::int32_t>(u);
+    plan.same_bytes.emplace_back(u, v);
     return true;
   };
   // An elementwise output written over an input whose buffer dies at this node.
@@ -245,6 +275,10 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const s
       if (clash) continue;
       buffer_of[v] = b;
       buffers[static_cast<std::size_t>(b)].last = last;
+      buffers[static_cast<std::size_t>(b)].bytes = std::max(buffers[static_cast<std::size_t>(b)].bytes, reserve[v]);
+      for (std::uint32_t w : ni.inputs) {
+        if (buffer_of[w] == b) plan.same_shape.emplace_back(w, v);
+      }
       return true;
     }
     return false;
@@ -261,6 +295,7 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const s
       if (std::find(ni.inputs.begin() + 1, ni.inputs.end(), w) != ni.inputs.end()) return false;
     }
     plan.alias[v] = static_cast<std::int32_t>(u);
+    plan.same_bytes.emplace_back(u, v);
     plan.node_state[n] = k;
     plan.state_update[static_cast<std::size_t>(k)] = StateUpdate::kInPlace;
     return true;
@@ -272,13 +307,16 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const s
       const std::uint32_t v = ni.outputs[k];
       const ValueInfo& vi = info.values[v];
       if (vi.kind != fb::ValueKind::Tensor || plan.dynamic[v] || ni.kernel_allocates[k] || device_only[v]) continue;
+      // A folded slice's output is never written (its matmul reads the window); with an
+      // observer, which computes it after all, run_node gives it heap bytes.
+      if (ni.folded) continue;
       if (k == 0 && try_state_in_place(ni, v, n)) continue;
       const std::int32_t last = std::max(vi.last_use, static_cast<std::int32_t>(n));
       if (try_alias(ni, v, last) || try_in_place(ni, v, n, last)) continue;
       buffer_of[v] = static_cast<std::int32_t>(buffers.size());
-      buffers.push_back({bytes[v], static_cast<std::int32_t>(n), last});
+      buffers.push_back({reserve[v], static_cast<std::int32_t>(n), last});
       if (plan.largest < 0 || bytes[v] > plan.largest_bytes) plan.largest = static_cast<std::int32_t>(v), plan.largest_bytes = bytes[v];
-      oversized |= bytes[v] >= kUnplannableBytes;
+      oversized |= reserve[v] >= kUnplannableBytes;
     }
   }
   for (std::size_t n = 0; n < nn; ++n) {
@@ -297,7 +335,9 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const s
   for (const Buffer& b : buffers) requests.push_back({b.bytes, b.first, b.last});
   const MemoryPlan mp = plan_memory(requests);
   for (std::size_t v = 0; v < nv; ++v) {
-    if (buffer_of[v] >= 0) plan.offset[v] = static_cast<std::int64_t>(mp.offsets[static_cast<std::size_t>(buffer_of[v])]);
+    if (buffer_of[v] < 0) continue;
+    plan.offset[v] = static_cast<std::int64_t>(mp.offsets[static_cast<std::size_t>(buffer_of[v])]);
+    plan.reserved[v] = buffers[static_cast<std::size_t>(buffer_of[v])].bytes;
   }
   plan.arena_bytes = mp.arena_bytes;
 }
@@ -305,7 +345,7 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const s
 }  // namespace
 
 Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint32_t g, std::span<const std::int64_t> symbols,
-                                              std::span<const std::uint8_t> bound, bool entry) {
+                                              std::span<const std::uint8_t> bound, bool entry, std::span<const std::int64_t> headroom) {
   const Program::Impl& prog = ProgramInternals::of(program);
   const fb::Program& p = program.bundle().program();
   auto plan = std::make_unique<GraphPlan>();
@@ -320,13 +360,86 @@ Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint3
   plan->dynamic.assign(nv, 0);
   plan->attrs.resize(nn);
   plan->attrs_ready.assign(nn, 0);
-  Planner planner{program, p, info, *p.graphs()->Get(g), g, symbols, bound, *plan, entry, {}};
+  plan->reserved.assign(nv, 0);
+  plan->attr_symbols.resize(nn);
+  Planner planner{program, p, info, *p.graphs()->Get(g), g, symbols, bound, *plan, entry, headroom, {}, {}};
   KILN_RETURN_IF_ERROR(planner.plan_shapes());
   KILN_RETURN_IF_ERROR(planner.plan_attrs());
   planner.find_segment_io();
   const std::vector<std::uint8_t> device_only = planner.place_segments();
   planner.plan_buffers(device_only, planner.state_candidates());
   return plan;
+}
+
+bool update_plan(const Program& program, GraphPlan& plan, std::span<const std::int64_t> symbols) {
+  const fb::Program& p = program.bundle().program();
+  const GraphInfo& info = ProgramInternals::of(program).graphs[plan.graph];
+  const fb::Graph& graph = *p.graphs()->Get(plan.graph);
+  if (symbols.size() != plan.symbols.size()) return false;
+  std::vector<std::uint8_t> changed(symbols.size(), 0);
+  bool any = false;
+  for (std::size_t s = 0; s < symbols.size(); ++s) {
+    changed[s] = plan.bound[s] && symbols[s] != plan.symbols[s];
+    any |= changed[s] != 0;
+  }
+  plan.symbols.assign(symbols.begin(), symbols.end());
+  if (!any) return true;
+  auto mentions_changed = [&](const std::vector<std::uint32_t>& syms) {
+    return std::any_of(syms.begin(), syms.end(), [&](std::uint32_t s) { return changed[s] != 0; });
+  };
+  auto on_device = [&](std::int32_t segment) {
+    return segment >= 0 && !plan.segment_on_cpu[static_cast<std::size_t>(segment)];
+  };
+  // Shapes (and the places that hold them).
+  const std::size_t nv = info.values.size();
+  std::vector<std::uint8_t> resized(nv, 0);
+  for (std::size_t v = 0; v < nv; ++v) {
+    const ValueInfo& vi = info.values[v];
+    if (vi.kind != fb::ValueKind::Tensor && vi.kind != fb::ValueKind::Constant) continue;
+    if (plan.dynamic[v] || !mentions_changed(vi.symbols)) continue;
+    TensorView& view = plan.views[v];
+    for (int d = 0; d < view.rank; ++d) {
+      auto size = evaluate_expr(p, vi.shape->Get(static_cast<std::uint32_t>(d)), symbols);
+      if (!size.ok() || *size < 0) return false;
+      view.shape[static_cast<std::size_t>(d)] = *size;
+    }
+    const std::optional<std::uint64_t> bytes = checked_nbytes(view.dtype, view.dims());
+    if (!bytes || *bytes >= kUnplannableBytes) return false;
+    if (plan.offset[v] >= 0 && *bytes > plan.reserved[v]) return false;
+    resized[v] = 1;
+  }
+  for (const auto& [a, b] : plan.same_bytes) {
+    if (plan.views[a].nbytes() != plan.views[b].nbytes()) return false;
+  }
+  for (const auto& [a, b] : plan.same_shape) {
+    const TensorView &x = plan.views[a], &y = plan.views[b];
+    if (x.dtype != y.dtype || x.rank != y.rank || !std::equal(x.shape.begin(), x.shape.begin() + x.rank, y.shape.begin())) return false;
+  }
+  // Attributes; an accelerator segment was prepared for its shapes and attributes as planned.
+  for (std::size_t n = 0; n < info.nodes.size(); ++n) {
+    const NodeInfo& ni = info.nodes[n];
+    const bool attrs_change = plan.attrs_ready[n] && mentions_changed(plan.attr_symbols[n]);
+    if (on_device(ni.segment)) {
+      bool touched = attrs_change;
+      for (std::uint32_t v : ni.inputs) touched |= resized[v] != 0;
+      for (std::uint32_t v : ni.outputs) touched |= resized[v] != 0;
+      if (touched) return false;
+    }
+    if (attrs_change && !read_attrs(p, *graph.nodes()->Get(static_cast<std::uint32_t>(n)), symbols, plan.attrs[n]).ok()) return false;
+  }
+  // What the memory limit and the statistics report.
+  plan.naive_bytes = 0;
+  plan.largest_bytes = 0;
+  plan.largest = -1;
+  for (std::size_t n = 0; n < info.nodes.size(); ++n) {
+    for (std::uint32_t v : info.nodes[n].outputs) {
+      if (info.values[v].kind != fb::ValueKind::Tensor || plan.dynamic[v]) continue;
+      const std::uint64_t bytes = plan.views[v].nbytes();
+      plan.naive_bytes += bytes;
+      if (plan.offset[v] >= 0 && (plan.largest < 0 || bytes > plan.largest_bytes)) plan.largest = static_cast<std::int32_t>(v), plan.largest_bytes = bytes;
+    }
+  }
+  return true;
 }
 
 }  // namespace kiln

@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.h"
@@ -52,6 +53,16 @@ struct GraphPlan {
   /// The planned tensor with the most bytes, -1 if none: what a memory-limit error names.
   std::int32_t largest = -1;
   std::uint64_t largest_bytes = 0;
+
+  // What update_plan needs to re-evaluate this plan for other symbol values (entry plans:
+  // the same input shapes, other int inputs, e.g. a KV cache decode step's input_pos).
+  std::vector<std::int64_t> int_args;    // entry only: the int inputs it was planned for
+  std::vector<std::uint64_t> reserved;   // per value in the arena: the bytes its place holds
+  std::vector<std::vector<std::uint32_t>> attr_symbols;  // per node: symbols its evaluated attributes mention
+  // Decisions that held for the planned sizes and must hold for new ones: values sharing
+  // bytes (a reshape aliasing its input, a state updated in place) have equal byte sizes;
+  // an elementwise output written over an input has the input's shape.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> same_bytes, same_shape;
 };
 
 /// Bytes of a tensor of `dtype` and `shape`, or nullopt when that does not fit in 64 bits
@@ -63,7 +74,24 @@ std::optional<std::uint64_t> checked_nbytes(DType dtype, std::span<const std::in
 /// g is the entry graph or a specialization, whose trailing inputs and outputs are the
 /// state tensors (their updates are planned: GraphPlan::state_update). Fails with
 /// kInvalidInput when a shape evaluates negative or an expression overflows.
+///
+/// `headroom` (empty: none): other values of the symbols under which the arena places each
+/// tensor with room for the larger of its sizes under `symbols` and under `headroom`, so
+/// that update_plan can reuse the plan for symbol values up to those (a decoder's next
+/// positions). The shapes, attributes and decisions are those of `symbols`.
 Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint32_t g, std::span<const std::int64_t> symbols,
-                                              std::span<const std::uint8_t> bound, bool entry = false);
+                                              std::span<const std::uint8_t> bound, bool entry = false,
+                                              std::span<const std::int64_t> headroom = {});
+
+/// Re-evaluates `plan` for new values of symbols already bound in it (the same `bound`):
+/// the shapes and attributes that mention a changed symbol. Returns false, leaving `plan`
+/// unusable (the caller plans afresh), when the plan does not hold for the new values: a
+/// tensor needs more bytes than its place in the arena holds, a size or attribute fails to
+/// evaluate, a reuse decision (same_bytes, same_shape) no longer holds, or an accelerator
+/// segment's shapes or attributes change. When it returns true, the plan has the shapes and
+/// attributes plan_graph would give for `symbols`, and keeps its own reuse decisions and
+/// arena placement, which still hold: every tensor fits its place, disjoint from every
+/// other tensor alive at the same time.
+bool update_plan(const Program& program, GraphPlan& plan, std::span<const std::int64_t> symbols);
 
 }  // namespace kiln

@@ -16,12 +16,14 @@
 namespace kiln {
 namespace {
 
-void make_key(std::span<const CallArg> args, SignatureKey& key) {
+// The plan cache's key of a call: its inputs' dtypes and shapes, and with `ints` its int
+// inputs' values (an entry plan keeps those in GraphPlan::int_args and is updated for others).
+void make_key(std::span<const CallArg> args, SignatureKey& key, bool ints) {
   key.words.clear();
   for (const CallArg& a : args) {
     if (a.is_int) {
       key.words.push_back(-1);
-      key.words.push_back(a.i);
+      if (ints) key.words.push_back(a.i);
       continue;
     }
     key.words.push_back(static_cast<std::int64_t>(a.t.dtype) << 8 | a.t.rank);
@@ -202,6 +204,8 @@ Result<void*> Session::Impl::heap_alloc(Frame& f, std::uint32_t v, std::size_t b
 Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
   const NodeInfo& ni = f.info->nodes[n];
   if (ni.hop) return run_control_flow(f, n);
+  // A folded slice computes nothing (and has no bytes): its reader reads the window (slice_window).
+  if (ni.folded && !options.observer) return Status::Ok();
   TensorView in[16];
   std::vector<TensorView> in_big;
   std::span<TensorView> ins;
@@ -231,7 +235,7 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
       out[k].dtype = vi.dtype;
       continue;
     }
-    if (!f.plan->dynamic[v] && f.views[v].data == nullptr) {  // planned for a device segment that fell back
+    if (!f.plan->dynamic[v] && f.views[v].data == nullptr) {  // planned for a device segment that fell back, or a folded slice an observer sees
       KILN_ASSIGN_OR_RETURN(f.views[v].data, heap_alloc(f, v, f.views[v].nbytes()));
     }
     if (f.plan->dynamic[v]) {
@@ -259,8 +263,6 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
     std::memcpy(out[0].data, ins[0].data, ins[0].nbytes());
     return Status::Ok();
   }
-  // A folded slice computes nothing: its reader reads the window (slice_window).
-  if (ni.folded && !options.observer) return Status::Ok();
   OperandWindow window;
   const bool windowed = ni.b_slice >= 0 && !options.observer;
   if (windowed) KILN_RETURN_IF_ERROR(slice_window(f, n, ins[1], window));
@@ -430,14 +432,86 @@ Status Session::Impl::run_segment(Frame& f, std::uint32_t s) {
   return Status::Ok();
 }
 
+namespace {
+
+void ints_of(std::span<const CallArg> args, std::vector<std::int64_t>& out) {
+  out.clear();
+  for (const CallArg& a : args) {
+    if (a.is_int) out.push_back(a.i);
+  }
+}
+
+bool same_ints(std::span<const CallArg> args, const std::vector<std::int64_t>& ints) {
+  std::size_t k = 0;
+  for (const CallArg& a : args) {
+    if (a.is_int && (k >= ints.size() || ints[k++] != a.i)) return false;
+  }
+  return k == ints.size();
+}
+
+}  // namespace
+
+// An entry call whose input shapes were planned with other int inputs (a decoder's next
+// position): binds and checks the inputs as a new signature would, then updates the plan
+// for the new symbol values (update_plan) when the same graph runs with the same symbols
+// bound, else plans again. A plan made again because the sizes grew past the arena's room
+// gets headroom: room for the int-bound symbols that grew to grow by a quarter more (at
+// least 64), up to their ranges, so that the next calls (the next positions) reuse it.
+Result<GraphPlan*> Session::Impl::replan_entry(std::span<const CallArg> args, std::unique_ptr<GraphPlan>& slot) {
+  KILN_RETURN_IF_ERROR(bind_entry(args));
+  std::string label;
+  KILN_ASSIGN_OR_RETURN(std::uint32_t g, choose_variant(label));
+  Frame probe;
+  probe.info = &prog.graphs[g];
+  probe.graph = p.graphs()->Get(g);
+  KILN_RETURN_IF_ERROR(check_asserts(probe, 0));
+  GraphPlan& old = *slot;
+  const bool same_graph = g == old.graph && bound == old.bound;
+  std::vector<std::int64_t> headroom;
+  if (same_graph) {
+    const std::vector<std::int64_t> before = old.symbols;
+    if (update_plan(program, old, symbols)) {
+      ints_of(args, old.int_args);
+      stats.plan_reused = true;
+      return &old;
+    }
+    headroom = symbols;
+    for (std::size_t s = 0; s < symbols.size(); ++s) {
+      if (!bound[s] || symbols[s] <= before[s]) continue;
+      const std::int64_t hi = p.symbols()->Get(static_cast<std::uint32_t>(s))->max();
+      const std::int64_t room = std::max<std::int64_t>(64, symbols[s] / 4);
+      headroom[s] = symbols[s] > hi - room ? hi : symbols[s] + room;
+    }
+  }
+  slot.reset();  // update_plan may have left it half updated
+  KILN_ASSIGN_OR_RETURN(slot, plan_graph(program, g, symbols, bound, true, headroom));
+  if (!headroom.empty()) {  // the room must not be what exceeds the memory limit
+    const std::uint64_t held = bytes_in_use() - std::min(bytes_in_use(), arenas[g].capacity);
+    if (slot->arena_bytes > memory_limit || held > memory_limit - slot->arena_bytes) {
+      KILN_ASSIGN_OR_RETURN(slot, plan_graph(program, g, symbols, bound, true));
+    }
+  }
+  slot->variant = label;
+  ints_of(args, slot->int_args);
+  return slot.get();
+}
+
 Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> args, bool entry, OutputSink sink, std::string* variant) {
-  make_key(args, scratch_key);
+  make_key(args, scratch_key, !entry);
   if (!entry) {  // a subgraph may use the entry's symbols directly
     for (std::uint32_t s : backed_symbols) scratch_key.words.push_back(symbols[s]);
   }
   auto& cache = plans[called];
   GraphPlan* plan = nullptr;
-  if (auto it = cache.find(scratch_key); it != cache.end()) {
+  auto it = cache.find(scratch_key);
+  if (it != cache.end() && entry && !same_ints(args, it->second->int_args)) {
+    Result<GraphPlan*> replanned = replan_entry(args, it->second);
+    if (!replanned.ok()) {
+      if (it->second == nullptr) cache.erase(it);  // planning again failed after the update did
+      return replanned.status();
+    }
+    plan = *replanned;
+  } else if (it != cache.end()) {
     plan = it->second.get();
     symbols = plan->symbols;
     bound = plan->bound;
@@ -458,6 +532,7 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
     KILN_RETURN_IF_ERROR(check_asserts(probe, 0));
     KILN_ASSIGN_OR_RETURN(auto made, plan_graph(program, g, symbols, bound, entry));
     made->variant = label;
+    if (entry) ints_of(args, made->int_args);
     if (cache.size() >= 256) cache.clear();  // a bound on memory for callers with many shapes
     plan = cache.emplace(std::move(key), std::move(made)).first->second.get();
   }

@@ -174,6 +174,9 @@ struct Session::Impl {
   // Ok when `value` fits state k (dtype, shape, bytes); else kInvalidInput naming it.
   Status check_state_value(std::size_t k, const HostTensor& value) const;
   Status run_graph(std::uint32_t called, std::span<const CallArg> args, bool entry, OutputSink sink, std::string* variant);
+  // The plan of an entry call whose int inputs differ from those `slot`'s plan was made
+  // for (updated, or made again into `slot`).
+  Result<GraphPlan*> replan_entry(std::span<const CallArg> args, std::unique_ptr<GraphPlan>& slot);
   Status run_node(Frame& f, std::uint32_t n);
   Status run_segment(Frame& f, std::uint32_t s);
   // Before node n of f writes its state in place: saves the elements it will change (all of

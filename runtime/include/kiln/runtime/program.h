@@ -197,6 +197,10 @@ struct RunStats {
   std::uint64_t unplanned_bytes = 0;
   /// Whether this run's input-shape signature was already planned (no shape evaluation).
   bool plan_cached = false;
+  /// Whether this run's input shapes were planned with other int inputs (a decode step's
+  /// new position) and that plan was re-evaluated for these (sizes and attributes, checked
+  /// to fit its memory plan) instead of made again.
+  bool plan_reused = false;
   /// Accelerator traffic of the run.
   std::uint64_t bytes_uploaded = 0;
   std::uint64_t bytes_downloaded = 0;

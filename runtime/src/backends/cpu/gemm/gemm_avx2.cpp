@@ -196,7 +196,104 @@ KILN_INLINE void fma_step(__m256 (&acc)[kMr][2], const float* a, const float* b)
   }
 }
 
+// Narrow tiles (the last B panel of an N that is not a multiple of 16: 49 = 3 x 16 + 1
+// output pixels of a 7x7 convolution) would pay the whole 6x16 tile's 12 FMAs per k step
+// for a few live columns. Up to 8 columns take a 6x8 tile (6 FMAs per k step, two k steps
+// in flight so the 12 accumulators cover the FMA latency); up to 4 columns vectorize over
+// the panel's 6 rows instead (one 8-float load of a[k*6 .. k*6 + 8), lanes 6 and 7 unused,
+// times one broadcast B value per column: n FMAs per k step, four k steps in flight). Same
+// sums per element as the full tile, in a different order of the partial sums.
+KILN_INLINE void narrow8_step(__m256 (&acc)[kMr], const float* a, const float* b) {
+  const __m256 b0 = _mm256_loadu_ps(b);
+#pragma GCC unroll 6
+  for (int i = 0; i < kMr; ++i) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + i), b0, acc[i]);
+}
+
+void micro_kernel_narrow8(const MicroTile& t, __m256 (&out)[kMr][2]) {
+  __m256 acc0[kMr], acc1[kMr];
+#pragma GCC unroll 6
+  for (int i = 0; i < kMr; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+  const float* a = t.a;
+  const float* b = t.b;
+  long k = 0;
+  for (; k + 2 <= t.kc; k += 2, a += 2 * kMr, b += 2 * kNr) {
+    narrow8_step(acc0, a, b);
+    narrow8_step(acc1, a + kMr, b + kNr);
+  }
+  if (k < t.kc) narrow8_step(acc0, a, b);
+#pragma GCC unroll 6
+  for (int i = 0; i < kMr; ++i) {
+    out[i][0] = _mm256_add_ps(acc0[i], acc1[i]);
+    out[i][1] = _mm256_setzero_ps();
+  }
+}
+
+// kCols (1..4) columns: acc[u][j] lane i = sum over k = u (mod 4) of a[k][i] * b[k][j].
+template <int kCols>
+void micro_kernel_narrow4(const MicroTile& t, __m256 (&out)[kMr][2]) {
+  __m256 acc[4][kCols];
+#pragma GCC unroll 4
+  for (int u = 0; u < 4; ++u) {
+#pragma GCC unroll 4
+    for (int j = 0; j < kCols; ++j) acc[u][j] = _mm256_setzero_ps();
+  }
+  const float* a = t.a;
+  const float* b = t.b;
+  // The last k step's 8-float load would read 2 floats past the panel: it takes a masked load.
+  const long kc = t.kc, body = kc > 0 ? kc - 1 : 0;
+  long k = 0;
+  for (; k + 4 <= body; k += 4, a += 4 * kMr, b += 4 * kNr) {
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) {
+      const __m256 av = _mm256_loadu_ps(a + u * kMr);
+#pragma GCC unroll 4
+      for (int j = 0; j < kCols; ++j) {
+        acc[u][j] = _mm256_fmadd_ps(av, _mm256_broadcast_ss(b + u * kNr + j), acc[u][j]);
+      }
+    }
+  }
+  for (; k < kc; ++k, a += kMr, b += kNr) {
+    const __m256 av = k + 1 < kc ? _mm256_loadu_ps(a) : _mm256_maskload_ps(a, tail_mask(kMr));
+#pragma GCC unroll 4
+    for (int j = 0; j < kCols; ++j) acc[0][j] = _mm256_fmadd_ps(av, _mm256_broadcast_ss(b + j), acc[0][j]);
+  }
+  // Columns of rows -> rows of columns: sums[j][i] to out[i] lanes j.
+  alignas(32) float sums[kCols][8];
+#pragma GCC unroll 4
+  for (int j = 0; j < kCols; ++j) {
+    _mm256_store_ps(sums[j], _mm256_add_ps(_mm256_add_ps(acc[0][j], acc[1][j]), _mm256_add_ps(acc[2][j], acc[3][j])));
+  }
+  alignas(32) float rows[kMr][8] = {};
+  for (int i = 0; i < kMr; ++i) {
+    for (int j = 0; j < kCols; ++j) rows[i][j] = sums[j][i];
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < kMr; ++i) {
+    out[i][0] = _mm256_load_ps(rows[i]);
+    out[i][1] = _mm256_setzero_ps();
+  }
+}
+
+// A tile of at most 8 columns: the narrow kernels, then the masked store and activation.
+void micro_kernel_narrow(const MicroTile& t, const Epilogue& e) {
+  __m256 acc[kMr][2];
+  switch (t.n) {
+    case 1: micro_kernel_narrow4<1>(t, acc); break;
+    case 2: micro_kernel_narrow4<2>(t, acc); break;
+    case 3: micro_kernel_narrow4<3>(t, acc); break;
+    case 4: micro_kernel_narrow4<4>(t, acc); break;
+    default: micro_kernel_narrow8(t, acc); break;
+  }
+  store_tile<false>(acc, t, e);
+  if (e.act == GemmActivation::kNone) return;
+  for (int i = 0; i < t.m; ++i) activate_row(t.c + i * t.ldc, t.n, e.act);
+}
+
 void micro_kernel(const MicroTile& t, const Epilogue& e) {
+  if (t.n <= 8) {
+    micro_kernel_narrow(t, e);
+    return;
+  }
   __m256 acc[kMr][2];
 #pragma GCC unroll 6
   for (int i = 0; i < kMr; ++i) {

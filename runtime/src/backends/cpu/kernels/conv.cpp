@@ -96,64 +96,58 @@ void im2col(const float* src, const ConvGeometry& g, std::int64_t oh0, std::int6
   }
 }
 
-// The output columns [x_lo, x_hi) of a kernel column with input offset dx (= j * dilation -
-// padding) whose input column x * stride + dx lies in [0, w).
-void valid_columns(const ConvGeometry& g, std::int64_t dx, std::int64_t& x_lo, std::int64_t& x_hi) {
-  const std::int64_t w = g.in.width, sw = g.stride[1];
-  x_lo = dx >= 0 ? 0 : (-dx + sw - 1) / sw;
-  x_hi = w - dx <= 0 ? 0 : (w - dx - 1) / sw + 1;
-  x_lo = std::min(x_lo, g.ow);
-  x_hi = std::clamp(x_hi, x_lo, g.ow);
-}
-
 // im2col written straight into sgemm_packed_a's B panels (PackBFn): rows [k0, k0 + kc) of
 // the patch matrix (k = (c * kh + i) * kw + j) x output pixels [j0, j0 + cols) of one image
-// and group, 16 pixels per panel (a panel may span output rows), zeros for padding.
+// and group, 16 pixels per panel (a panel may span output rows), zeros for padding. Each
+// panel's lanes get their input origin (oy * sh - ph, ox * sw - pw) once; a patch row then
+// adds its tap's offset: a panel inside one output row whose taps fall inside the input row
+// (stride 1) is a 16-float copy, the others a checked load per lane. The tap (c, i, j) of
+// row k advances with k, no division per row.
 void im2col_panels(const float* src, const ConvGeometry& g, std::int64_t k0, std::int64_t kc, std::int64_t j0,
                    std::int64_t cols, float* out) {
-  struct Segment {
-    std::int64_t oy, x0, len, lane;  // output row, first column, pixels, first lane
-  };
-  const std::int64_t taps = g.kh * g.kw, h = g.in.height, w = g.in.width;
-  const std::int64_t sh = g.stride[0], sw = g.stride[1];
+  const std::int64_t h = g.in.height, w = g.in.width, plane_floats = h * w;
+  const std::int64_t sh = g.stride[0], sw = g.stride[1], dh = g.dilation[0], dw = g.dilation[1];
   for (std::int64_t q = 0; q * 16 < cols; ++q) {
-    Segment segs[16];
-    int count = 0;
-    std::int64_t lane = 0;
-    for (std::int64_t p = j0 + q * 16, end = j0 + std::min(cols, q * 16 + 16); p < end;) {
-      const std::int64_t oy = p / g.ow, x = p % g.ow, len = std::min(g.ow - x, end - p);
-      segs[count++] = Segment{oy, x, len, lane};
-      lane += len;
-      p += len;
+    const std::int64_t lanes = std::min<std::int64_t>(16, cols - q * 16);
+    std::int64_t y0[16], x0[16];
+    for (std::int64_t l = 0; l < lanes; ++l) {
+      const std::int64_t p = j0 + q * 16 + l, oy = p / g.ow, ox = p % g.ow;
+      y0[l] = oy * sh - g.padding[0];
+      x0[l] = ox * sw - g.padding[1];
     }
-    float* panel = out + q * kc * 16;
-    for (std::int64_t t = 0; t < kc; ++t) {
-      const std::int64_t k = k0 + t, c = k / taps, i = k % taps / g.kw, j = k % g.kw;
-      const std::int64_t dx = j * g.dilation[1] - g.padding[1];
-      std::int64_t x_lo, x_hi;
-      valid_columns(g, dx, x_lo, x_hi);
-      const float* plane = src + c * h * w;
-      float* dst = panel + t * 16;
-      for (int sgi = 0; sgi < count; ++sgi) {
-        const Segment& sg = segs[sgi];
-        float* d = dst + sg.lane - sg.x0;  // d[x] for output column x
-        const std::int64_t y = sg.oy * sh - g.padding[0] + i * g.dilation[0];
-        const std::int64_t x1 = sg.x0 + sg.len;
+    // One output row: every lane reads the same input row, columns x0[0] + l * sw + dx.
+    const bool one_row = y0[lanes - 1] == y0[0];
+    float* dst = out + q * kc * 16;
+    std::int64_t c = k0 / (g.kh * g.kw), i = k0 / g.kw % g.kh, j = k0 % g.kw;
+    for (std::int64_t t = 0; t < kc; ++t, dst += 16) {
+      const float* plane = src + c * plane_floats;
+      const std::int64_t dy = i * dh, dx = j * dw;
+      if (one_row) {
+        const std::int64_t y = y0[0] + dy, xa = x0[0] + dx, xb = x0[lanes - 1] + dx;
         if (y < 0 || y >= h) {
-          std::fill(d + sg.x0, d + x1, 0.0f);
-          continue;
-        }
-        const float* row = plane + y * w + dx;
-        const std::int64_t a = std::clamp(x_lo, sg.x0, x1), b = std::clamp(x_hi, a, x1);
-        std::fill(d + sg.x0, d + a, 0.0f);
-        if (sw == 1) {
-          std::copy(row + a, row + b, d + a);
+          std::fill(dst, dst + 16, 0.0f);
+        } else if (sw == 1 && xa >= 0 && xb < w && lanes == 16) {
+          const float* row = plane + y * w + xa;
+          for (int l = 0; l < 16; ++l) dst[l] = row[l];
         } else {
-          for (std::int64_t x = a; x < b; ++x) d[x] = row[x * sw];
+          const float* row = plane + y * w;
+          for (std::int64_t l = 0; l < lanes; ++l) {
+            const std::int64_t x = x0[l] + dx;
+            dst[l] = x >= 0 && x < w ? row[x] : 0.0f;
+          }
+          std::fill(dst + lanes, dst + 16, 0.0f);
         }
-        std::fill(d + b, d + x1, 0.0f);
+      } else {
+        for (std::int64_t l = 0; l < lanes; ++l) {
+          const std::int64_t y = y0[l] + dy, x = x0[l] + dx;
+          dst[l] = y >= 0 && y < h && x >= 0 && x < w ? plane[y * w + x] : 0.0f;
+        }
+        std::fill(dst + lanes, dst + 16, 0.0f);
       }
-      std::fill(dst + lane, dst + 16, 0.0f);
+      if (++j == g.kw) {
+        j = 0;
+        if (++i == g.kh) i = 0, ++c;
+      }
     }
   }
 }

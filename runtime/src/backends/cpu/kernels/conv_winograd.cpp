@@ -8,6 +8,7 @@
 #include <new>
 
 #include "backends/cpu/gemm/gemm.h"
+#include "backends/cpu/gemm/gemm_packed_a.h"
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/simd.h"
 #include "backends/cpu/thread_pool.h"
@@ -22,11 +23,6 @@ constexpr int kTransformed = 36;  // 6x6 values per tile and per weight
 // (4 tiles) 4.08 vs 4.01: at 4 tiles each GEMM streams its 1 MiB slice of packed weights
 // for 4 rows, and the 4x larger transformed weights make it bandwidth-bound. So from 8 tiles.
 constexpr std::int64_t kWinogradMinTilesPrepared = 8;
-// Above this many tiles the unprepared orientation (weights as A, tiles as the 16-wide
-// columns, no transpose) is faster even counting the per-call transform: 64@56 (196
-// tiles) 1.25 ms unprepared vs 1.72 prepared, 128@28 (49 tiles) 1.39 vs 1.31.
-constexpr std::int64_t kWinogradPreparedMaxTiles = 64;
-
 // The distance between two of the 36 matrices of a buffer holding `floats` each: rounded up
 // to a cache line, then to an odd number of lines. The transforms touch all 36 at once,
 // and with a power-of-two distance (64 x 64 weights, 256 channels x 16 tiles) those 36
@@ -36,20 +32,6 @@ std::int64_t matrix_stride(std::int64_t floats) {
   std::int64_t stride = (floats + 15) / 16 * 16;
   if ((stride / 16) % 2 == 0) stride += 16;
   return stride;
-}
-
-// dst [cols][rows] = src [rows][cols]^T, in 8 x 8 blocks.
-void transpose(const float* src, std::int64_t rows, std::int64_t cols, float* dst) {
-  constexpr std::int64_t kBlock = 8;
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kBlock) {
-    const std::int64_t r1 = std::min(rows, r0 + kBlock);
-    for (std::int64_t c0 = 0; c0 < cols; c0 += kBlock) {
-      const std::int64_t c1 = std::min(cols, c0 + kBlock);
-      for (std::int64_t c = c0; c < c1; ++c) {
-        for (std::int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
-      }
-    }
-  }
 }
 
 }  // namespace
@@ -84,8 +66,8 @@ Result<std::unique_ptr<WinogradWeights>> winograd_prepare(const float* w, std::i
   out->k = k;
   out->c = c;
   for (int xi = 0; xi < kTransformed; ++xi) {
-    // U[xi] is [k][c]: op(B) = U[xi]^T, [c x k], stored [N = k][K = c].
-    KILN_ASSIGN_OR_RETURN(out->slices[static_cast<std::size_t>(xi)], pack_b(u.get() + xi * u_stride, c, c, k, true, nullptr));
+    // U[xi] is [k][c], row stride c: the A of M[xi] = U[xi] V[xi].
+    KILN_ASSIGN_OR_RETURN(out->slices[static_cast<std::size_t>(xi)], pack_a_matrix(u.get() + xi * u_stride, c, k, c));
   }
   return out;
 }
@@ -96,7 +78,6 @@ Status conv_winograd_f32(const float* x, const float* w, const WinogradWeights* 
     return op_error(StatusCode::kInternal, "conv2d", "prepared Winograd weights are ", prepared->k, " x ", prepared->c,
                     ", the layer ", s.k, " x ", s.c);
   }
-  if (s.tiles() > kWinogradPreparedMaxTiles) prepared = nullptr;
   const std::int64_t tiles_h = s.tiles_h(), tiles_w = s.tiles_w();
   const std::int64_t per_image = tiles_h * tiles_w, tiles = s.tiles();
   const std::int64_t u_stride = matrix_stride(s.k * s.c), v_stride = matrix_stride(s.c * tiles),
@@ -128,28 +109,18 @@ Status conv_winograd_f32(const float* x, const float* w, const WinogradWeights* 
   });
   std::atomic<bool> failed{false};
   if (prepared != nullptr) {
-    // M[xi]^T = V[xi]^T U[xi]^T into a [tiles][k] scratch, then transposed into M[xi].
+    // M[xi] = U[xi] V[xi] with U[xi] packed at load: only V[xi] is packed here.
     pool.parallel_for(kTransformed, 1, [&](std::int64_t begin, std::int64_t end) {
-      std::unique_ptr<float[]> scratch(new (std::nothrow) float[tiles * s.k]);
-      if (scratch == nullptr) {
-        failed = true;
-        return;
-      }
       for (std::int64_t xi = begin; xi < end; ++xi) {
         GemmParams p;
-        p.m = tiles;
-        p.n = s.k;
+        p.m = s.k;
+        p.n = tiles;
         p.k = s.c;
-        p.trans_a = true;
-        p.a = v + xi * v_stride;
-        p.lda = tiles;
-        p.c = scratch.get();
-        p.ldc = s.k;
-        if (!sgemm_prepacked(p, prepared->slices[static_cast<std::size_t>(xi)], nullptr).ok()) {
-          failed = true;
-          return;
-        }
-        transpose(scratch.get(), tiles, s.k, m + xi * m_stride);
+        p.b = v + xi * v_stride;
+        p.ldb = tiles;
+        p.c = m + xi * m_stride;
+        p.ldc = tiles;
+        if (!sgemm_packed_a(p, prepared->slices[static_cast<std::size_t>(xi)], nullptr).ok()) failed = true;
       }
     });
   } else {

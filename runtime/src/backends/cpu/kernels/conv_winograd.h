@@ -10,18 +10,19 @@
 // 10 (B^T) and 19 (A^T) around the rounding of the products. With inputs in [-1, 1] the
 // error stays below 1.7e-6 x (|bias| + sum |w| of the output channel) in
 // tests/kernels/conv_test.cpp (AVX2 1.4e-6, baseline 1.6e-6, no FMA);
-// on resnet18 (layer1 and layer2 take this path) the max |diff| to the golden is 5.7e-6
-// with it and 4.8e-6 without; the worst element uses 11% of its tolerance (rtol 1e-4,
-// atol 1e-5). KILN_CONV_WINOGRAD=0 turns the path off.
+// on resnet18 (layers 1-3 take this path with prepared weights) the max |diff| to the
+// golden is 8.8e-6 on one thread (docs/PERFORMANCE.md); the worst element uses 13% of its
+// tolerance (rtol 1e-4, atol 1e-5). KILN_CONV_WINOGRAD=0 turns the path off.
 //
-// Prepared weights (winograd_prepare, run by the executor at load through
-// cpu::prepare_weights): U is transformed once and each U[xi] packed as the SGEMM's B; the
-// GEMMs then run the other way round, M[xi]^T = V[xi]^T [tiles x C] * U[xi]^T [C x K]
-// (sgemm_prepacked, tiles as rows: thin for few tiles, which suits the 6-row
-// micro-kernel better than 4 columns of a 16-wide panel), and each product is transposed
-// back while hot. Without them (a non-constant weight, prepack_weights off) the transform
-// and the GEMM's packing of U are redone on every call, which is why the cost rule then
-// wants many tiles per weight.
+// Prepared weights (winograd_prepare, made on the first run that picks Winograd,
+// ConvWeights::winograd_for): U is transformed once and each U[xi] [K x C] packed as the
+// SGEMM's A (pack_a_matrix); a run then packs only V[xi] (sgemm_packed_a), at every tile
+// count. The product lands in M[xi] [K x tiles] as the output transform reads it. (An
+// earlier orientation, M[xi]^T = V[xi]^T U[xi]^T with U as a packed B, ran 16 or 49 tiles
+// as 3 or 9 thin row panels of a 6x16 tile with a pack of V and a transpose per slice.)
+// Without them (a non-constant weight, prepack_weights off) the transform and the GEMM's
+// packing of U are redone on every call, which is why the cost rule then wants many tiles
+// per weight.
 #pragma once
 
 #include <array>
@@ -29,6 +30,7 @@
 #include <memory>
 
 #include "backends/cpu/gemm/gemm.h"
+#include "backends/cpu/gemm/gemm_packed_a.h"
 #include "backends/cpu/kernel.h"
 #include "kiln/runtime/status.h"
 
@@ -50,10 +52,10 @@ struct WinogradShape {
 };
 
 /// Weights of a k x c 3x3 layer transformed (U = G g G^T) and packed once: slices[xi] is
-/// U[xi]^T ([c x k]) as the SGEMM's B.
+/// U[xi] ([k x c]) as sgemm_packed_a's A.
 struct WinogradWeights final : PreparedWeights {
   std::int64_t k = 0, c = 0;
-  std::array<PackedB, 36> slices;
+  std::array<PackedA, 36> slices;
 };
 
 /// The channel counts worth preparing Winograd weights for (the cost rule's channel part).
@@ -69,8 +71,7 @@ Result<std::unique_ptr<WinogradWeights>> winograd_prepare(const float* w, std::i
 bool winograd_profitable(const WinogradShape& s, bool prepared);
 
 /// y = conv2d(x, w, bias) (+ relu) through F(4x4, 3x3). bias may be null; `prepared`
-/// (may be null) must hold w's transform (k == s.k, c == s.c); it is used up to 64 tiles
-/// (above, the per-call orientation is faster and w is transformed again).
+/// (may be null) must hold w's transform (k == s.k, c == s.c).
 /// Errors: kUnavailable when the transform buffers cannot be allocated (y untouched).
 Status conv_winograd_f32(const float* x, const float* w, const WinogradWeights* prepared, const float* bias, float* y,
                          const WinogradShape& s, ThreadPool& pool, bool relu);

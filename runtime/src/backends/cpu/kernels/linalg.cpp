@@ -12,6 +12,7 @@
 #include "backends/cpu/kernels/broadcast.h"
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/gemm/gemm.h"
+#include "backends/cpu/kernels/gemv.h"
 #include "backends/cpu/kernels/kernels.h"
 
 namespace kiln::cpu::kernels {
@@ -187,6 +188,8 @@ void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, 
                 const float* b, std::int64_t ldb, bool b_transposed, float* c, std::int64_t ldc,
                 ThreadPool* pool) {
   if (m <= 0 || n <= 0) return;
+  // One row of A: B read in place (packing it would cost as much as the product).
+  if (m == 1 && !b_transposed) return gemv_rows_f32(n, k, a, b, ldb, c, pool);
   // The packed AVX2/FMA SGEMM (gemm/gemm.h); the loops below remain as the fallback when
   // it cannot allocate its packing buffers.
   GemmParams params;

@@ -245,14 +245,15 @@ class PreparedContext : public DepthwiseContext {
   const PreparedWeights* prepared_weights(int index) const override { return index == 1 ? prepared : nullptr; }
 };
 
-TEST(PointwiseConv, CostRulePicksFewPixelsWithPaddedPanels) {
-  EXPECT_TRUE(kernels::pointwise_transposed_profitable(320, 1280, 49));   // 7x7: 64 columns for 49
-  EXPECT_TRUE(kernels::pointwise_transposed_profitable(960, 160, 49));
+TEST(PointwiseConv, CostRulePicksUpToEightPixels) {
   EXPECT_TRUE(kernels::pointwise_transposed_profitable(64, 16, 1));       // squeeze-excitation: one pixel
-  EXPECT_FALSE(kernels::pointwise_transposed_profitable(96, 576, 196));   // 14x14: 208 columns for 196
-  EXPECT_FALSE(kernels::pointwise_transposed_profitable(24, 144, 3136));  // 56x56: whole panels, and large
+  EXPECT_TRUE(kernels::pointwise_transposed_profitable(320, 1280, 4));    // a 2x2 plane
+  EXPECT_TRUE(kernels::pointwise_transposed_profitable(7, 9, 8));
+  EXPECT_FALSE(kernels::pointwise_transposed_profitable(320, 1280, 9));
+  EXPECT_FALSE(kernels::pointwise_transposed_profitable(320, 1280, 49));  // 7x7: the SGEMM's narrow tiles
   EXPECT_FALSE(kernels::pointwise_transposed_profitable(16, 96, 12544));
-  EXPECT_FALSE(kernels::pointwise_transposed_profitable(0, 16, 49));
+  EXPECT_FALSE(kernels::pointwise_transposed_profitable(0, 16, 1));
+  EXPECT_FALSE(kernels::pointwise_transposed_profitable(16, 16, 0));
 }
 
 TEST(PointwiseConv, TransposedWeightsFromThePrepackedCopyEqualTheRawOnes) {
@@ -280,9 +281,9 @@ TEST(PointwiseConv, TransposedMatchesReferenceWithEveryActivation) {
   struct Case {
     std::int64_t n, c, h, w, o;
   };
-  // 7x7 and 1x1 planes, odd channel counts, batches; each is picked by the cost rule.
-  const std::vector<Case> cases = {{1, 150, 7, 7, 96}, {2, 200, 7, 7, 160}, {1, 64, 1, 1, 16},
-                                   {3, 9, 1, 1, 45},   {1, 100, 3, 3, 48},  {2, 130, 2, 2, 21}};
+  // 1 to 8 pixels, odd channel counts, batches; each is picked by the cost rule.
+  const std::vector<Case> cases = {{1, 150, 2, 4, 96}, {2, 200, 1, 7, 160}, {1, 64, 1, 1, 16},
+                                   {3, 9, 1, 1, 45},   {1, 100, 2, 3, 48},  {2, 130, 2, 2, 21}};
   const FusedActivation acts[] = {FusedActivation::kNone, FusedActivation::kRelu6, FusedActivation::kHardswish,
                                   FusedActivation::kSilu, FusedActivation::kHardsigmoid};
   std::mt19937 rng(144);

@@ -1,9 +1,10 @@
 // 1x1 convolutions (stride 1, no padding, one group) over few output pixels, run transposed:
 // Y^T [pixels x out] = X^T [pixels x in] * W^T [in x out] on the SGEMM with W^T packed once
 // (sgemm_prepacked's B), then Y^T transposed into the NCHW output. The plain GEMM (W * X,
-// conv.cpp) puts the pixels in its 16-column panels: 7x7 = 49 pixels compute 64 columns, a
-// squeeze-excitation's 1x1 pixel computes 16. Transposed, the pixels are the 6-row panels (49
-// -> 54 rows) and a single pixel takes the GEMV path.
+// conv.cpp) puts the pixels in its B panels: a few pixels (a squeeze-excitation's single
+// one, the 2x2 planes of a network at 64x64) run its narrow tiles, streaming all of W for a
+// few columns. Transposed, W^T is B in whole 16-column panels, the pixels are the 6-row
+// A panels, and a single pixel takes the GEMV path.
 #pragma once
 
 #include <cstdint>
@@ -15,9 +16,9 @@
 
 namespace kiln::cpu::kernels {
 
-/// Whether the transposed form is cheaper for a 1x1 convolution of `in_channels` ->
-/// `out_channels` over `pixels` output pixels per image: padded GEMM work (16-column and
-/// 6-row panels) plus the final transpose, against the plain form's padded work.
+/// Whether the transposed form is the faster one for a 1x1 convolution of `in_channels` ->
+/// `out_channels` over `pixels` output pixels per image: 1 to 8 pixels (measured; see the
+/// source).
 bool pointwise_transposed_profitable(std::int64_t in_channels, std::int64_t out_channels, std::int64_t pixels);
 
 /// W [out_channels x in_channels] (a 1x1 weight) packed as W^T for conv_pointwise_transposed.

@@ -21,9 +21,17 @@
 // the 3x3 convolutions of the convnet fixture (16 and 32 channels) and of resnet18's stages
 // at 224x224 (64@56, 128@28, 256@14, 512@7); 8-11 1x1 convolutions (resnet18's stride-2
 // downsample, mobilenet_v2's expand / project); 12-16 depthwise 3x3 (stride 2 and 1) and
-// 5x5 of mobile networks. KILN_CONV_PREPACK=0 and KILN_CONV_DEPTHWISE=0 select the older
-// GEMM and depthwise paths for comparison. Numbers are noisy on a shared machine: repeat
-// and take the best.
+// 5x5 of mobile networks; 17-19 more depthwise (stride 2 at 56 px, 5x5 stride 2, 32@112);
+// 20 a 1x1 over 7x7 pixels (with prepared weights: the transposed GEMM, conv_pointwise.h).
+// KILN_CONV_PREPACK=0 selects the older GEMM path; KILN_CONV_DEPTHWISE=rows the per-plane
+// depthwise rows kernel and =0 the older direct depthwise tiles, instead of the
+// channel-blocked kernel:
+//
+//   for m in rows blocked; do
+//     KILN_CONV_DEPTHWISE=$m kiln_conv_bench --benchmark_filter='BM_KilnConv2d/case:1[2-9]/threads:./prepared:1'
+//   done
+//
+// Numbers are noisy on a shared machine: repeat and take the best.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -53,7 +61,7 @@ struct Case {
 };
 
 // Indexed by benchmark argument.
-constexpr std::array<Case, 17> kCases = {{
+constexpr std::array<Case, 21> kCases = {{
     {3, 16, 32, 32, 16, 3, 1},   // convnet block at 64 px, batch 3
     {2, 16, 48, 48, 16, 3, 1},   // convnet block at 96 px, batch 2
     {3, 3, 64, 64, 16, 3, 2},    // convnet stem
@@ -73,6 +81,11 @@ constexpr std::array<Case, 17> kCases = {{
     {1, 384, 14, 14, 384, 3, 1, 384}, // features.7-10 depthwise
     {1, 960, 7, 7, 960, 3, 1, 960},   // features.14-17 depthwise
     {1, 240, 14, 14, 240, 5, 1, 240}, // 5x5 depthwise (EfficientNet / MobileNetV3)
+    // 17-: more depthwise strides and sizes, and 1x1 over 7x7 (the transposed GEMM)
+    {1, 144, 56, 56, 144, 3, 2, 144}, // mobilenet_v2 features.4 depthwise, stride 2
+    {1, 672, 14, 14, 672, 5, 2, 672}, // EfficientNet-B0 5x5 stride 2
+    {1, 32, 112, 112, 32, 3, 1, 32},  // mobilenet_v2 features.1 depthwise
+    {1, 960, 7, 7, 320, 1, 1},        // mobilenet_v2 features.17 project (1x1 on 49 pixels)
 }};
 
 std::int64_t out_size(std::int64_t in, std::int64_t k, std::int64_t s) { return (in + 2 * (k / 2) - k) / s + 1; }

@@ -1,7 +1,11 @@
 // conv2d (NCHW, or unbatched CHW) with stride, padding, dilation and groups. The paths:
-// - depthwise with a column stride >= 2 or stride-1 rows of >= 32 pixels, up to 16 kernel
-//   rows and 64 taps (use_depthwise): SimdKernels::conv_depthwise_rows per plane, reading
-//   a few padded input rows at a time, relu/relu6 in the kernel;
+// - depthwise (one input and output channel per group) up to 16 kernel rows and 64 taps,
+//   any stride, padding and dilation (use_depthwise_blocked): SimdKernels::
+//   conv_depthwise_block on blocks of 8 channels, the channels in the vector lanes (input
+//   rows transposed once into a ring, output rows transposed back), relu/relu6/hardswish in
+//   the kernel; KILN_CONV_DEPTHWISE=rows / =0 select the two older depthwise kernels below;
+// - depthwise with a column stride >= 2 or stride-1 rows of >= 32 pixels (use_depthwise,
+//   KILN_CONV_DEPTHWISE=rows): SimdKernels::conv_depthwise_rows per plane;
 // - up to kDirectMaxOut output channels per group, kernels of 2 to 64 taps: a direct
 //   convolution over a padded, phase-split copy of the input (SimdKernels::
 //   conv_direct_rows), where a GEMM would have too few rows to fill its micro-kernel;
@@ -9,6 +13,9 @@
 // - depthwise 1x1 (or over 64 taps): a direct loop per plane;
 // - 3x3 stride-1 ungrouped convolutions with enough channels and tiles (winograd_profitable):
 //   Winograd F(4x4, 3x3) (conv_winograd.h);
+// - 1x1 stride-1 unpadded ungrouped convolutions over few pixels with prepared weights
+//   (pointwise_transposed_profitable: 7x7 planes, squeeze-excitation's single pixel):
+//   Y^T = X^T W^T on the SGEMM with W^T packed on first use (conv_pointwise.h);
 // - otherwise a GEMM per (image, group), W_g [out x patch] times the patches, bias and
 //   activation in the SGEMM's epilogue. With weights prepared at load (ConvWeights::gemm,
 //   conv_prepared.h) W_g is the prepacked A of sgemm_packed_a and the patches are written
@@ -30,6 +37,7 @@
 #include "backends/cpu/gemm/gemm.h"
 #include "backends/cpu/gemm/gemm_packed_a.h"
 #include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/conv_pointwise.h"
 #include "backends/cpu/kernels/conv_prepared.h"
 #include "backends/cpu/kernels/conv_winograd.h"
 #include "backends/cpu/kernels/kernels.h"
@@ -311,11 +319,26 @@ bool prepack_enabled() {
   return enabled;
 }
 
-// KILN_CONV_DEPTHWISE=0 sends depthwise convolutions to the older paths (direct tiles over
-// a padded copy, per-plane loops), to compare speed; read once.
-bool depthwise_enabled() {
-  static const bool enabled = [] {
+// Which kernel takes depthwise convolutions: KILN_CONV_DEPTHWISE=0 the older paths (direct
+// tiles over a padded copy, per-plane loops), =rows the per-plane rows kernel
+// (conv_depthwise_rows), otherwise the channel-blocked kernel (conv_depthwise_block); to
+// compare speed; read once.
+enum class DepthwiseKernel { kOff, kRows, kBlocked };
+DepthwiseKernel depthwise_kernel() {
+  static const DepthwiseKernel kernel = [] {
     const char* v = std::getenv("KILN_CONV_DEPTHWISE");
+    if (v != nullptr && std::string_view(v) == "0") return DepthwiseKernel::kOff;
+    if (v != nullptr && std::string_view(v) == "rows") return DepthwiseKernel::kRows;
+    return DepthwiseKernel::kBlocked;
+  }();
+  return kernel;
+}
+
+// KILN_CONV_POINTWISE=0 keeps 1x1 convolutions over few pixels on the plain GEMM instead
+// of the transposed one (conv_pointwise.h), to compare speed; read once.
+bool pointwise_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("KILN_CONV_POINTWISE");
     return v == nullptr || std::string_view(v) != "0";
   }();
   return enabled;
@@ -519,6 +542,91 @@ Status conv_depthwise(const float* x, const float* w, const float* bias, float* 
   return Status::Ok();
 }
 
+// Depthwise (one input and output channel per group) with at most kConvDepthwiseMaxRows
+// kernel rows and kConvDepthwiseMaxTaps taps, any stride, padding and dilation: blocks of 8
+// channels (SimdKernels::conv_depthwise_block, the channels in the vector lanes), threaded
+// over (image, block, output rows) with no serial phase; relu / relu6 / hardswish in the
+// kernel, other activations on the chunk's rows while they are in cache.
+bool use_depthwise_blocked(const ConvGeometry& g) {
+  return g.group_in() == 1 && g.group_out() == 1 && g.kh <= kConvDepthwiseMaxRows &&
+         g.kh * g.kw <= kConvDepthwiseMaxTaps;
+}
+
+Status conv_depthwise_blocked(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g,
+                              FusedActivation act, ThreadPool& pool) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  float lo = -kInf, hi = kInf;
+  if (act == FusedActivation::kRelu || act == FusedActivation::kRelu6) lo = 0.0f;
+  if (act == FusedActivation::kRelu6) hi = 6.0f;
+  const bool hardswish = act == FusedActivation::kHardswish;
+  const bool in_kernel = hardswish || act == FusedActivation::kNone || act == FusedActivation::kRelu ||
+                         act == FusedActivation::kRelu6;
+  const auto kernel = simd().conv_depthwise_block;
+  const std::int64_t channels = g.out_channels, taps = g.kh * g.kw, blocks = (channels + 7) / 8;
+  const std::int64_t in_plane = g.in.height * g.in.width, out_plane = g.oh * g.ow;
+  const std::int64_t total = g.in.batch * blocks * g.oh;
+  // Chunks of at least ~16K multiply-adds (8 lanes each), whole planes when small: each
+  // chunk transposes its first kernel window's rows again.
+  const std::int64_t grain =
+      std::clamp<std::int64_t>(2048 / std::max<std::int64_t>(1, g.ow * taps), 1, std::max<std::int64_t>(g.oh, 1));
+  const std::int64_t scratch_floats =
+      conv_depthwise_block_scratch_floats(g.kh, g.kw, g.stride[1], g.dilation[0], g.dilation[1], g.ow);
+  std::atomic<bool> failed{false};
+  pool.parallel_for(total, grain, [&](std::int64_t begin, std::int64_t end) {
+    std::unique_ptr<float[]> scratch(new (std::nothrow) float[static_cast<std::size_t>(scratch_floats)]);
+    if (scratch == nullptr) {
+      failed = true;
+      return;
+    }
+    alignas(32) float wblock[kConvDepthwiseMaxTaps * 8];
+    alignas(32) float bblock[8];
+    std::int64_t packed_block = -1;
+    while (begin < end) {
+      const std::int64_t item = begin / g.oh, oy0 = begin % g.oh;
+      const std::int64_t oy1 = std::min(g.oh, oy0 + (end - begin));
+      const std::int64_t n = item / blocks, c0 = item % blocks * 8, count = std::min<std::int64_t>(8, channels - c0);
+      if (packed_block != c0) {  // the block's weights tap-major, channels in lanes
+        std::fill(wblock, wblock + taps * 8, 0.0f);
+        std::fill(bblock, bblock + 8, 0.0f);
+        for (std::int64_t c = 0; c < count; ++c) {
+          for (std::int64_t t = 0; t < taps; ++t) wblock[t * 8 + c] = w[(c0 + c) * taps + t];
+          if (bias != nullptr) bblock[c] = bias[c0 + c];
+        }
+        packed_block = c0;
+      }
+      ConvDepthwiseBlockArgs a{};
+      a.input = x + (n * g.in.channels + c0) * in_plane;
+      a.channels = count;
+      a.h = g.in.height;
+      a.w = g.in.width;
+      a.kh = g.kh;
+      a.kw = g.kw;
+      a.stride_h = g.stride[0];
+      a.stride_w = g.stride[1];
+      a.pad_h = g.padding[0];
+      a.pad_w = g.padding[1];
+      a.dilation_h = g.dilation[0];
+      a.dilation_w = g.dilation[1];
+      a.weights = wblock;
+      a.bias = bblock;
+      a.lo = lo;
+      a.hi = hi;
+      a.hardswish = hardswish;
+      a.output = y + (n * channels + c0) * out_plane;
+      a.oh = g.oh;
+      a.ow = g.ow;
+      a.scratch = scratch.get();
+      kernel(a, oy0, oy1);
+      if (!in_kernel) {
+        for (std::int64_t c = 0; c < count; ++c) apply_activation(act, a.output + c * out_plane + oy0 * g.ow, (oy1 - oy0) * g.ow);
+      }
+      begin += oy1 - oy0;
+    }
+  });
+  if (failed) return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate ", scratch_floats, " floats of rows");
+  return Status::Ok();
+}
+
 Status conv_f32(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g, GemmActivation act,
                 ThreadPool& pool) {
   const std::int64_t patch = g.patch();
@@ -622,13 +730,27 @@ Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
     if (!relu) apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
     return Status::Ok();
   }
-  if (use_depthwise(g) && depthwise_enabled()) {
+  if (use_depthwise_blocked(g) && depthwise_kernel() == DepthwiseKernel::kBlocked) {
+    return conv_depthwise_blocked(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.fused_activation(),
+                                  ctx.pool());
+  }
+  if (use_depthwise(g) && depthwise_kernel() == DepthwiseKernel::kRows) {
     return conv_depthwise(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.fused_activation(), ctx.pool());
   }
   if (use_direct(g)) {
     KILN_RETURN_IF_ERROR(conv_direct(x.as<float>(), w.as<float>(), bp, out[0].as<float>(), g, ctx.pool(), relu));
     if (!relu) apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
     return Status::Ok();
+  }
+  const bool plain_1x1 = g.kh == 1 && g.kw == 1 && g.groups == 1 && g.stride[0] == 1 && g.stride[1] == 1 &&
+                         g.padding[0] == 0 && g.padding[1] == 0;
+  if (plain_1x1 && pointwise_enabled() && weights != nullptr && weights->pointwise_eligible && weights->pointwise_out == g.out_channels &&
+      weights->pointwise_in == g.in.channels &&
+      pointwise_transposed_profitable(g.in.channels, g.out_channels, g.oh * g.ow)) {
+    if (const PackedB* wt = weights->pointwise_for(w.as<float>()); wt != nullptr) {
+      return conv_pointwise_transposed(x.as<float>(), *wt, bp, out[0].as<float>(), g.in.batch, g.in.channels,
+                                       g.out_channels, g.oh * g.ow, ctx.fused_activation(), ctx.pool());
+    }
   }
   if (weights != nullptr && weights->gemm != nullptr && weights->out_channels == g.out_channels &&
       weights->groups == g.groups && weights->patch == g.patch()) {
@@ -643,6 +765,18 @@ const WinogradWeights* ConvWeights::winograd_for(const float* w) const {
     if (made.ok()) winograd = std::move(made).value();  // else null: transformed per call
   });
   return winograd.get();
+}
+
+const PackedB* ConvWeights::pointwise_for(const float* w) const {
+  std::call_once(pointwise_once, [&] {
+    // From the prepacked A copy when there is one: the raw weight's mapped pages may have
+    // been released after load (Program: release_prepared_constants).
+    auto made = gemm != nullptr && groups == 1 && patch == pointwise_in && out_channels == pointwise_out
+                    ? pointwise_transposed_prepare(gemm[0])
+                    : pointwise_transposed_prepare(w, pointwise_out, pointwise_in);
+    if (made.ok()) pointwise.reset(new (std::nothrow) PackedB(std::move(made).value()));  // else null: plain GEMM
+  });
+  return pointwise.get();
 }
 
 Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight, Attrs attrs) {
@@ -681,7 +815,12 @@ Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight
     prepared->groups = groups;
     prepared->patch = patch;
   }
-  if (!prepared->winograd_eligible && prepared->gemm == nullptr) return none;
+  if (kh == 1 && kw == 1 && groups == 1 && !depthwise) {
+    prepared->pointwise_eligible = true;  // W^T packed on first use: pointwise_for
+    prepared->pointwise_out = k;
+    prepared->pointwise_in = c;
+  }
+  if (!prepared->winograd_eligible && prepared->gemm == nullptr && !prepared->pointwise_eligible) return none;
   return std::unique_ptr<PreparedWeights>(std::move(prepared));
 }
 

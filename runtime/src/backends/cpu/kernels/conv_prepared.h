@@ -32,6 +32,16 @@ struct ConvWeights final : PreparedWeights {
   std::unique_ptr<PackedA[]> gemm;
   std::int64_t out_channels = 0, groups = 0, patch = 0;
   std::int64_t winograd_k = 0, winograd_c = 0;  // the weight's output and input channels
+  /// 1x1 ungrouped weights that conv_pointwise_transposed (conv_pointwise.h) may run, for
+  /// inputs with few pixels (pointwise_transposed_profitable). W^T is packed on the first
+  /// run that picks it (pointwise_for), not at load: most 1x1 layers never do.
+  bool pointwise_eligible = false;
+  std::int64_t pointwise_out = 0, pointwise_in = 0;  // the weight's output and input channels
+  /// W^T of `w` (this weight), made once, thread-safe; null when it could not be allocated
+  /// (the caller then takes the plain GEMM).
+  const PackedB* pointwise_for(const float* w) const;
+  mutable std::unique_ptr<PackedB> pointwise;
+  mutable std::once_flag pointwise_once;
 };
 
 }  // namespace kiln::cpu::kernels

@@ -53,6 +53,49 @@ struct ConvDepthwiseArgs {
   std::int64_t row_floats;
 };
 
+/// Up to 8 channels of a depthwise convolution (one input and output channel per group;
+/// conv.cpp), NCHW planes read and written in place: out[c][oy][ox] = act(bias[c] +
+/// sum_ij weights[i * kw + j][c] * input[c][y][x]) with y = oy * stride_h - pad_h + i *
+/// dilation_h, x likewise, taps outside the plane skipped. The block's channels sit in the
+/// 8 lanes of a vector (conv_depthwise.inc transposes the rows it reads and writes), so
+/// every stride, dilation and plane size runs whole vectors. kh <= kConvDepthwiseMaxRows,
+/// kh * kw <= kConvDepthwiseMaxTaps. act = clamp(., lo, hi), then x * clamp(x + 3, 0, 6) / 6
+/// when hardswish.
+struct ConvDepthwiseBlockArgs {
+  const float* input;     // channel 0 of the block: [channels][h][w]
+  std::int64_t channels;  // 1..8
+  std::int64_t h, w, kh, kw, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  const float* weights;  // [kh * kw][8]: tap-major, channel lanes (lanes >= channels: ignored)
+  const float* bias;     // [8]
+  float lo, hi;          // -inf/inf without a clamp; relu 0/inf; relu6 0/6
+  bool hardswish;
+  float* output;  // channel 0 of the block: [channels][oh][ow]
+  std::int64_t oh, ow;
+  /// conv_depthwise_block_scratch_floats(...) floats, owned by the caller (one per thread).
+  float* scratch;
+};
+/// Pixels in one padded row of the block kernel's ring: the input columns output columns
+/// [0, ow) read.
+inline std::int64_t conv_depthwise_block_width(std::int64_t ow, std::int64_t kw, std::int64_t stride_w,
+                                               std::int64_t dilation_w) {
+  return (ow - 1) * stride_w + (kw - 1) * dilation_w + 1;
+}
+/// Input rows the ring holds: one output row's window.
+inline std::int64_t conv_depthwise_block_ring(std::int64_t kh, std::int64_t dilation_h) {
+  return (kh - 1) * dilation_h + 1;
+}
+/// Output rows the block kernel gathers before writing them back (at least 64 pixels, so
+/// narrow planes go back in whole 8-pixel groups).
+inline std::int64_t conv_depthwise_block_out_rows(std::int64_t ow) { return ow >= 64 ? 1 : 64 / ow; }
+/// The scratch of one conv_depthwise_block call: the ring of padded pixel rows and
+/// conv_depthwise_block_out_rows output rows of pixel vectors (+ one 8-pixel group).
+inline std::int64_t conv_depthwise_block_scratch_floats(std::int64_t kh, std::int64_t kw, std::int64_t stride_w,
+                                                        std::int64_t dilation_h, std::int64_t dilation_w,
+                                                        std::int64_t ow) {
+  return 8 * (conv_depthwise_block_ring(kh, dilation_h) * conv_depthwise_block_width(ow, kw, stride_w, dilation_w) +
+              conv_depthwise_block_out_rows(ow) * ow + 8);
+}
+
 struct SimdKernels {
   const char* name;
   void (*exp)(const float* x, float* y, std::int64_t n);
@@ -96,6 +139,8 @@ struct SimdKernels {
   void (*winograd_weights)(const float* w, std::int64_t channels, float* u, std::int64_t xi_stride);
   /// Output rows [oy0, oy1) of one depthwise channel plane (conv_depthwise.inc).
   void (*conv_depthwise_rows)(const ConvDepthwiseArgs& args, std::int64_t oy0, std::int64_t oy1);
+  /// Output rows [oy0, oy1) of one block of up to 8 depthwise channels (conv_depthwise.inc).
+  void (*conv_depthwise_block)(const ConvDepthwiseBlockArgs& args, std::int64_t oy0, std::int64_t oy1);
 };
 
 /// The table for this CPU (AVX2+FMA when available).

@@ -470,6 +470,22 @@ Status conv_direct(const float* x, const float* w, const float* bias, float* y, 
   return Status::Ok();
 }
 
+// The input plane and kernel window of g in a depthwise kernel's arguments
+// (ConvDepthwiseArgs, ConvDepthwiseBlockArgs).
+template <typename Args>
+void set_window(Args& a, const ConvGeometry& g) {
+  a.h = g.in.height;
+  a.w = g.in.width;
+  a.kh = g.kh;
+  a.kw = g.kw;
+  a.stride_h = g.stride[0];
+  a.stride_w = g.stride[1];
+  a.pad_h = g.padding[0];
+  a.pad_w = g.padding[1];
+  a.dilation_h = g.dilation[0];
+  a.dilation_w = g.dilation[1];
+}
+
 // Depthwise (one input and output channel per group) with at most kConvDepthwiseMaxRows
 // kernel rows and kConvDepthwiseMaxTaps taps: SimdKernels::conv_depthwise_rows on each plane in place, threaded over
 // (image, channel, output rows); relu / relu6 clamp in the kernel, other activations on
@@ -514,16 +530,7 @@ Status conv_depthwise(const float* x, const float* w, const float* bias, float* 
       const std::int64_t c = plane % g.out_channels;
       ConvDepthwiseArgs a{};
       a.input = x + plane * g.in.height * g.in.width;
-      a.h = g.in.height;
-      a.w = g.in.width;
-      a.kh = g.kh;
-      a.kw = g.kw;
-      a.stride_h = g.stride[0];
-      a.stride_w = g.stride[1];
-      a.pad_h = g.padding[0];
-      a.pad_w = g.padding[1];
-      a.dilation_h = g.dilation[0];
-      a.dilation_w = g.dilation[1];
+      set_window(a, g);
       a.weights = w + c * taps;
       a.bias = bias != nullptr ? bias[c] : 0.0f;
       a.lo = lo;
@@ -597,16 +604,7 @@ Status conv_depthwise_blocked(const float* x, const float* w, const float* bias,
       ConvDepthwiseBlockArgs a{};
       a.input = x + (n * g.in.channels + c0) * in_plane;
       a.channels = count;
-      a.h = g.in.height;
-      a.w = g.in.width;
-      a.kh = g.kh;
-      a.kw = g.kw;
-      a.stride_h = g.stride[0];
-      a.stride_w = g.stride[1];
-      a.pad_h = g.padding[0];
-      a.pad_w = g.padding[1];
-      a.dilation_h = g.dilation[0];
-      a.dilation_w = g.dilation[1];
+      set_window(a, g);
       a.weights = wblock;
       a.bias = bblock;
       a.lo = lo;

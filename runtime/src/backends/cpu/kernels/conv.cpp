@@ -299,23 +299,23 @@ Status conv_group(const float* x, const float* w, const float* bias, float* y, c
 // GEMM wins 118 vs 67 (the direct tile's input rows no longer fit in L1).
 constexpr std::int64_t kDirectMaxOut = 64;
 
+// A comparison switch: on unless the environment variable `name` is "0".
+bool switched_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::string_view(v) != "0";
+}
+
 // KILN_CONV_WINOGRAD=0 turns the Winograd path off (to compare speed, or to rule out its
 // larger rounding error); read once.
 bool winograd_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("KILN_CONV_WINOGRAD");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool enabled = switched_on("KILN_CONV_WINOGRAD");
   return enabled;
 }
 
 // KILN_CONV_PREPACK=0 leaves the GEMM paths' weights unprepared (the per-call im2col +
 // sgemm), to compare speed; read once.
 bool prepack_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("KILN_CONV_PREPACK");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool enabled = switched_on("KILN_CONV_PREPACK");
   return enabled;
 }
 
@@ -337,10 +337,7 @@ DepthwiseKernel depthwise_kernel() {
 // KILN_CONV_POINTWISE=0 keeps 1x1 convolutions over few pixels on the plain GEMM instead
 // of the transposed one (conv_pointwise.h), to compare speed; read once.
 bool pointwise_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("KILN_CONV_POINTWISE");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool enabled = switched_on("KILN_CONV_POINTWISE");
   return enabled;
 }
 

@@ -76,12 +76,20 @@ struct ConvShape {
   std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
 };
 
-/// Weights of a dense or grouped convolution prepared for conv2d_dense (opaque layout,
-/// chosen by conv_nchwc.cpp), made once at load or on first use; immutable afterwards and
-/// shared by concurrent runs.
-class DenseWeights;
-/// Weights of a depthwise convolution prepared for conv2d_depthwise.
-class DepthwiseWeights;
+/// Weights of a dense or grouped convolution prepared for conv2d_dense, made once at load
+/// or on first use; immutable afterwards and shared by concurrent runs. Their layout is
+/// conv_nchwc.cpp's own: it derives its class from this one (so a unique_ptr of it can be
+/// destroyed anywhere).
+class DenseWeights {
+ public:
+  virtual ~DenseWeights() = default;
+};
+/// Weights of a depthwise convolution prepared for conv2d_depthwise (conv_nchwc_dw.cpp
+/// derives its class from this one).
+class DepthwiseWeights {
+ public:
+  virtual ~DepthwiseWeights() = default;
+};
 
 /// Whether conv2d_dense runs `s`: groups == 1 (any channel counts), or every group's input
 /// and output channel counts are multiples of kBlock. Not depthwise.

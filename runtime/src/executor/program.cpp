@@ -3,7 +3,9 @@
 // per-graph facts every run needs, and (with an accelerator) partition graphs into
 // segments of consecutive nodes the accelerator supports.
 #include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <string_view>
 
 #include "backends/cpu/kernel.h"
 #include "executor/plan.h"
@@ -13,6 +15,13 @@
 
 namespace kiln {
 namespace {
+
+// KILN_LAYOUT=plain: every value plain NCHW whatever ProgramOptions::blocked_layout says
+// (a before/after switch for benchmarks and triage, like the kernels' KILN_CONV_* ones).
+bool layout_switched_off() {
+  const char* v = std::getenv("KILN_LAYOUT");
+  return v != nullptr && std::string_view(v) == "plain";
+}
 
 bool attr_matches(fb::AttrKind kind, const AttrSpec& spec) {
   if (kind == fb::AttrKind::None) return spec.optional;
@@ -317,7 +326,7 @@ Status prepare_conv_weight(const fb::Program& p, const Bundle& bundle, Program::
   view.data = const_cast<std::uint8_t*>(reinterpret_cast<const std::uint8_t*>(data.data()));
   NodeAttrs attrs;
   KILN_RETURN_IF_ERROR(read_attrs(p, *p.graphs()->Get(g)->nodes()->Get(n), std::nullopt, attrs));
-  auto prepared = cpu::prepare_weights(ni.op, 1, view, attrs.values);
+  auto prepared = cpu::prepare_weights(ni.op, 1, view, attrs.values, ni.in_blocked != 0 || ni.out_blocked != 0);
   if (!prepared.ok()) return prepared.status().code() == StatusCode::kUnavailable ? Status::Ok() : prepared.status();
   if (*prepared == nullptr) return Status::Ok();
   impl.prepared.push_back(std::move(prepared).value());
@@ -496,6 +505,9 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
       fold_slices(p, g, impl.graphs[g]);
     }
   }
+  if (options.blocked_layout && !layout_switched_off()) {
+    for (std::uint32_t g = 0; g < count(p.graphs()); ++g) plan_layouts(p, g, impl.graphs[g]);
+  }
   if (options.prepack_weights) {
     KILN_RETURN_IF_ERROR(pack_weights(p, *bundle, impl));
     impl.released_weight_bytes = release_prepared_constants(p, *bundle, impl);
@@ -520,6 +532,12 @@ std::vector<NodePlacement> Program::placement(std::uint32_t graph) const {
     pl.segment = ni.segment;
     pl.backend = ni.segment >= 0 && impl_->accelerator != nullptr ? backend_name() : "cpu";
     pl.fused_away = ni.fused_away;
+    if (ni.in_blocked != 0 || ni.out_blocked != 0) {
+      // The layout of input 0 and output 0 (a follower's operands share its output's).
+      const char* in = (ni.in_blocked & 1u) != 0 ? "nchw8c" : "nchw";
+      const char* out = (ni.out_blocked & 1u) != 0 ? "nchw8c" : "nchw";
+      pl.layout = std::string_view(in) == out ? std::string(in) : std::string(in) + " -> " + out;
+    }
     pl.where = debug_location(p, nodes->Get(n)->debug()).text();
     out.push_back(std::move(pl));
   }

@@ -45,6 +45,10 @@ struct NodeInfo {
   // node, and it reads B as a window of the slice's input (OperandWindow), with no copy.
   bool folded = false;
   std::int32_t b_slice = -1;
+  // Layouts (executor/layout.cpp): bit k set when input/output k is stored blocked
+  // (NCHW8c). Its TensorView is then the physical [N, ceil(C/8), H, W, 8] (every plan and
+  // kernel sees that shape); the kernel learns the layout from KernelContext::blocked.
+  std::uint32_t in_blocked = 0, out_blocked = 0;
 };
 
 // The op's name, with "+relu" (etc.) when an activation was fused into it: how profiles
@@ -65,8 +69,13 @@ struct ValueInfo {
   std::int32_t last_use = -1;  // last node reading it; nodes.size() for graph outputs
   bool graph_input = false;
   bool graph_output = false;
+  bool blocked = false;                // stored NCHW8c (layout.cpp): its planned view is the physical shape
   std::vector<std::uint32_t> symbols;  // symbols its shape mentions
 };
+
+/// A blocked value's physical view: logical [N, C, H, W] -> [N, ceil(C/8), H, W, 8].
+/// Leaves other views unchanged.
+void to_physical(const ValueInfo& vi, TensorView& view);
 
 struct Segment {
   std::uint32_t first = 0, last = 0;  // node range [first, last]
@@ -80,6 +89,11 @@ struct GraphInfo {
   std::vector<bool> bound_inside;                         // per symbol: bound by a node of this graph
   std::vector<Segment> segments;
 };
+
+/// Decides which values of graph `info` are stored NCHW8c (ValueInfo::blocked) and sets
+/// the nodes' in_blocked/out_blocked masks (executor/layout.cpp). Runs after the
+/// accelerator partition and activation fusion.
+void plan_layouts(const fb::Program& p, std::uint32_t g, GraphInfo& info);
 
 // A node's attributes as kernels take them (AttrValue), with storage for their spans.
 struct NodeAttrs {

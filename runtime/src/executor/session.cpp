@@ -44,7 +44,10 @@ class KernelCtx final : public KernelContext {
  public:
   using Alloc = cpu::FunctionRef<Result<void*>(int, std::size_t)>;
   KernelCtx(std::span<TensorView> outs, cpu::ThreadPool& pool, Alloc alloc, const NodeInfo& ni, const OperandWindow* window1 = nullptr)
-      : outs_(outs), pool_(pool), alloc_(alloc), packed_b1_(ni.packed_b), prepared1_(ni.prepared), act_(ni.fused_act), window1_(window1) {}
+      : outs_(outs), pool_(pool), alloc_(alloc), packed_b1_(ni.packed_b), prepared1_(ni.prepared), act_(ni.fused_act), window1_(window1),
+        in_blocked_(ni.in_blocked), out_blocked_(ni.out_blocked) {}
+  bool input_blocked(int index) const override { return index >= 0 && index < 32 && (in_blocked_ >> index & 1u) != 0; }
+  bool output_blocked(int index) const override { return index >= 0 && index < 32 && (out_blocked_ >> index & 1u) != 0; }
   const OperandWindow* operand_window(int index) const override { return index == 1 ? window1_ : nullptr; }
   const cpu::PackedB* packed_b(int index) const override { return index == 1 ? packed_b1_ : nullptr; }
   const cpu::PreparedWeights* prepared_weights(int index) const override { return index == 1 ? prepared1_ : nullptr; }
@@ -68,6 +71,7 @@ class KernelCtx final : public KernelContext {
   const cpu::PreparedWeights* prepared1_;
   cpu::FusedActivation act_;
   const OperandWindow* window1_;
+  std::uint32_t in_blocked_, out_blocked_;
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/layout_kernels.h"
 #include "backends/cpu/thread_pool.h"
 #include "backends/cpu/kernels/window.h"
 #include "kernel/attrs.h"
@@ -238,6 +239,7 @@ Status adaptive_op(std::string_view op, KernelFn self, KernelContext& ctx, Input
 
 Status MaxPool2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_io("max_pool2d", in, out, kPoolIo));
+  if (ctx.input_blocked(0) || ctx.output_blocked(0)) return pool_blocked(OpKind::MaxPool2d, MaxPool2d, ctx, in, out, attrs);
   KILN_ASSIGN_OR_RETURN(bool ceil_mode, attr_bool("max_pool2d", attrs, 4, "ceil_mode"));
   const TensorView& x = in[0];
   PoolGeometry g;
@@ -252,6 +254,7 @@ Status MaxPool2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
 
 Status AvgPool2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_io("avg_pool2d", in, out, kPoolIo));
+  if (ctx.input_blocked(0) || ctx.output_blocked(0)) return pool_blocked(OpKind::AvgPool2d, AvgPool2d, ctx, in, out, attrs);
   KILN_ASSIGN_OR_RETURN(bool ceil_mode, attr_bool("avg_pool2d", attrs, 3, "ceil_mode"));
   KILN_ASSIGN_OR_RETURN(bool count_include_pad, attr_bool("avg_pool2d", attrs, 4, "count_include_pad"));
   const TensorView& x = in[0];
@@ -266,6 +269,9 @@ Status AvgPool2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
 }
 
 Status AdaptiveAvgPool2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
+  if (ctx.input_blocked(0) || ctx.output_blocked(0)) {
+    return pool_blocked(OpKind::AdaptiveAvgPool2d, AdaptiveAvgPool2d, ctx, in, out, attrs);
+  }
   return adaptive_op<false>("adaptive_avg_pool2d", AdaptiveAvgPool2d, ctx, in, out, attrs);
 }
 Status AdaptiveMaxPool2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {

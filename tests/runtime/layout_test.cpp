@@ -15,6 +15,7 @@
 #include "kiln/export/ops.h"
 #include "kiln/format/kiln_generated.h"
 #include "kiln/runtime/program.h"
+#include "backends/cpu/kernels/nchwc.h"
 
 namespace kiln {
 namespace {
@@ -64,6 +65,7 @@ std::map<std::string, std::string> layouts_by_op(const Program& program) {
 }
 
 TEST(LayoutPass, BlockedRegionRunsFromTheStemToTheGlobalPoolAndMatchesPlainAndEager) {
+  if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
   const Cnn model;
   const Tensor x = Tensor::randn({2, 3, 33, 31}, 9);
   auto ep = export_program([&](Tensor t) { return model(t); }, {input("x", x, {Dim("batch", 1, 16)})});
@@ -105,6 +107,7 @@ TEST(LayoutPass, BlockedRegionRunsFromTheStemToTheGlobalPoolAndMatchesPlainAndEa
 }
 
 TEST(LayoutPass, ValuesLeavingTheRegionArePlain) {
+  if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
   // A conv result that is a graph output, one read by softmax over channels, and one read by
   // a reshape: all plain, so no layout kernel writes them blocked.
   const Tensor w = Tensor::randn({8, 8, 3, 3}, 11) * 0.2;
@@ -125,6 +128,7 @@ TEST(LayoutPass, ValuesLeavingTheRegionArePlain) {
 }
 
 TEST(LayoutPass, AFollowerWithAPlainOperandKeepsItsWholeGroupPlain) {
+  if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
   // add(conv(x), x): x is the graph input (plain), so the add is plain and so is the conv's
   // output; the relu after the add follows it. A mul by a [1, C, 1, 1] constant is not a
   // follower either (constants stay plain).
@@ -148,6 +152,7 @@ TEST(LayoutPass, AFollowerWithAPlainOperandKeepsItsWholeGroupPlain) {
 }
 
 TEST(LayoutPass, AnObserverSeesBlockedValuesAsPlainTensors) {
+  if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
   const Cnn model;
   const Tensor x = Tensor::randn({2, 3, 17, 19}, 16);
   auto ep = export_program([&](Tensor t) { return model(t); }, {input("x", x)});

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/kernels/nchwc.h"
 #include "executor/plan.h"
 #include "executor/program_impl.h"
 #include "kiln/format/kiln_generated.h"
@@ -505,7 +506,7 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
       fold_slices(p, g, impl.graphs[g]);
     }
   }
-  if (options.blocked_layout && !layout_switched_off()) {
+  if (options.blocked_layout && !layout_switched_off() && cpu::nchwc::kernels_available()) {
     for (std::uint32_t g = 0; g < count(p.graphs()); ++g) plan_layouts(p, g, impl.graphs[g]);
   }
   if (options.prepack_weights) {

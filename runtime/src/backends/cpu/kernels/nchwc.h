@@ -32,6 +32,9 @@ namespace kiln::cpu::nchwc {
 
 inline constexpr std::int64_t kBlock = 8;
 
+/// Whether this build has the blocked kernels (the layout pass blocks nothing without them).
+bool kernels_available();
+
 /// Channels rounded up to a whole block.
 inline constexpr std::int64_t padded_channels(std::int64_t c) { return (c + kBlock - 1) / kBlock * kBlock; }
 

@@ -6,6 +6,8 @@
 
 namespace kiln::cpu::nchwc {
 
+bool kernels_available() { return false; }
+
 void to_blocked(const float* src, float* dst, std::int64_t n, std::int64_t c, std::int64_t hw, ThreadPool&) {
   const std::int64_t cb = padded_channels(c) / kBlock;
   for (std::int64_t i = 0; i < n; ++i)

@@ -80,8 +80,9 @@ TEST(LayoutPass, BlockedRegionRunsFromTheStemToTheGlobalPoolAndMatchesPlainAndEa
   EXPECT_EQ(l.at("relu"), "nchw8c");                   // fused into the stem: passes its bytes on
   EXPECT_EQ(l.at("max_pool2d"), "nchw8c");
   EXPECT_EQ(l.at("conv2d+clamp"), "nchw8c");
-  EXPECT_EQ(l.at("conv2d"), "nchw8c|nchw8c");
-  EXPECT_EQ(l.at("add"), "nchw8c");
+  EXPECT_EQ(l.at("conv2d"), "nchw8c");
+  EXPECT_EQ(l.at("conv2d+add"), "nchw8c");  // the residual add, in the conv produced last
+  EXPECT_EQ(l.at("add"), "nchw8c");         // fused: passes the conv's bytes on
   EXPECT_EQ(l.at("hardswish"), "nchw8c");
   EXPECT_EQ(l.at("cat"), "nchw8c");
   EXPECT_EQ(l.at("avg_pool2d"), "nchw8c");
@@ -179,6 +180,44 @@ TEST(LayoutPass, AnObserverSeesBlockedValuesAsPlainTensors) {
     EXPECT_EQ(seen[true][node].first, value.first) << "node " << node;
     expect_close(seen[true][node].second, value.second, 1e-4f, "observed node " + std::to_string(node));
   }
+}
+
+TEST(LayoutPass, ResidualAddsAndTheirActivationRunInTheConvEpilogue) {
+  if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
+  // Two resnet basic blocks: one whose skip is a strided 1x1 downsample (exported after the
+  // block's second conv, so the add goes into the downsample conv), one with an identity
+  // skip (into the second conv). Each add and the relu after it leave the profile.
+  const Tensor stem = Tensor::randn({16, 3, 3, 3}, 21) * 0.3;
+  const Tensor a1 = Tensor::randn({24, 16, 3, 3}, 22) * 0.1, a2 = Tensor::randn({24, 24, 3, 3}, 23) * 0.1;
+  const Tensor ds = Tensor::randn({24, 16, 1, 1}, 24) * 0.2, db = Tensor::randn({24}, 25);
+  const Tensor c1 = Tensor::randn({24, 24, 3, 3}, 26) * 0.1, c2 = Tensor::randn({24, 24, 3, 3}, 27) * 0.1;
+  auto model = [&](Tensor x) {
+    Tensor s = relu(conv2d(x, stem, Tensor(), {1, 1}, {1, 1}));
+    Tensor b = conv2d(relu(conv2d(s, a1, Tensor(), {2, 2}, {1, 1})), a2, Tensor(), {1, 1}, {1, 1});
+    Tensor o = relu(b + conv2d(s, ds, db, {2, 2}));
+    Tensor b2 = conv2d(relu(conv2d(o, c1, Tensor(), {1, 1}, {1, 1})), c2, Tensor(), {1, 1}, {1, 1});
+    return mean(relu(o + b2), {2, 3}, false);
+  };
+  const Tensor x = Tensor::randn({2, 3, 15, 17}, 28);
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const auto program = testing::load_exported(*ep);
+  ASSERT_NE(program, nullptr);
+  Session s(*program, {.threads = 2, .profile = true});
+  auto r = s.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  expect_close(floats_of(r->outputs[0].tensor), model(x).to_vector<float>(), 1e-4f, "residual blocks");
+  std::map<std::string, int> ops;
+  for (const RunStats::Op& op : s.last_stats().ops) ++ops[op.op];
+  EXPECT_EQ(ops["conv2d+add+relu"], 2);
+  EXPECT_EQ(ops["add"], 0);
+  EXPECT_EQ(ops["conv2d+relu"], 3);
+  EXPECT_EQ(ops["conv2d"], 1);  // the first block's second conv: its add went into the downsample
+  const auto unfused = testing::load_exported(*ep, {.fuse_activations = false});
+  Session su(*unfused, {.threads = 1, .profile = true});
+  auto ru = su.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
+  ASSERT_TRUE(ru.ok()) << ru.status().message();
+  expect_close(floats_of(ru->outputs[0].tensor), floats_of(r->outputs[0].tensor), 1e-4f, "unfused");
 }
 
 }  // namespace

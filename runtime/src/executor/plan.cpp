@@ -321,8 +321,8 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const s
   };
   // The input buffer a reshape/identity output may share, or the external value it aliases.
   auto try_alias = [&](const NodeInfo& ni, std::uint32_t v, std::int32_t last) {
-    if (!ni.alias_ok || ni.inputs.empty() || ni.segment >= 0) return false;
-    const std::uint32_t u = ni.inputs[0];
+    if (!ni.alias_ok || ni.inputs.size() <= ni.alias_input || ni.segment >= 0) return false;
+    const std::uint32_t u = ni.inputs[ni.alias_input];
     if (plan.dynamic[u] || bytes[u] != bytes[v] || info.values[u].kind == fb::ValueKind::None) return false;
     if (buffer_of[u] >= 0) {
       buffer_of[v] = buffer_of[u];

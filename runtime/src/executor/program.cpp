@@ -180,6 +180,33 @@ GraphInfo analyze(const fb::Program& p, const Program::Impl& impl, std::uint32_t
   return info;
 }
 
+// The activation node `n` (act) computes, as a fused activation; kNone for other nodes.
+cpu::FusedActivation activation_kind(const fb::Graph& graph, std::uint32_t n, const NodeInfo& act) {
+  cpu::FusedActivation kind = cpu::FusedActivation::kNone;
+  if (act.op == OpKind::Relu) kind = cpu::FusedActivation::kRelu;
+  if (act.op == OpKind::Silu) kind = cpu::FusedActivation::kSilu;
+  if (act.op == OpKind::Hardswish) kind = cpu::FusedActivation::kHardswish;
+  if (act.op == OpKind::Hardsigmoid) kind = cpu::FusedActivation::kHardsigmoid;
+  if (act.op == OpKind::Clamp) {  // ReLU6 (clamp or hardtanh to [0, 6]); clamp(min=0) is a relu
+    const auto* attrs = graph.nodes()->Get(n)->attrs();
+    auto bound = [&](std::uint32_t k) -> std::optional<double> {
+      if (count(attrs) <= k || attrs->Get(k)->kind() != fb::AttrKind::Float) return std::nullopt;
+      return attrs->Get(k)->f();
+    };
+    const auto lo = bound(0), hi = bound(1);
+    if (lo == 0.0 && hi == 6.0) kind = cpu::FusedActivation::kRelu6;
+    if (lo == 0.0 && !hi) kind = cpu::FusedActivation::kRelu;
+  }
+  if (act.op == OpKind::Gelu) {
+    const auto* attrs = graph.nodes()->Get(n)->attrs();
+    const auto* approx = count(attrs) > 0 ? attrs->Get(0)->s() : nullptr;
+    const std::string_view a = approx != nullptr ? approx->string_view() : std::string_view("none");
+    kind = a == "none" ? cpu::FusedActivation::kGeluErf : a == "tanh" ? cpu::FusedActivation::kGeluTanh
+                                                                     : cpu::FusedActivation::kNone;
+  }
+  return kind;
+}
+
 // A linear/conv2d on the CPU whose f32 result only the next node reads, an activation,
 // takes that activation into its kernel; the activation node then passes the bytes on.
 void fuse_activations(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
@@ -202,30 +229,68 @@ void fuse_activations(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
         vi.dtype != DType::kF32 || info.values[act.outputs[0]].dtype != DType::kF32) {
       continue;
     }
-    cpu::FusedActivation kind = cpu::FusedActivation::kNone;
-    if (act.op == OpKind::Relu) kind = cpu::FusedActivation::kRelu;
-    if (act.op == OpKind::Silu) kind = cpu::FusedActivation::kSilu;
-    if (act.op == OpKind::Hardswish) kind = cpu::FusedActivation::kHardswish;
-    if (act.op == OpKind::Hardsigmoid) kind = cpu::FusedActivation::kHardsigmoid;
-    if (act.op == OpKind::Clamp) {  // ReLU6 (clamp or hardtanh to [0, 6]); clamp(min=0) is a relu
-      const auto* attrs = graph->nodes()->Get(n + 1)->attrs();
-      auto bound = [&](std::uint32_t k) -> std::optional<double> {
-        if (count(attrs) <= k || attrs->Get(k)->kind() != fb::AttrKind::Float) return std::nullopt;
-        return attrs->Get(k)->f();
-      };
-      const auto lo = bound(0), hi = bound(1);
-      if (lo == 0.0 && hi == 6.0) kind = cpu::FusedActivation::kRelu6;
-      if (lo == 0.0 && !hi) kind = cpu::FusedActivation::kRelu;
-    }
-    if (act.op == OpKind::Gelu) {
-      const auto* attrs = graph->nodes()->Get(n + 1)->attrs();
-      const auto* approx = count(attrs) > 0 ? attrs->Get(0)->s() : nullptr;
-      const std::string_view a = approx != nullptr ? approx->string_view() : std::string_view("none");
-      kind = a == "none" ? cpu::FusedActivation::kGeluErf : a == "tanh" ? cpu::FusedActivation::kGeluTanh
-                                                                       : cpu::FusedActivation::kNone;
-    }
+    const cpu::FusedActivation kind = activation_kind(*graph, n + 1, act);
     if (!cpu::kernel_fuses(producer.op, kind)) continue;
     producer.fused_act = kind;
+    act.fused_away = true;
+    act.alias_ok = true;
+    act.inplace_ok = false;
+  }
+}
+
+// A conv2d run by a blocked kernel (weights prepared for NCHW8c) whose f32 result only an
+// add reads, the add's other operand computed before the conv and of the add's shape
+// (a residual connection), takes the add into its epilogue: y = act(conv + bias +
+// residual). An activation that alone reads the add's result follows it in. The add and
+// that activation then pass the conv's bytes on (fused_away).
+void fuse_residual_adds(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
+  const auto* graph = p.graphs()->Get(g);
+  std::vector<std::uint32_t> readers(info.values.size(), 0);
+  std::vector<std::int32_t> reader(info.values.size(), -1);
+  for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
+    for (std::uint32_t v : info.nodes[n].inputs) ++readers[v], reader[v] = static_cast<std::int32_t>(n);
+  }
+  auto same_shape = [&](std::uint32_t a, std::uint32_t b) {
+    const ValueInfo &x = info.values[a], &y = info.values[b];
+    return count(x.shape) == count(y.shape) && std::equal(x.shape->begin(), x.shape->end(), y.shape->begin());
+  };
+  auto plain_f32 = [&](std::uint32_t v) {
+    const ValueInfo& vi = info.values[v];
+    return vi.kind == fb::ValueKind::Tensor && vi.dtype == DType::kF32 && !vi.graph_output;
+  };
+  for (std::uint32_t m = 0; m < info.nodes.size(); ++m) {
+    NodeInfo& add = info.nodes[m];
+    if (add.op != OpKind::Add || add.segment >= 0 || add.inputs.size() != 2 || add.outputs.size() != 1 || add.fused_away ||
+        !info.bindings_of[m].empty() || add.inputs[0] == add.inputs[1]) {
+      continue;
+    }
+    // The operand produced last: the conv that can take the add.
+    const std::uint8_t k = info.values[add.inputs[1]].producer > info.values[add.inputs[0]].producer ? 1 : 0;
+    const std::uint32_t v = add.inputs[k], s = add.inputs[1 - k];
+    const std::int32_t n = info.values[v].producer;
+    if (n < 0) continue;
+    NodeInfo& conv = info.nodes[static_cast<std::size_t>(n)];
+    if (conv.op != OpKind::Conv2d || !conv.blocked_weights || conv.segment >= 0 || conv.residual >= 0 ||
+        conv.fused_act != cpu::FusedActivation::kNone || conv.outputs.size() != 1 || !info.bindings_of[static_cast<std::size_t>(n)].empty() ||
+        readers[v] != 1 || !plain_f32(v) || info.values[s].kind != fb::ValueKind::Tensor || info.values[s].dtype != DType::kF32 ||
+        info.values[s].producer >= n || !same_shape(v, add.outputs[0]) || !same_shape(s, add.outputs[0])) {
+      continue;
+    }
+    conv.residual = static_cast<std::int32_t>(s);
+    add.fused_away = true;
+    add.alias_ok = true;
+    add.inplace_ok = false;
+    add.alias_input = k;
+    const std::uint32_t w = add.outputs[0];
+    if (readers[w] != 1 || !plain_f32(w)) continue;
+    NodeInfo& act = info.nodes[static_cast<std::size_t>(reader[w])];
+    if (act.segment >= 0 || act.inputs.size() != 1 || act.outputs.size() != 1 || act.fused_away ||
+        !info.bindings_of[static_cast<std::size_t>(reader[w])].empty() || info.values[act.outputs[0]].dtype != DType::kF32) {
+      continue;
+    }
+    const cpu::FusedActivation kind = activation_kind(*graph, static_cast<std::uint32_t>(reader[w]), act);
+    if (kind == cpu::FusedActivation::kNone || !cpu::kernel_fuses(conv.op, kind)) continue;
+    conv.fused_act = kind;
     act.fused_away = true;
     act.alias_ok = true;
     act.inplace_ok = false;
@@ -332,6 +397,7 @@ Status prepare_conv_weight(const fb::Program& p, const Bundle& bundle, Program::
   if (*prepared == nullptr) return Status::Ok();
   impl.prepared.push_back(std::move(prepared).value());
   ni.prepared = impl.prepared.back().get();
+  ni.blocked_weights = ni.in_blocked != 0 || ni.out_blocked != 0;
   return Status::Ok();
 }
 
@@ -512,6 +578,9 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
   if (options.prepack_weights) {
     KILN_RETURN_IF_ERROR(pack_weights(p, *bundle, impl));
     impl.released_weight_bytes = release_prepared_constants(p, *bundle, impl);
+  }
+  if (options.fuse_activations) {
+    for (std::uint32_t g = 0; g < count(p.graphs()); ++g) fuse_residual_adds(p, g, impl.graphs[g]);
   }
   program->bundle_ = std::move(bundle);
   return std::shared_ptr<const Program>(std::move(program));

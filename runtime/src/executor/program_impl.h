@@ -36,10 +36,16 @@ struct NodeInfo {
   std::int32_t segment = -1;           // accelerator segment this node belongs to
   const cpu::PackedB* packed_b = nullptr;  // input 1 (a constant weight) packed at load
   const cpu::PreparedWeights* prepared = nullptr;  // input 1 prepared at load (cpu::prepare_weights)
+  bool blocked_weights = false;                     // `prepared` is for the blocked (NCHW8c) kernels
   // Activation fusion (CPU nodes): this node's kernel applies `fused_act` to its output,
   // and the activation node after it is `fused_away` (its output aliases this one's).
   cpu::FusedActivation fused_act = cpu::FusedActivation::kNone;
   bool fused_away = false;
+  // Residual fusion (fuse_residual_adds): this conv2d adds value `residual` to its output
+  // before the activation (y = act(conv + bias + residual)), and the add node after it is
+  // fused_away, its output sharing this node's bytes through its input `alias_input`.
+  std::int32_t residual = -1;
+  std::uint8_t alias_input = 0;  // alias_ok / fused_away: the input whose bytes the output shares
   // Slice folding (CPU, f32): a slice along one of the last two dims whose only reader is
   // a matmul's B is `folded` (it computes nothing); that matmul's `b_slice` is the slice
   // node, and it reads B as a window of the slice's input (OperandWindow), with no copy.
@@ -55,6 +61,7 @@ struct NodeInfo {
 // and Program::placement name a node.
 inline std::string op_label(const NodeInfo& ni) {
   std::string name(op_info(ni.op).name);
+  if (ni.residual >= 0) name += "+add";
   if (ni.fused_act != cpu::FusedActivation::kNone) name = name + "+" + cpu::activation_name(ni.fused_act);
   return name;
 }

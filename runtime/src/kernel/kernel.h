@@ -87,6 +87,13 @@ class KernelContext {
     (void)index;
     return false;
   }
+  /// conv2d with a residual add fused into it (executor: fuse_residual_adds): the tensor to
+  /// add to the output before the activation, y = act(conv + bias + residual), of the
+  /// output's shape; `blocked` says its layout. Null when nothing was fused.
+  virtual const TensorView* residual(bool* blocked) const {
+    if (blocked != nullptr) *blocked = false;
+    return nullptr;
+  }
 };
 
 using KernelFn = Status (*)(KernelContext& ctx, std::span<const TensorView> inputs,

@@ -21,21 +21,23 @@ namespace {
 
 namespace nc = cpu::nchwc;
 
-// The context a plain kernel gets inside run_plain: the node's, but every tensor plain.
+// The context a plain kernel gets inside run_plain: the node's, but every tensor plain
+// (and, with `no_activation`, nothing fused: the caller applies it after the residual).
 class PlainContext final : public KernelContext {
  public:
-  explicit PlainContext(KernelContext& base) : base_(base) {}
+  explicit PlainContext(KernelContext& base, bool no_activation = false) : base_(base), no_activation_(no_activation) {}
   Result<TensorView> allocate_output(int index, DType dtype, std::span<const std::int64_t> shape) override {
     return base_.allocate_output(index, dtype, shape);
   }
   ThreadPool& pool() override { return base_.pool(); }
   const PackedB* packed_b(int index) const override { return base_.packed_b(index); }
   const PreparedWeights* prepared_weights(int index) const override { return base_.prepared_weights(index); }
-  FusedActivation fused_activation() const override { return base_.fused_activation(); }
+  FusedActivation fused_activation() const override { return no_activation_ ? FusedActivation::kNone : base_.fused_activation(); }
   const OperandWindow* operand_window(int index) const override { return base_.operand_window(index); }
 
  private:
   KernelContext& base_;
+  bool no_activation_;
 };
 
 struct FloatBuffer {
@@ -74,7 +76,8 @@ Result<BlockedOperand> blocked_operand(const char* op, const char* what, const T
 }
 
 Status run_plain(KernelFn plain, KernelContext& ctx, std::span<const TensorView> in, std::span<TensorView> out,
-                 std::span<const AttrValue> attrs, const BlockedOperand& x, const BlockedOperand& y) {
+                 std::span<const AttrValue> attrs, const BlockedOperand& x, const BlockedOperand& y,
+                 const BlockedOperand* residual) {
   std::vector<TensorView> ins(in.begin(), in.end());
   TensorView outs[1] = {y.logical};
   FloatBuffer xs, ys;
@@ -88,8 +91,21 @@ Status run_plain(KernelFn plain, KernelContext& ctx, std::span<const TensorView>
     if (!ys.alloc(y.act.n * y.act.c * y.act.h * y.act.w)) return op_error(StatusCode::kUnavailable, "layout", "cannot allocate a plain copy");
     outs[0].data = ys.data.get();
   }
-  PlainContext plain_ctx(ctx);
+  PlainContext plain_ctx(ctx, residual != nullptr);
   KILN_RETURN_IF_ERROR(plain(plain_ctx, ins, std::span<TensorView>(outs, 1), attrs));
+  if (residual != nullptr) {  // y = act(y + residual), on the plain result
+    float* yp = outs[0].as<float>();
+    const nc::Act& r = residual->act;
+    const std::int64_t hw = y.act.h * y.act.w;
+    for (std::int64_t i = 0; i < y.act.n; ++i) {
+      for (std::int64_t c = 0; c < y.act.c; ++c) {
+        float* row = yp + (i * y.act.c + c) * hw;
+        const float* rimg = r.data + i * r.image_floats();
+        for (std::int64_t p = 0; p < hw; ++p) row[p] += rimg[r.offset(c, p / y.act.w, p % y.act.w)];
+        apply_activation(ctx.fused_activation(), row, hw);
+      }
+    }
+  }
   if (y.act.blocked) nc::to_blocked(ys.data.get(), out[0].as<float>(), y.act.n, y.act.c, y.act.h * y.act.w, ctx.pool());
   return Status::Ok();
 }
@@ -103,6 +119,16 @@ Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in, std::s
   const std::int64_t groups = attrs[3].i;
   KILN_ASSIGN_OR_RETURN(const BlockedOperand x, blocked_operand("conv2d", "x", in[0], ctx.input_blocked(0), w.shape[1] * groups));
   KILN_ASSIGN_OR_RETURN(const BlockedOperand y, blocked_operand("conv2d", "out", out[0], ctx.output_blocked(0), w.shape[0]));
+  bool residual_blocked = false;
+  const TensorView* rv = ctx.residual(&residual_blocked);
+  BlockedOperand residual;
+  if (rv != nullptr) {
+    KILN_ASSIGN_OR_RETURN(residual, blocked_operand("conv2d", "residual", *rv, residual_blocked, w.shape[0]));
+    if (residual.logical.dtype != DType::kF32 || residual.act.n != y.act.n || residual.act.c != y.act.c ||
+        residual.act.h != y.act.h || residual.act.w != y.act.w) {
+      return invalid("conv2d", "residual.shape=", shape_text(residual.logical), " but out.shape=", shape_text(y.logical));
+    }
+  }
   const auto* prepared = static_cast<const ConvWeights*>(ctx.prepared_weights(1));
   if (prepared != nullptr && (prepared->nchwc_dense != nullptr || prepared->nchwc_depthwise != nullptr)) {
     // The plain kernel's checks (shapes, attributes, the output size) first: a blocked run
@@ -118,13 +144,14 @@ Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in, std::s
       nc::Epilogue e;
       e.bias = check.bias;
       e.act = ctx.fused_activation();
+      e.residual = rv != nullptr ? &residual.act : nullptr;
       nc::Act xa = x.act, ya = y.act;
       const Status st = prepared->nchwc_dense != nullptr ? nc::conv2d_dense(xa, *prepared->nchwc_dense, s, e, ya, ctx.pool())
                                                          : nc::conv2d_depthwise(xa, *prepared->nchwc_depthwise, s, e, ya, ctx.pool());
       if (st.code() != StatusCode::kUnsupported) return st;
     }
   }
-  return run_plain(Conv2d, ctx, in, out, attrs, x, y);
+  return run_plain(Conv2d, ctx, in, out, attrs, x, y, rv != nullptr ? &residual : nullptr);
 }
 
 Result<std::unique_ptr<PreparedWeights>> conv2d_prepare_blocked(const TensorView& weight, std::span<const AttrValue> attrs) {
@@ -166,7 +193,7 @@ Status pool_blocked(OpKind op, KernelFn plain, KernelContext& ctx, std::span<con
   } else {
     KILN_ASSIGN_OR_RETURN(y, blocked_operand(name, "out", yv, ctx.output_blocked(0), x.act.c));
   }
-  return run_plain(plain, ctx, in, out, attrs, x, y);
+  return run_plain(plain, ctx, in, out, attrs, x, y, nullptr);
 }
 
 }  // namespace kiln::cpu::kernels

@@ -21,9 +21,11 @@ struct BlockedOperand {
 /// `what` when the view does not fit.
 Result<BlockedOperand> blocked_operand(const char* op, const char* what, const TensorView& v, bool blocked,
                                        std::int64_t channels);
-/// Runs the op's plain kernel on plain copies of the blocked x (input 0) and y (output 0).
+/// Runs the op's plain kernel on plain copies of the blocked x (input 0) and y (output 0);
+/// with a residual (conv2d), y = act(kernel without its activation + residual).
 Status run_plain(KernelFn plain, KernelContext& ctx, std::span<const TensorView> in, std::span<TensorView> out,
-                 std::span<const AttrValue> attrs, const BlockedOperand& x, const BlockedOperand& y);
+                 std::span<const AttrValue> attrs, const BlockedOperand& x, const BlockedOperand& y,
+                 const BlockedOperand* residual);
 
 /// conv2d with a blocked input or output: nchwc::conv2d_dense/conv2d_depthwise with the
 /// weights prepared at load (ConvWeights::nchwc_*), else the plain kernel via run_plain.

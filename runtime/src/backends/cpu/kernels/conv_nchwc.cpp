@@ -1,0 +1,522 @@
+// Dense and grouped convolution on NCHW8c activations (nchwc.h): weight packing, the
+// driver that cuts the output into tiles, and the portable tile kernels. The tile kernels
+// and the weight layout: conv_nchwc_kernels.h.
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels/conv_nchwc_kernels.h"
+#include "backends/cpu/kernels/simd.h"
+
+// 8-lane vectors in a non-AVX build: every function using them is internal (static or
+// always inlined), so the ABI note about passing them in registers does not apply.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+namespace kiln::cpu::nchwc {
+
+namespace portable_impl {
+#define KILN_NCHWC_FMA8(a, b, c) ((a) * (b) + (c))
+#include "backends/cpu/kernels/conv_nchwc_tile.inc"
+#undef KILN_NCHWC_FMA8
+
+// 8-lane vectors are SSE pairs here: 16 registers hold 8 of them.
+int preferred_width(std::int64_t out_blocks) { return out_blocks >= 2 ? 2 : 1; }
+
+constexpr DenseKernels make_kernels() {
+  DenseKernels k{"baseline", kMaxWidth, {4, 2, 1, 1}, &preferred_width, {}};
+  nchwc_fill<1, 4>(k);
+  nchwc_fill<2, 2>(k);
+  nchwc_fill<3, 1>(k);
+  nchwc_fill<4, 1>(k);
+  return k;
+}
+constexpr DenseKernels kKernels = make_kernels();
+}  // namespace portable_impl
+
+#if defined(__x86_64__) || defined(__i386__)
+// conv_nchwc_avx2.cpp.
+const DenseKernels& dense_kernels_avx2_table();
+#endif
+
+const DenseKernels& dense_kernels_portable() { return portable_impl::kKernels; }
+
+const DenseKernels* dense_kernels_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  return kernels::simd_avx2() != nullptr ? &dense_kernels_avx2_table() : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
+const DenseKernels& dense_kernels() {
+  static const DenseKernels* const best =
+      dense_kernels_avx2() != nullptr ? dense_kernels_avx2() : &dense_kernels_portable();
+  return *best;
+}
+
+namespace {
+
+constexpr const char* kOp = "[conv2d_dense] ";
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// The packed weights (layout: conv_nchwc_kernels.h).
+class PackedDense final : public DenseWeights {
+ public:
+  ConvShape shape;
+  int width = 1;                // output blocks per block group
+  std::int64_t in_blocks = 0;   // input channel blocks per convolution group
+  std::int64_t out_blocks = 0;  // output channel blocks per convolution group
+  std::int64_t taps = 0;        // kh * kw
+  std::int64_t group_floats = 0;
+  std::unique_ptr<float, FreeDeleter> data;
+
+  std::int64_t block_groups() const { return ceil_div(out_blocks, width); }
+  const float* block_group(std::int64_t g, std::int64_t q) const {
+    return data.get() + g * group_floats + q * width * in_blocks * taps * 64;
+  }
+};
+
+bool mul_ok(std::int64_t a, std::int64_t b, std::int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+
+// Output extent along one axis; -1 when the window does not fit.
+std::int64_t out_extent(std::int64_t in, std::int64_t k, std::int64_t stride, std::int64_t pad, std::int64_t dilation) {
+  const std::int64_t span = in + 2 * pad - dilation * (k - 1) - 1;
+  return span < 0 ? -1 : span / stride + 1;
+}
+
+std::string dims(const Act& a) {
+  return "[" + std::to_string(a.n) + ", " + std::to_string(a.c) + ", " + std::to_string(a.h) + ", " +
+         std::to_string(a.w) + (a.blocked ? "] blocked" : "] plain");
+}
+
+Status invalid(const std::string& what) { return Status(StatusCode::kInvalidInput, kOp + what); }
+
+Status check_act(const Act& a, const char* name) {
+  if (a.n < 0 || a.c < 1 || a.h < 1 || a.w < 1) return invalid(std::string(name) + " has extents " + dims(a));
+  if (a.data == nullptr && a.n > 0) return invalid(std::string(name) + ".data is null");
+  return Status::Ok();
+}
+
+Status check(const Act& x, const PackedDense& w, const ConvShape& s, const Epilogue& e, const Act& y) {
+  const ConvShape& p = w.shape;
+  if (p.in_channels != s.in_channels || p.out_channels != s.out_channels || p.groups != s.groups || p.kh != s.kh ||
+      p.kw != s.kw) {
+    return invalid("weights prepared for in_channels=" + std::to_string(p.in_channels) +
+                   " out_channels=" + std::to_string(p.out_channels) + " groups=" + std::to_string(p.groups) +
+                   " kernel " + std::to_string(p.kh) + "x" + std::to_string(p.kw) +
+                   ", called with in_channels=" + std::to_string(s.in_channels) +
+                   " out_channels=" + std::to_string(s.out_channels) + " groups=" + std::to_string(s.groups) +
+                   " kernel " + std::to_string(s.kh) + "x" + std::to_string(s.kw));
+  }
+  if (!dense_supported(s)) return invalid("unsupported convolution shape");
+  KILN_RETURN_IF_ERROR(check_act(x, "x"));
+  KILN_RETURN_IF_ERROR(check_act(y, "y"));
+  if (x.c != s.in_channels) {
+    return invalid("x.c=" + std::to_string(x.c) + " != in_channels=" + std::to_string(s.in_channels));
+  }
+  if (y.c != s.out_channels) {
+    return invalid("y.c=" + std::to_string(y.c) + " != out_channels=" + std::to_string(s.out_channels));
+  }
+  if (y.n != x.n) return invalid("y.n=" + std::to_string(y.n) + " != x.n=" + std::to_string(x.n));
+  const std::int64_t oh = out_extent(x.h, s.kh, s.stride_h, s.pad_h, s.dilation_h);
+  const std::int64_t ow = out_extent(x.w, s.kw, s.stride_w, s.pad_w, s.dilation_w);
+  if (y.h != oh) {
+    return invalid("y.h=" + std::to_string(y.h) + " != output height " + std::to_string(oh) + " (x.h=" +
+                   std::to_string(x.h) + ", kh=" + std::to_string(s.kh) + ", stride_h=" + std::to_string(s.stride_h) +
+                   ", pad_h=" + std::to_string(s.pad_h) + ", dilation_h=" + std::to_string(s.dilation_h) + ")");
+  }
+  if (y.w != ow) {
+    return invalid("y.w=" + std::to_string(y.w) + " != output width " + std::to_string(ow) + " (x.w=" +
+                   std::to_string(x.w) + ", kw=" + std::to_string(s.kw) + ", stride_w=" + std::to_string(s.stride_w) +
+                   ", pad_w=" + std::to_string(s.pad_w) + ", dilation_w=" + std::to_string(s.dilation_w) + ")");
+  }
+  if (x.n > 0 && x.data == y.data) return invalid("x and y share their data");
+  if (e.residual != nullptr) {
+    const Act& r = *e.residual;
+    if (r.n != y.n || r.c != y.c || r.h != y.h || r.w != y.w) {
+      return invalid("residual " + dims(r) + " != y " + dims(y));
+    }
+    if (r.data == nullptr && r.n > 0) return invalid("residual.data is null");
+    if (r.data == y.data && r.blocked != y.blocked) return invalid("residual shares y's data in another layout");
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------
+// The plan: output pixels grouped by the kernel taps their window has inside the input.
+
+// Output positions [begin, end) along one axis whose taps [first, last) fall inside the input.
+struct AxisClass {
+  std::int64_t begin, end, first, last;
+};
+
+std::vector<AxisClass> axis_classes(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stride,
+                                    std::int64_t pad, std::int64_t dilation) {
+  std::vector<AxisClass> classes;
+  for (std::int64_t o = 0; o < out; ++o) {
+    const std::int64_t origin = o * stride - pad;  // input position of tap 0
+    std::int64_t first = origin >= 0 ? 0 : ceil_div(-origin, dilation);
+    std::int64_t last = origin > in - 1 ? 0 : std::min(k, (in - 1 - origin) / dilation + 1);
+    first = std::min(first, k);
+    if (last <= first) first = last = 0;
+    if (!classes.empty() && classes.back().first == first && classes.back().last == last) {
+      classes.back().end = o + 1;
+    } else {
+      classes.push_back(AxisClass{o, o + 1, first, last});
+    }
+  }
+  return classes;
+}
+
+// Output rows [r0, r1) x columns [c0, c1), all with the kernel taps rows [i0, i1) x
+// columns [j0, j1) inside the input; `taps` of them from `tap` in the plan's lists.
+struct Region {
+  std::int64_t r0, r1, c0, c1, i0, j0;
+  std::int64_t tap, taps;
+};
+
+struct Plan {
+  std::int64_t oh = 0, ow = 0;
+  std::int64_t pixel_stride = 8;  // floats between input pixels: 8 blocked, 1 plain
+  std::vector<Region> regions;
+  std::vector<std::int64_t> tap_in, tap_index;
+};
+
+Plan make_plan(const Act& x, const ConvShape& s, const Act& y) {
+  Plan plan;
+  plan.oh = y.h;
+  plan.ow = y.w;
+  plan.pixel_stride = x.blocked ? kBlock : 1;
+  const auto rows = axis_classes(x.h, y.h, s.kh, s.stride_h, s.pad_h, s.dilation_h);
+  const auto cols = axis_classes(x.w, y.w, s.kw, s.stride_w, s.pad_w, s.dilation_w);
+  for (const AxisClass& r : rows) {
+    for (const AxisClass& c : cols) {
+      Region g{r.begin, r.end, c.begin, c.end, r.first, c.first, static_cast<std::int64_t>(plan.tap_in.size()), 0};
+      if (c.last > c.first) {
+        for (std::int64_t i = r.first; i < r.last; ++i) {
+          for (std::int64_t j = c.first; j < c.last; ++j) {
+            plan.tap_in.push_back(((i - r.first) * s.dilation_h * x.w + (j - c.first) * s.dilation_w) *
+                                  plan.pixel_stride);
+            plan.tap_index.push_back(i * s.kw + j);
+          }
+        }
+      }
+      g.taps = static_cast<std::int64_t>(plan.tap_in.size()) - g.tap;
+      plan.regions.push_back(g);
+    }
+  }
+  return plan;
+}
+
+// ---------------------------------------------------------------------------------------
+// The run.
+
+// One unit of work: image n, output pixels [p0, p1), block groups [q0, q1).
+struct Unit {
+  std::int64_t n, p0, p1, q0, q1;
+};
+
+struct Run {
+  const Act& x;
+  const PackedDense& w;
+  const ConvShape& s;
+  const Epilogue& e;
+  const Act& y;
+  const Plan& plan;
+  const DenseKernels& kernels;
+  const float* bias;    // padded: out blocks of all groups x 8
+  bool direct;          // tiles write y themselves (blocked y, no plain residual)
+  TileActivation tile_act;
+  bool late_act;        // an activation the tiles leave to a pass over the output
+};
+
+TileActivation tile_activation(FusedActivation act) {
+  switch (act) {
+    case FusedActivation::kRelu: return TileActivation::kRelu;
+    case FusedActivation::kRelu6: return TileActivation::kRelu6;
+    case FusedActivation::kHardswish: return TileActivation::kHardswish;
+    case FusedActivation::kHardsigmoid: return TileActivation::kHardsigmoid;
+    default: return TileActivation::kNone;
+  }
+}
+
+bool tile_applies(FusedActivation act) {
+  return act == FusedActivation::kNone || tile_activation(act) != TileActivation::kNone;
+}
+
+// Runs every tile of `region` within pixels [p0, p1): balanced tiles of at most the
+// kernel's pixel count, in batches.
+void run_region(const Run& r, const DenseTileArgs& args, const Region& g, int width, std::int64_t p0,
+                std::int64_t p1, std::int64_t out_base) {
+  const std::int64_t ow = r.plan.ow;
+  const std::int64_t row_a = std::max(g.r0, p0 / ow), row_b = std::min(g.r1, (p1 - 1) / ow + 1);
+  // The columns of row `oy` inside both the region and the band.
+  auto span = [&](std::int64_t oy, std::int64_t* c0, std::int64_t* c1) {
+    *c0 = std::max(g.c0, oy == p0 / ow ? p0 % ow : 0);
+    *c1 = std::min(g.c1, oy == (p1 - 1) / ow ? (p1 - 1) % ow + 1 : ow);
+  };
+  std::int64_t count = 0;
+  for (std::int64_t oy = row_a; oy < row_b; ++oy) {
+    std::int64_t c0, c1;
+    span(oy, &c0, &c1);
+    count += std::max<std::int64_t>(c1 - c0, 0);
+  }
+  if (count == 0) return;
+  const int max_pixels = r.kernels.max_pixels[width - 1];
+  const std::int64_t tiles = ceil_div(count, max_pixels);
+  const std::int64_t small = count / tiles, big_tiles = count % tiles;  // big tiles have small + 1
+
+  const ConvShape& s = r.s;
+  const std::int64_t xw = r.x.w, ps = r.plan.pixel_stride;
+  const std::int64_t row_off = (g.i0 * s.dilation_h - s.pad_h), col_off = (g.j0 * s.dilation_w - s.pad_w);
+  const bool empty = g.taps == 0;
+  constexpr std::int64_t kBatch = 256;  // offsets per kernel call
+  std::int64_t in_off[kBatch], out_off[kBatch];
+  std::int64_t oy = row_a, c0 = 0, c1 = 0;
+  span(oy, &c0, &c1);
+  std::int64_t ox = c0;
+  std::int64_t done = 0;
+  while (done < tiles) {
+    const std::int64_t pixels = done < big_tiles ? small + 1 : small;
+    const std::int64_t end = done < big_tiles ? big_tiles : tiles;
+    const DenseTileFn fn = r.kernels.fn[r.x.blocked ? 1 : 0][width - 1][pixels - 1];
+    const std::int64_t per_batch = kBatch / pixels;
+    while (done < end) {
+      const std::int64_t batch = std::min(per_batch, end - done);
+      for (std::int64_t i = 0; i < batch * pixels; ++i) {
+        while (ox >= c1) {
+          ++oy;
+          span(oy, &c0, &c1);
+          ox = c0;
+        }
+        in_off[i] = empty ? 0 : ((oy * s.stride_h + row_off) * xw + ox * s.stride_w + col_off) * ps;
+        out_off[i] = (oy * ow + ox - out_base) * kBlock;
+        ++ox;
+      }
+      fn(args, in_off, out_off, batch);
+      done += batch;
+    }
+  }
+}
+
+// The scratch tiles of block group q (blocks [b0, b0 + width) of all groups) over pixels
+// [p0, p1) -> y: + residual, activation, store in y's layout.
+void finish_scratch(const Run& r, float* scratch, std::int64_t n, std::int64_t block0, int width, std::int64_t p0,
+                    std::int64_t p1) {
+  const std::int64_t pixels = p1 - p0, plane = r.plan.oh * r.plan.ow;
+  const Act& y = r.y;
+  for (int b = 0; b < width; ++b) {
+    float* src = scratch + b * pixels * kBlock;
+    const std::int64_t block = block0 + b;
+    const std::int64_t lanes = std::min(kBlock, y.c - block * kBlock);
+    if (r.e.residual != nullptr) {
+      const Act& res = *r.e.residual;
+      const float* rimg = res.data + n * res.image_floats();
+      if (res.blocked) {
+        const float* rp = rimg + (block * plane + p0) * kBlock;
+        for (std::int64_t i = 0; i < pixels * kBlock; ++i) src[i] += rp[i];
+      } else {
+        for (std::int64_t l = 0; l < lanes; ++l) {
+          const float* rp = rimg + (block * kBlock + l) * plane + p0;
+          for (std::int64_t p = 0; p < pixels; ++p) src[p * kBlock + l] += rp[p];
+        }
+      }
+    }
+    apply_activation(r.e.act, src, pixels * kBlock);
+    float* yimg = y.data + n * y.image_floats();
+    if (y.blocked) {
+      std::memcpy(yimg + (block * plane + p0) * kBlock, src, static_cast<std::size_t>(pixels * kBlock) * sizeof(float));
+    } else {
+      for (std::int64_t l = 0; l < lanes; ++l) {
+        float* yp = yimg + (block * kBlock + l) * plane + p0;
+        for (std::int64_t p = 0; p < pixels; ++p) yp[p] = src[p * kBlock + l];
+      }
+    }
+  }
+}
+
+// Returns false when the scratch cannot be allocated.
+bool run_unit(const Run& r, const Unit& u) {
+  const PackedDense& w = r.w;
+  const Act& x = r.x;
+  const Act& y = r.y;
+  const std::int64_t plane = r.plan.oh * r.plan.ow, in_plane = x.h * x.w;
+  std::unique_ptr<float[]> scratch;
+  if (!r.direct) {
+    scratch.reset(new (std::nothrow) float[static_cast<std::size_t>(w.width * (u.p1 - u.p0) * kBlock)]);
+    if (scratch == nullptr) return false;
+  }
+  const std::int64_t qg = w.block_groups();
+  for (std::int64_t q = u.q0; q < u.q1; ++q) {
+    const std::int64_t g = q / qg, qq = q % qg;
+    const int width = static_cast<int>(std::min<std::int64_t>(w.width, w.out_blocks - qq * w.width));
+    const std::int64_t block0 = g * w.out_blocks + qq * w.width;  // first output block, all groups
+    DenseTileArgs args;
+    args.in = x.data + u.n * x.image_floats() + g * w.in_blocks * kBlock * in_plane;
+    args.in_block_stride = kBlock * in_plane;
+    args.in_channel_stride = x.blocked ? 1 : in_plane;
+    args.in_blocks = w.in_blocks;
+    args.last_block_channels = x.blocked ? kBlock : w.shape.in_channels / w.shape.groups - (w.in_blocks - 1) * kBlock;
+    args.w = w.block_group(g, qq);
+    args.w_block_stride = w.taps * 64 * width;
+    args.bias = r.bias + block0 * kBlock;
+    std::int64_t out_base = 0;
+    if (r.direct) {
+      args.out = y.data + u.n * y.image_floats() + block0 * kBlock * plane;
+      args.out_block_stride = kBlock * plane;
+      if (r.e.residual != nullptr) {
+        args.residual = r.e.residual->data + u.n * r.e.residual->image_floats() + block0 * kBlock * plane;
+      }
+      args.act = r.tile_act;
+    } else {
+      args.out = scratch.get();
+      args.out_block_stride = kBlock * (u.p1 - u.p0);
+      out_base = u.p0;
+    }
+    for (const Region& g_region : r.plan.regions) {
+      args.tap_in = r.plan.tap_in.data() + g_region.tap;
+      args.tap_index = r.plan.tap_index.data() + g_region.tap;
+      args.taps = g_region.taps;
+      run_region(r, args, g_region, width, u.p0, u.p1, out_base);
+    }
+    if (!r.direct) {
+      finish_scratch(r, scratch.get(), u.n, block0, width, u.p0, u.p1);
+    } else if (r.late_act) {
+      for (int b = 0; b < width; ++b) {
+        apply_activation(r.e.act, args.out + b * args.out_block_stride + u.p0 * kBlock, (u.p1 - u.p0) * kBlock);
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool dense_supported(const ConvShape& s) {
+  if (s.in_channels < 1 || s.out_channels < 1 || s.groups < 1 || s.kh < 1 || s.kw < 1 || s.stride_h < 1 ||
+      s.stride_w < 1 || s.dilation_h < 1 || s.dilation_w < 1 || s.pad_h < 0 || s.pad_w < 0) {
+    return false;
+  }
+  if (s.in_channels % s.groups != 0 || s.out_channels % s.groups != 0) return false;
+  if (s.groups == 1) return true;
+  return (s.in_channels / s.groups) % kBlock == 0 && (s.out_channels / s.groups) % kBlock == 0;
+}
+
+Result<std::unique_ptr<DenseWeights>> prepare_dense_width(const float* w, const ConvShape& s, int width) {
+  if (!dense_supported(s)) {
+    return Status(StatusCode::kInvalidInput,
+                  "[prepare_dense] unsupported convolution: in_channels=" + std::to_string(s.in_channels) +
+                      " out_channels=" + std::to_string(s.out_channels) + " groups=" + std::to_string(s.groups));
+  }
+  if (width < 1 || width > kMaxWidth) {
+    return Status(StatusCode::kInvalidInput, "[prepare_dense] width=" + std::to_string(width) + " outside [1, 4]");
+  }
+  if (w == nullptr) return Status(StatusCode::kInvalidInput, "[prepare_dense] w is null");
+  auto packed = std::unique_ptr<PackedDense>(new (std::nothrow) PackedDense);
+  if (packed == nullptr) return Status(StatusCode::kUnavailable, "[prepare_dense] out of memory");
+  const std::int64_t cin = s.in_channels / s.groups, cout = s.out_channels / s.groups;
+  packed->shape = s;
+  packed->in_blocks = ceil_div(cin, kBlock);
+  packed->out_blocks = ceil_div(cout, kBlock);
+  packed->width = static_cast<int>(std::min<std::int64_t>(width, packed->out_blocks));
+  std::int64_t taps = 0, floats = 0, total = 0;
+  if (!mul_ok(s.kh, s.kw, &taps) || !mul_ok(taps, packed->in_blocks * packed->out_blocks * 64, &floats) ||
+      !mul_ok(floats, s.groups, &total) || total > (std::int64_t{1} << 40)) {
+    return Status(StatusCode::kInvalidInput, "[prepare_dense] weight size overflows");
+  }
+  packed->taps = taps;
+  packed->group_floats = floats;
+  const auto bytes = static_cast<std::size_t>((total * 4 + 63) / 64 * 64);
+  packed->data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+  if (packed->data == nullptr) {
+    return Status(StatusCode::kUnavailable, "[prepare_dense] cannot allocate " + std::to_string(bytes) + " bytes");
+  }
+  float* dst = packed->data.get();
+  for (std::int64_t g = 0; g < s.groups; ++g) {
+    for (std::int64_t q = 0; q < packed->block_groups(); ++q) {
+      const std::int64_t width_q = std::min<std::int64_t>(packed->width, packed->out_blocks - q * packed->width);
+      for (std::int64_t cb = 0; cb < packed->in_blocks; ++cb) {
+        for (std::int64_t t = 0; t < taps; ++t) {
+          for (std::int64_t ci = 0; ci < kBlock; ++ci) {
+            for (std::int64_t b = 0; b < width_q; ++b) {
+              for (std::int64_t lane = 0; lane < kBlock; ++lane) {
+                const std::int64_t o = (q * packed->width + b) * kBlock + lane, c = cb * kBlock + ci;
+                *dst++ = o < cout && c < cin ? w[((g * cout + o) * cin + c) * taps + t] : 0.0f;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return std::unique_ptr<DenseWeights>(std::move(packed));
+}
+
+Result<std::unique_ptr<DenseWeights>> prepare_dense(const float* w, const ConvShape& s) {
+  const std::int64_t out_blocks = s.groups >= 1 ? ceil_div(s.out_channels / s.groups, kBlock) : 1;
+  return prepare_dense_width(w, s, dense_kernels().preferred_width(out_blocks));
+}
+
+Status conv2d_dense(const Act& x, const DenseWeights& weights, const ConvShape& s, const Epilogue& e, const Act& y,
+                    ThreadPool& pool) {
+  const auto& w = static_cast<const PackedDense&>(weights);
+  KILN_RETURN_IF_ERROR(check(x, w, s, e, y));
+  if (x.n == 0) return Status::Ok();
+  const Plan plan = make_plan(x, s, y);
+
+  // The bias, padded to whole blocks.
+  const std::int64_t blocks = s.groups * w.out_blocks;
+  std::unique_ptr<float[]> bias(new (std::nothrow) float[static_cast<std::size_t>(blocks * kBlock)]());
+  if (bias == nullptr) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory"));
+  if (e.bias != nullptr) std::copy(e.bias, e.bias + s.out_channels, bias.get());
+
+  // Units: bands of output pixels whose input rows fit in L2 next to the weights, split
+  // further over block groups when there are too few for the threads.
+  const std::int64_t pixels = plan.oh * plan.ow, qs = s.groups * w.block_groups();
+  const std::int64_t in_row_bytes = x.w * w.in_blocks * kBlock * 4;
+  const std::int64_t rows_per_band = std::max<std::int64_t>(1, (256 << 10) / std::max<std::int64_t>(in_row_bytes, 1) / s.stride_h);
+  std::int64_t bands = ceil_div(plan.oh, rows_per_band);
+  std::int64_t q_chunks = 1;
+  const std::int64_t threads = pool.num_threads();
+  if (threads > 1) {
+    const std::int64_t want = 4 * threads;
+    const std::int64_t max_bands = std::max<std::int64_t>(1, pixels / (4 * dense_kernels().max_pixels[w.width - 1]));
+    if (x.n * bands < want) bands = std::min(max_bands, ceil_div(want, x.n));
+    if (x.n * bands < want) q_chunks = std::min(qs, ceil_div(want, x.n * bands));
+  }
+  const std::int64_t band_pixels = ceil_div(pixels, bands);
+  bands = ceil_div(pixels, band_pixels);
+  const std::int64_t q_per_chunk = ceil_div(qs, q_chunks);
+  q_chunks = ceil_div(qs, q_per_chunk);
+
+  const Run run{x, w, s, e, y, plan, dense_kernels(), bias.get(),
+                y.blocked && (e.residual == nullptr || e.residual->blocked),
+                tile_activation(e.act), !tile_applies(e.act)};
+  const std::int64_t units = x.n * bands * q_chunks;
+  const std::int64_t unit_cost = band_pixels * q_per_chunk * w.width * w.in_blocks * w.taps * 64;
+  std::atomic<bool> failed{false};
+  pool.parallel_for(units, pool.even_grain(units, unit_cost, 1 << 18), [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t i = first; i < last; ++i) {
+      const std::int64_t n = i / (bands * q_chunks), band = i / q_chunks % bands, chunk = i % q_chunks;
+      const Unit u{n, band * band_pixels, std::min(pixels, (band + 1) * band_pixels), chunk * q_per_chunk,
+                   std::min(qs, (chunk + 1) * q_per_chunk)};
+      if (!run_unit(run, u)) failed.store(true);
+    }
+  });
+  if (failed.load()) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory for the output tiles"));
+  return Status::Ok();
+}
+
+}  // namespace kiln::cpu::nchwc

@@ -256,57 +256,118 @@ bool tile_applies(FusedActivation act) {
   return act == FusedActivation::kNone || tile_activation(act) != TileActivation::kNone;
 }
 
-// Runs every tile of `region` within pixels [p0, p1): balanced tiles of at most the
-// kernel's pixel count, in batches.
-void run_region(const Run& r, const DenseTileArgs& args, const Region& g, int width, std::int64_t p0,
-                std::int64_t p1, std::int64_t out_base) {
-  const std::int64_t ow = r.plan.ow;
-  const std::int64_t row_a = std::max(g.r0, p0 / ow), row_b = std::min(g.r1, (p1 - 1) / ow + 1);
-  // The columns of row `oy` inside both the region and the band.
-  auto span = [&](std::int64_t oy, std::int64_t* c0, std::int64_t* c1) {
-    *c0 = std::max(g.c0, oy == p0 / ow ? p0 % ow : 0);
-    *c1 = std::min(g.c1, oy == (p1 - 1) / ow ? (p1 - 1) % ow + 1 : ow);
-  };
-  std::int64_t count = 0;
-  for (std::int64_t oy = row_a; oy < row_b; ++oy) {
-    std::int64_t c0, c1;
-    span(oy, &c0, &c1);
-    count += std::max<std::int64_t>(c1 - c0, 0);
+// The pixels of a region inside the band [p0, p1), row by row: their input offsets (first
+// tap) and output offsets (pixel * 8, from `out_base`).
+class RegionWalk {
+ public:
+  RegionWalk(const Run& r, const Region& g, std::int64_t p0, std::int64_t p1, std::int64_t out_base)
+      : g_(g), ow_(r.plan.ow), p0_(p0), p1_(p1), out_base_(out_base), empty_(g.taps == 0) {
+    const ConvShape& s = r.s;
+    in_step_ = s.stride_w * r.plan.pixel_stride;
+    in_row_step_ = s.stride_h * r.x.w * r.plan.pixel_stride;
+    in_origin_ = ((g.i0 * s.dilation_h - s.pad_h) * r.x.w + g.j0 * s.dilation_w - s.pad_w) * r.plan.pixel_stride;
+    oy_ = std::max(g.r0, p0 / ow_);
+    row_end_ = std::min(g.r1, (p1 - 1) / ow_ + 1);
+    for (std::int64_t oy = oy_; oy < row_end_; ++oy) {
+      std::int64_t c0, c1;
+      columns(oy, &c0, &c1);
+      count_ += std::max<std::int64_t>(c1 - c0, 0);
+    }
+    columns(oy_, &c0_, &c1_);
+    ox_ = c0_;
   }
-  if (count == 0) return;
-  const int max_pixels = r.kernels.max_pixels[width - 1];
-  const std::int64_t tiles = ceil_div(count, max_pixels);
-  const std::int64_t small = count / tiles, big_tiles = count % tiles;  // big tiles have small + 1
+  std::int64_t count() const { return count_; }
 
-  const ConvShape& s = r.s;
-  const std::int64_t xw = r.x.w, ps = r.plan.pixel_stride;
-  const std::int64_t row_off = (g.i0 * s.dilation_h - s.pad_h), col_off = (g.j0 * s.dilation_w - s.pad_w);
-  const bool empty = g.taps == 0;
-  constexpr std::int64_t kBatch = 256;  // offsets per kernel call
-  std::int64_t in_off[kBatch], out_off[kBatch];
-  std::int64_t oy = row_a, c0 = 0, c1 = 0;
-  span(oy, &c0, &c1);
-  std::int64_t ox = c0;
-  std::int64_t done = 0;
-  while (done < tiles) {
-    const std::int64_t pixels = done < big_tiles ? small + 1 : small;
-    const std::int64_t end = done < big_tiles ? big_tiles : tiles;
-    const DenseTileFn fn = r.kernels.fn[r.x.blocked ? 1 : 0][width - 1][pixels - 1];
-    const std::int64_t per_batch = kBatch / pixels;
-    while (done < end) {
-      const std::int64_t batch = std::min(per_batch, end - done);
-      for (std::int64_t i = 0; i < batch * pixels; ++i) {
-        while (ox >= c1) {
-          ++oy;
-          span(oy, &c0, &c1);
-          ox = c0;
-        }
-        in_off[i] = empty ? 0 : ((oy * s.stride_h + row_off) * xw + ox * s.stride_w + col_off) * ps;
-        out_off[i] = (oy * ow + ox - out_base) * kBlock;
-        ++ox;
+  // The next n pixels (n <= the ones left).
+  void fill(std::int64_t n, std::int64_t* in_off, std::int64_t* out_off) {
+    std::int64_t i = 0;
+    while (i < n) {
+      while (ox_ >= c1_) {
+        ++oy_;
+        columns(oy_, &c0_, &c1_);
+        ox_ = c0_;
       }
-      fn(args, in_off, out_off, batch);
-      done += batch;
+      const std::int64_t take = std::min(n - i, c1_ - ox_);
+      const std::int64_t in0 = empty_ ? 0 : in_origin_ + oy_ * in_row_step_ + ox_ * in_step_;
+      const std::int64_t in_step = empty_ ? 0 : in_step_;
+      const std::int64_t out0 = (oy_ * ow_ + ox_ - out_base_) * kBlock;
+      for (std::int64_t k = 0; k < take; ++k) {
+        in_off[i + k] = in0 + k * in_step;
+        out_off[i + k] = out0 + k * kBlock;
+      }
+      i += take;
+      ox_ += take;
+    }
+  }
+
+ private:
+  // The columns of row `oy` inside both the region and the band.
+  void columns(std::int64_t oy, std::int64_t* c0, std::int64_t* c1) const {
+    *c0 = std::max(g_.c0, oy == p0_ / ow_ ? p0_ % ow_ : 0);
+    *c1 = std::min(g_.c1, oy == (p1_ - 1) / ow_ ? (p1_ - 1) % ow_ + 1 : ow_);
+  }
+
+  const Region& g_;
+  std::int64_t ow_, p0_, p1_, out_base_;
+  bool empty_;
+  std::int64_t in_step_ = 0, in_row_step_ = 0, in_origin_ = 0;
+  std::int64_t oy_ = 0, row_end_ = 0, ox_ = 0, c0_ = 0, c1_ = 0, count_ = 0;
+};
+
+// The tile arguments of block group q (without the taps).
+DenseTileArgs block_group_args(const Run& r, const Unit& u, std::int64_t q, float* scratch) {
+  const PackedDense& w = r.w;
+  const Act& x = r.x;
+  const std::int64_t plane = r.plan.oh * r.plan.ow, in_plane = x.h * x.w, qg = w.block_groups();
+  const std::int64_t g = q / qg, qq = q % qg;
+  const std::int64_t width = std::min<std::int64_t>(w.width, w.out_blocks - qq * w.width);
+  const std::int64_t block0 = g * w.out_blocks + qq * w.width;  // first output block, all groups
+  DenseTileArgs args;
+  args.in = x.data + u.n * x.image_floats() + g * w.in_blocks * kBlock * in_plane;
+  args.in_block_stride = kBlock * in_plane;
+  args.in_channel_stride = x.blocked ? 1 : in_plane;
+  args.in_blocks = w.in_blocks;
+  args.last_block_channels = x.blocked ? kBlock : w.shape.in_channels / w.shape.groups - (w.in_blocks - 1) * kBlock;
+  args.w = w.block_group(g, qq);
+  args.w_block_stride = w.taps * 64 * width;
+  args.bias = r.bias + block0 * kBlock;
+  if (scratch == nullptr) {
+    args.out = r.y.data + u.n * r.y.image_floats() + block0 * kBlock * plane;
+    args.out_block_stride = kBlock * plane;
+    if (r.e.residual != nullptr) {
+      args.residual = r.e.residual->data + u.n * r.e.residual->image_floats() + block0 * kBlock * plane;
+    }
+    args.act = r.tile_act;
+  } else {
+    args.out = scratch;
+    args.out_block_stride = kBlock * (u.p1 - u.p0);
+  }
+  return args;
+}
+
+// Every tile of region `g` in the unit's band for block groups [q0, q1): the region's
+// pixels in chunks (whose input stays in cache while every block group runs over them),
+// each split into balanced tiles of at most the kernel's pixel count.
+void run_region(const Run& r, const Unit& u, const Region& g, std::int64_t q0, std::int64_t q1, float* scratch) {
+  RegionWalk walk(r, g, u.p0, u.p1, scratch == nullptr ? 0 : u.p0);
+  constexpr std::int64_t kChunk = 252;  // a multiple of every tile size up to 12
+  std::int64_t in_off[kChunk], out_off[kChunk];
+  const std::int64_t qg = r.w.block_groups();
+  for (std::int64_t left = walk.count(); left > 0;) {
+    const std::int64_t n = std::min(left, kChunk);
+    walk.fill(n, in_off, out_off);
+    left -= n;
+    for (std::int64_t q = q0; q < q1; ++q) {
+      DenseTileArgs args = block_group_args(r, u, q, scratch);
+      args.tap_in = r.plan.tap_in.data() + g.tap;
+      args.tap_index = r.plan.tap_index.data() + g.tap;
+      args.taps = g.taps;
+      const int width = static_cast<int>(std::min<std::int64_t>(r.w.width, r.w.out_blocks - q % qg * r.w.width));
+      const std::int64_t max_pixels = r.kernels.max_pixels[width - 1];
+      const std::int64_t tiles = ceil_div(n, max_pixels), small = n / tiles, big = n % tiles;
+      const auto& fns = r.kernels.fn[r.x.blocked ? 1 : 0][width - 1];
+      if (big > 0) fns[small](args, in_off, out_off, big);  // tiles of small + 1 pixels
+      fns[small - 1](args, in_off + big * (small + 1), out_off + big * (small + 1), tiles - big);
     }
   }
 }
@@ -350,52 +411,25 @@ void finish_scratch(const Run& r, float* scratch, std::int64_t n, std::int64_t b
 // Returns false when the scratch cannot be allocated.
 bool run_unit(const Run& r, const Unit& u) {
   const PackedDense& w = r.w;
-  const Act& x = r.x;
-  const Act& y = r.y;
-  const std::int64_t plane = r.plan.oh * r.plan.ow, in_plane = x.h * x.w;
   std::unique_ptr<float[]> scratch;
   if (!r.direct) {
     scratch.reset(new (std::nothrow) float[static_cast<std::size_t>(w.width * (u.p1 - u.p0) * kBlock)]);
     if (scratch == nullptr) return false;
   }
-  const std::int64_t qg = w.block_groups();
-  for (std::int64_t q = u.q0; q < u.q1; ++q) {
-    const std::int64_t g = q / qg, qq = q % qg;
-    const int width = static_cast<int>(std::min<std::int64_t>(w.width, w.out_blocks - qq * w.width));
-    const std::int64_t block0 = g * w.out_blocks + qq * w.width;  // first output block, all groups
-    DenseTileArgs args;
-    args.in = x.data + u.n * x.image_floats() + g * w.in_blocks * kBlock * in_plane;
-    args.in_block_stride = kBlock * in_plane;
-    args.in_channel_stride = x.blocked ? 1 : in_plane;
-    args.in_blocks = w.in_blocks;
-    args.last_block_channels = x.blocked ? kBlock : w.shape.in_channels / w.shape.groups - (w.in_blocks - 1) * kBlock;
-    args.w = w.block_group(g, qq);
-    args.w_block_stride = w.taps * 64 * width;
-    args.bias = r.bias + block0 * kBlock;
-    std::int64_t out_base = 0;
-    if (r.direct) {
-      args.out = y.data + u.n * y.image_floats() + block0 * kBlock * plane;
-      args.out_block_stride = kBlock * plane;
-      if (r.e.residual != nullptr) {
-        args.residual = r.e.residual->data + u.n * r.e.residual->image_floats() + block0 * kBlock * plane;
-      }
-      args.act = r.tile_act;
-    } else {
-      args.out = scratch.get();
-      args.out_block_stride = kBlock * (u.p1 - u.p0);
-      out_base = u.p0;
-    }
-    for (const Region& g_region : r.plan.regions) {
-      args.tap_in = r.plan.tap_in.data() + g_region.tap;
-      args.tap_index = r.plan.tap_index.data() + g_region.tap;
-      args.taps = g_region.taps;
-      run_region(r, args, g_region, width, u.p0, u.p1, out_base);
-    }
-    if (!r.direct) {
-      finish_scratch(r, scratch.get(), u.n, block0, width, u.p0, u.p1);
-    } else if (r.late_act) {
-      for (int b = 0; b < width; ++b) {
-        apply_activation(r.e.act, args.out + b * args.out_block_stride + u.p0 * kBlock, (u.p1 - u.p0) * kBlock);
+  const std::int64_t plane = r.plan.oh * r.plan.ow, qg = w.block_groups();
+  // Direct: every block group over each chunk of pixels. Scratch: one block group at a time.
+  const std::int64_t q_step = r.direct ? u.q1 - u.q0 : 1;
+  for (std::int64_t qa = u.q0; qa < u.q1; qa += q_step) {
+    const std::int64_t qb = std::min(u.q1, qa + q_step);
+    for (const Region& g : r.plan.regions) run_region(r, u, g, qa, qb, scratch.get());
+    for (std::int64_t q = qa; q < qb; ++q) {
+      const std::int64_t width = std::min<std::int64_t>(w.width, w.out_blocks - q % qg * w.width);
+      const std::int64_t block0 = q / qg * w.out_blocks + q % qg * w.width;
+      if (!r.direct) {
+        finish_scratch(r, scratch.get(), u.n, block0, static_cast<int>(width), u.p0, u.p1);
+      } else if (r.late_act) {
+        float* out = r.y.data + u.n * r.y.image_floats() + (block0 * plane + u.p0) * kBlock;
+        for (std::int64_t b = 0; b < width; ++b) apply_activation(r.e.act, out + b * plane * kBlock, (u.p1 - u.p0) * kBlock);
       }
     }
   }

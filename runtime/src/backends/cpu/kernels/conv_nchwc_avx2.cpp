@@ -12,15 +12,22 @@
 namespace kiln::cpu::nchwc {
 namespace avx2_impl {
 
-#define KILN_NCHWC_FMA8(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+// acc += x * w, always into acc's own register: with _mm256_fmadd_ps GCC writes some FMAs
+// into the dying broadcast's register (vfmadd132ps) and then copies the accumulators around
+// (or spills them) on every channel.
+static inline __attribute__((always_inline)) __m256 fma_into(__m256 x, __m256 w, __m256 acc) {
+  __asm__("vfmadd231ps %[w], %[x], %[acc]" : [acc] "+x"(acc) : [x] "x"(x), [w] "x"(w));
+  return acc;
+}
+#define KILN_NCHWC_FMA8(a, b, c) fma_into((a), (b), (c))
 #include "backends/cpu/kernels/conv_nchwc_tile.inc"
 #undef KILN_NCHWC_FMA8
 
-// 16 ymm registers: P x B accumulators, B weights and a broadcast.
+// 16 ymm registers: P x B accumulators, B weights and a broadcast. 4x3 beats 6x2 on the
+// 1x1 layers of mobilenet_v2 by 3-20% (fewer loads per FMA), ties on 3x3; 3x4 spills.
 int preferred_width(std::int64_t out_blocks) {
   if (out_blocks == 1) return 1;
-  if (out_blocks % 2 != 0 && out_blocks % 3 == 0) return 3;
-  return 2;
+  return out_blocks % 3 == 0 ? 3 : 2;
 }
 
 constexpr DenseKernels make_kernels() {

@@ -146,6 +146,15 @@ std::string describe(const Case& c, const Options& o) {
          " act=" + activation_name(o.act) + " threads=" + std::to_string(o.threads) + " width=" + std::to_string(o.width);
 }
 
+// Every kernel table this CPU runs (portable, AVX2, AVX-512), so one run of the suite
+// covers all of them.
+std::vector<const DenseKernels*> kernel_tables() {
+  std::vector<const DenseKernels*> tables{&dense_kernels_portable()};
+  if (dense_kernels_avx2() != nullptr) tables.push_back(dense_kernels_avx2());
+  if (dense_kernels_avx512() != nullptr) tables.push_back(dense_kernels_avx512());
+  return tables;
+}
+
 void check_conv(const Case& c, const Options& o, std::uint32_t seed) {
   SCOPED_TRACE(describe(c, o));
   std::mt19937 rng(seed);
@@ -156,30 +165,14 @@ void check_conv(const Case& c, const Options& o, std::uint32_t seed) {
   const std::vector<float> res = uniform(rng, c.n * c.cout * oh * ow);
   const std::vector<float> y_init(static_cast<std::size_t>(c.n * c.cout * oh * ow), std::nanf(""));
 
-  const ConvShape s = shape_of(c);
-  auto prepared = o.width == 0 ? prepare_dense(w.data(), s) : prepare_dense_width(w.data(), s, o.width);
-  ASSERT_TRUE(prepared.ok()) << prepared.status().message();
-
-  Stored xs(x, c.n, c.cin, c.h, c.w, o.in_blocked);
-  const bool res_in_y = o.residual == Residual::kOutput;
-  Stored ys(res_in_y ? res : y_init, c.n, c.cout, oh, ow, o.out_blocked, res_in_y ? -3.0f : std::nanf(""));
-  Stored rs(res, c.n, c.cout, oh, ow, o.residual == Residual::kBlocked, -7.0f);
-  Epilogue e;
-  e.bias = o.bias ? bias.data() : nullptr;
-  e.residual = o.residual == Residual::kNone ? nullptr : res_in_y ? &ys.act() : &rs.act();
-  e.act = o.act;
-  const Status st = conv2d_dense(xs.act(), **prepared, s, e, ys.act(), pool_for(o.threads));
-  ASSERT_TRUE(st.ok()) << st.message();
-  EXPECT_TRUE(ys.guards_intact());
-  EXPECT_TRUE(ys.all_finite());
-
-  std::int64_t bad = 0;
+  // The reference, and the magnitude of its terms (the tolerance).
+  std::vector<double> want(y_init.size()), mag(y_init.size());
   for (std::int64_t img = 0; img < c.n; ++img) {
     for (std::int64_t oc = 0; oc < c.cout; ++oc) {
       const std::int64_t g = oc / cout_g;
       for (std::int64_t oy = 0; oy < oh; ++oy) {
         for (std::int64_t ox = 0; ox < ow; ++ox) {
-          double sum = o.bias ? bias[static_cast<std::size_t>(oc)] : 0.0, mag = std::abs(sum);
+          double sum = o.bias ? bias[static_cast<std::size_t>(oc)] : 0.0, m = std::abs(sum);
           for (std::int64_t ci = 0; ci < cin_g; ++ci) {
             for (std::int64_t i = 0; i < c.kh; ++i) {
               const std::int64_t iy = oy * c.sh - c.ph + i * c.dh;
@@ -190,26 +183,57 @@ void check_conv(const Case& c, const Options& o, std::uint32_t seed) {
                 const double p = static_cast<double>(w[static_cast<std::size_t>(((oc * cin_g + ci) * c.kh + i) * c.kw + j)]) *
                                  x[static_cast<std::size_t>(((img * c.cin + g * cin_g + ci) * c.h + iy) * c.w + ix)];
                 sum += p;
-                mag += std::abs(p);
+                m += std::abs(p);
               }
             }
           }
+          const std::size_t at = static_cast<std::size_t>(((img * c.cout + oc) * oh + oy) * ow + ox);
           if (o.residual != Residual::kNone) {
-            const double r = res[static_cast<std::size_t>(((img * c.cout + oc) * oh + oy) * ow + ox)];
-            sum += r;
-            mag += std::abs(r);
+            sum += res[at];
+            m += std::abs(res[at]);
           }
-          const double want = activate(o.act, sum);
-          const double got = ys.at(img, oc, oy, ox);
-          const double tol = 1e-5 + 1e-5 * std::abs(want) + 3e-6 * mag;
-          if (!(std::abs(got - want) <= tol) && bad++ < 5) {
-            ADD_FAILURE() << "y[" << img << "," << oc << "," << oy << "," << ox << "] = " << got << ", want " << want;
-          }
+          want[at] = activate(o.act, sum);
+          mag[at] = m;
         }
       }
     }
   }
-  EXPECT_EQ(bad, 0);
+
+  const ConvShape s = shape_of(c);
+  for (const DenseKernels* kernels : kernel_tables()) {
+    SCOPED_TRACE(kernels->name);
+    auto prepared = o.width == 0 ? prepare_dense(w.data(), s) : prepare_dense_width(w.data(), s, o.width);
+    ASSERT_TRUE(prepared.ok()) << prepared.status().message();
+    Stored xs(x, c.n, c.cin, c.h, c.w, o.in_blocked);
+    const bool res_in_y = o.residual == Residual::kOutput;
+    Stored ys(res_in_y ? res : y_init, c.n, c.cout, oh, ow, o.out_blocked, res_in_y ? -3.0f : std::nanf(""));
+    Stored rs(res, c.n, c.cout, oh, ow, o.residual == Residual::kBlocked, -7.0f);
+    Epilogue e;
+    e.bias = o.bias ? bias.data() : nullptr;
+    e.residual = o.residual == Residual::kNone ? nullptr : res_in_y ? &ys.act() : &rs.act();
+    e.act = o.act;
+    const Status st = conv2d_dense_on(*kernels, xs.act(), **prepared, s, e, ys.act(), pool_for(o.threads));
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_TRUE(ys.guards_intact());
+    EXPECT_TRUE(ys.all_finite());
+    std::int64_t bad = 0;
+    for (std::int64_t img = 0; img < c.n; ++img) {
+      for (std::int64_t oc = 0; oc < c.cout; ++oc) {
+        for (std::int64_t oy = 0; oy < oh; ++oy) {
+          for (std::int64_t ox = 0; ox < ow; ++ox) {
+            const std::size_t at = static_cast<std::size_t>(((img * c.cout + oc) * oh + oy) * ow + ox);
+            const double got = ys.at(img, oc, oy, ox);
+            const double tol = 1e-5 + 1e-5 * std::abs(want[at]) + 3e-6 * mag[at];
+            if (!(std::abs(got - want[at]) <= tol) && bad++ < 5) {
+              ADD_FAILURE() << "y[" << img << "," << oc << "," << oy << "," << ox << "] = " << got << ", want "
+                            << want[at];
+            }
+          }
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
 }
 
 // Shapes around the tiles, the borders and the channel blocks.
@@ -365,6 +389,22 @@ TEST(NchwcDense, PaddedInputLanesDoNotReachTheOutput) {
   const std::int64_t plane = out_h(c) * out_w(c);
   for (std::int64_t p = 0; p < plane; ++p) {
     for (std::int64_t l = c.cout % 8; l < 8; ++l) EXPECT_EQ(ya.act().data[(plane + p) * 8 + l], 0.0f) << p << "," << l;
+  }
+}
+
+TEST(NchwcDense, RunsEveryKernelTableTheCpuHas) {
+  // The suite compares each of these; the portable one always runs.
+  const auto tables = kernel_tables();
+  ASSERT_GE(tables.size(), 1u);
+  EXPECT_STREQ(tables[0]->name, "baseline");
+  for (const DenseKernels* k : tables) {
+    for (int width = 1; width <= kMaxWidth; ++width) {
+      ASSERT_GE(k->max_pixels[width - 1], 1) << k->name;
+      for (int p = 1; p <= k->max_pixels[width - 1]; ++p) {
+        EXPECT_NE(k->fn[0][width - 1][p - 1], nullptr) << k->name << " " << width << "x" << p;
+        EXPECT_NE(k->fn[1][width - 1][p - 1], nullptr) << k->name << " " << width << "x" << p;
+      }
+    }
   }
 }
 

@@ -27,22 +27,25 @@ namespace portable_impl {
 #undef KILN_NCHWC_FMA8
 
 // 8-lane vectors are SSE pairs here: 16 registers hold 8 of them.
-int preferred_width(std::int64_t out_blocks) { return out_blocks >= 2 ? 2 : 1; }
+int preferred_width(std::int64_t out_blocks, std::int64_t) { return out_blocks >= 2 ? 2 : 1; }
 
 constexpr DenseKernels make_kernels() {
-  DenseKernels k{"baseline", kMaxWidth, {4, 2, 1, 1}, &preferred_width, {}};
+  DenseKernels k{"baseline", {4, 2, 1, 1, 1, 1}, &preferred_width, {}};
   nchwc_fill<1, 4>(k);
   nchwc_fill<2, 2>(k);
   nchwc_fill<3, 1>(k);
   nchwc_fill<4, 1>(k);
+  nchwc_fill<5, 1>(k);
+  nchwc_fill<6, 1>(k);
   return k;
 }
 constexpr DenseKernels kKernels = make_kernels();
 }  // namespace portable_impl
 
 #if defined(__x86_64__) || defined(__i386__)
-// conv_nchwc_avx2.cpp.
+// conv_nchwc_avx2.cpp, conv_nchwc_avx512.cpp.
 const DenseKernels& dense_kernels_avx2_table();
+const DenseKernels& dense_kernels_avx512_table();
 #endif
 
 const DenseKernels& dense_kernels_portable() { return portable_impl::kKernels; }
@@ -55,9 +58,25 @@ const DenseKernels* dense_kernels_avx2() {
 #endif
 }
 
+const DenseKernels* dense_kernels_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  // KILN_CPU_ISA=avx2 (or baseline, which simd_avx2() answers) keeps the lower paths.
+  static const bool supported = [] {
+    const char* isa = std::getenv("KILN_CPU_ISA");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+           !(isa != nullptr && std::strcmp(isa, "avx2") == 0);
+  }();
+  return supported && kernels::simd_avx2() != nullptr ? &dense_kernels_avx512_table() : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
 const DenseKernels& dense_kernels() {
-  static const DenseKernels* const best =
-      dense_kernels_avx2() != nullptr ? dense_kernels_avx2() : &dense_kernels_portable();
+  static const DenseKernels* const best = dense_kernels_avx512() != nullptr ? dense_kernels_avx512()
+                                          : dense_kernels_avx2() != nullptr ? dense_kernels_avx2()
+                                                                            : &dense_kernels_portable();
   return *best;
 }
 
@@ -278,8 +297,20 @@ class RegionWalk {
   }
   std::int64_t count() const { return count_; }
 
+  // Whether the walk's pixels are evenly spaced in the input and the output (one row, or
+  // whole rows whose inputs follow each other: 1x1 stride 1 without padding); then its
+  // first pixel's offsets and the input step.
+  bool uniform(std::int64_t* in0, std::int64_t* out0, std::int64_t* in_step) const {
+    const bool one_row = row_end_ - oy_ <= 1;
+    if (!one_row && !(g_.c0 == 0 && g_.c1 == ow_ && in_row_step_ == ow_ * in_step_)) return false;
+    *in0 = empty_ ? 0 : in_origin_ + oy_ * in_row_step_ + ox_ * in_step_;
+    *out0 = (oy_ * ow_ + ox_ - out_base_) * kBlock;
+    *in_step = empty_ ? 0 : in_step_;
+    return true;
+  }
+
   // The next n pixels (n <= the ones left).
-  void fill(std::int64_t n, std::int64_t* in_off, std::int64_t* out_off) {
+  void fill(std::int64_t n, std::int64_t* __restrict in_off, std::int64_t* __restrict out_off) {
     std::int64_t i = 0;
     while (i < n) {
       while (ox_ >= c1_) {
@@ -291,10 +322,10 @@ class RegionWalk {
       const std::int64_t in0 = empty_ ? 0 : in_origin_ + oy_ * in_row_step_ + ox_ * in_step_;
       const std::int64_t in_step = empty_ ? 0 : in_step_;
       const std::int64_t out0 = (oy_ * ow_ + ox_ - out_base_) * kBlock;
-      for (std::int64_t k = 0; k < take; ++k) {
-        in_off[i + k] = in0 + k * in_step;
-        out_off[i + k] = out0 + k * kBlock;
-      }
+      std::int64_t* __restrict in_run = in_off + i;
+      std::int64_t* __restrict out_run = out_off + i;
+      for (std::int64_t k = 0; k < take; ++k) in_run[k] = in0 + k * in_step;
+      for (std::int64_t k = 0; k < take; ++k) out_run[k] = out0 + k * kBlock;
       i += take;
       ox_ += take;
     }
@@ -352,23 +383,32 @@ void run_region(const Run& r, const Unit& u, const Region& g, std::int64_t q0, s
   RegionWalk walk(r, g, u.p0, u.p1, scratch == nullptr ? 0 : u.p0);
   constexpr std::int64_t kChunk = 252;  // a multiple of every tile size up to 12
   std::int64_t in_off[kChunk], out_off[kChunk];
+  std::int64_t run_in = 0, run_out = 0, run_step = 0;
+  const bool uniform = walk.uniform(&run_in, &run_out, &run_step);
   const std::int64_t qg = r.w.block_groups();
-  for (std::int64_t left = walk.count(); left > 0;) {
-    const std::int64_t n = std::min(left, kChunk);
-    walk.fill(n, in_off, out_off);
-    left -= n;
+  for (std::int64_t done = 0, total = walk.count(); done < total;) {
+    const std::int64_t n = std::min(total - done, kChunk);
+    if (!uniform) walk.fill(n, in_off, out_off);
     for (std::int64_t q = q0; q < q1; ++q) {
       DenseTileArgs args = block_group_args(r, u, q, scratch);
       args.tap_in = r.plan.tap_in.data() + g.tap;
       args.tap_index = r.plan.tap_index.data() + g.tap;
       args.taps = g.taps;
+      args.run_in = run_in + done * run_step;
+      args.run_in_step = run_step;
+      args.run_out = run_out + done * kBlock;
       const int width = static_cast<int>(std::min<std::int64_t>(r.w.width, r.w.out_blocks - q % qg * r.w.width));
       const std::int64_t max_pixels = r.kernels.max_pixels[width - 1];
       const std::int64_t tiles = ceil_div(n, max_pixels), small = n / tiles, big = n % tiles;
       const auto& fns = r.kernels.fn[r.x.blocked ? 1 : 0][width - 1];
-      if (big > 0) fns[small](args, in_off, out_off, big);  // tiles of small + 1 pixels
-      fns[small - 1](args, in_off + big * (small + 1), out_off + big * (small + 1), tiles - big);
+      // `big` tiles of small + 1 pixels, then the others.
+      if (big > 0) fns[small](args, uniform ? nullptr : in_off, uniform ? nullptr : out_off, big);
+      const std::int64_t skip = big * (small + 1);
+      args.run_in += skip * run_step;
+      args.run_out += skip * kBlock;
+      fns[small - 1](args, uniform ? nullptr : in_off + skip, uniform ? nullptr : out_off + skip, tiles - big);
     }
+    done += n;
   }
 }
 
@@ -455,7 +495,8 @@ Result<std::unique_ptr<DenseWeights>> prepare_dense_width(const float* w, const 
                       " out_channels=" + std::to_string(s.out_channels) + " groups=" + std::to_string(s.groups));
   }
   if (width < 1 || width > kMaxWidth) {
-    return Status(StatusCode::kInvalidInput, "[prepare_dense] width=" + std::to_string(width) + " outside [1, 4]");
+    return Status(StatusCode::kInvalidInput,
+                  "[prepare_dense] width=" + std::to_string(width) + " outside [1, " + std::to_string(kMaxWidth) + "]");
   }
   if (w == nullptr) return Status(StatusCode::kInvalidInput, "[prepare_dense] w is null");
   auto packed = std::unique_ptr<PackedDense>(new (std::nothrow) PackedDense);
@@ -499,12 +540,18 @@ Result<std::unique_ptr<DenseWeights>> prepare_dense_width(const float* w, const 
 }
 
 Result<std::unique_ptr<DenseWeights>> prepare_dense(const float* w, const ConvShape& s) {
-  const std::int64_t out_blocks = s.groups >= 1 ? ceil_div(s.out_channels / s.groups, kBlock) : 1;
-  return prepare_dense_width(w, s, dense_kernels().preferred_width(out_blocks));
+  if (!dense_supported(s)) return prepare_dense_width(w, s, 1);  // the error
+  const std::int64_t out_blocks = ceil_div(s.out_channels / s.groups, kBlock);
+  return prepare_dense_width(w, s, dense_kernels().preferred_width(out_blocks, s.in_channels / s.groups * s.kh * s.kw));
 }
 
-Status conv2d_dense(const Act& x, const DenseWeights& weights, const ConvShape& s, const Epilogue& e, const Act& y,
+Status conv2d_dense(const Act& x, const DenseWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,
                     ThreadPool& pool) {
+  return conv2d_dense_on(dense_kernels(), x, w, s, e, y, pool);
+}
+
+Status conv2d_dense_on(const DenseKernels& kernels, const Act& x, const DenseWeights& weights, const ConvShape& s,
+                       const Epilogue& e, const Act& y, ThreadPool& pool) {
   const auto& w = static_cast<const PackedDense&>(weights);
   KILN_RETURN_IF_ERROR(check(x, w, s, e, y));
   if (x.n == 0) return Status::Ok();
@@ -526,7 +573,7 @@ Status conv2d_dense(const Act& x, const DenseWeights& weights, const ConvShape& 
   const std::int64_t threads = pool.num_threads();
   if (threads > 1) {
     const std::int64_t want = 4 * threads;
-    const std::int64_t max_bands = std::max<std::int64_t>(1, pixels / (4 * dense_kernels().max_pixels[w.width - 1]));
+    const std::int64_t max_bands = std::max<std::int64_t>(1, pixels / (4 * kernels.max_pixels[w.width - 1]));
     if (x.n * bands < want) bands = std::min(max_bands, ceil_div(want, x.n));
     if (x.n * bands < want) q_chunks = std::min(qs, ceil_div(want, x.n * bands));
   }
@@ -535,7 +582,7 @@ Status conv2d_dense(const Act& x, const DenseWeights& weights, const ConvShape& 
   const std::int64_t q_per_chunk = ceil_div(qs, q_chunks);
   q_chunks = ceil_div(qs, q_per_chunk);
 
-  const Run run{x, w, s, e, y, plan, dense_kernels(), bias.get(),
+  const Run run{x, w, s, e, y, plan, kernels, bias.get(),
                 y.blocked && (e.residual == nullptr || e.residual->blocked),
                 tile_activation(e.act), !tile_applies(e.act)};
   const std::int64_t units = x.n * bands * q_chunks;

@@ -1,5 +1,6 @@
 // The micro-kernels behind conv2d_dense (nchwc.h), shared by conv_nchwc.cpp (the driver and
-// the portable build), conv_nchwc_avx2.cpp (AVX2+FMA) and conv_nchwc_avx512.cpp (AVX-512).
+// the portable build), conv_nchwc_avx2.cpp (AVX2+FMA) and conv_nchwc_avx512.cpp (AVX-512:
+// a zmm register holds two blocks).
 //
 // A tile is P output pixels x B output-channel blocks of one convolution group, held in
 // registers: per input channel it loads the B weight vectors, broadcasts the P pixels' input
@@ -51,33 +52,43 @@ struct DenseTileArgs {
   std::int64_t out_block_stride = 0;
   const float* residual = nullptr;
   TileActivation act = TileActivation::kNone;
+  /// Pixel runs (the kernel's offsets arrays null): pixel i of the call (tile i / P) reads
+  /// its input at in + run_in + i * run_in_step and writes out + run_out + i * 8.
+  std::int64_t run_in = 0, run_in_step = 0, run_out = 0;
 };
 
 /// Runs tiles of `pixels` pixels each, one after the other: tile k's pixel p reads its
 /// input at in + in_off[k * pixels + p] (its first tap) and writes out + out_off[k *
-/// pixels + p] (+ b * out_block_stride). `blocked_input` selects the channel addressing.
+/// pixels + p] (+ b * out_block_stride); with null offsets, at the run's (DenseTileArgs).
+/// `blocked_input` selects the channel addressing.
 using DenseTileFn = void (*)(const DenseTileArgs& a, const std::int64_t* in_off, const std::int64_t* out_off,
                              std::int64_t tiles);
 
-/// The micro-kernels of one ISA: fn[blocked_input][B - 1][P - 1] for B <= max_width and
-/// P <= max_pixels[B - 1] (null beyond).
-inline constexpr int kMaxWidth = 4;
+/// The micro-kernels of one ISA: fn[blocked_input][B - 1][P - 1] for every B <= kMaxWidth
+/// and P <= max_pixels[B - 1] (null beyond).
+inline constexpr int kMaxWidth = 6;
 inline constexpr int kMaxPixels = 16;
 struct DenseKernels {
   const char* name;
-  int max_width;
   int max_pixels[kMaxWidth];
-  /// The block-group width prepare_dense picks for `out_blocks` output blocks per group.
-  int (*preferred_width)(std::int64_t out_blocks);
+  /// The block-group width prepare_dense picks for `out_blocks` output blocks per group
+  /// and `reduction` = in_channels / groups * kh * kw terms per output.
+  int (*preferred_width)(std::int64_t out_blocks, std::int64_t reduction);
   DenseTileFn fn[2][kMaxWidth][kMaxPixels];
 };
 
-/// The portable kernels (8-lane GCC vectors), and the AVX2+FMA ones (null when the CPU
-/// lacks AVX2/FMA or KILN_CPU_ISA=baseline).
+/// The portable kernels (8-lane GCC vectors); the AVX2+FMA ones (null when the CPU lacks
+/// AVX2/FMA or KILN_CPU_ISA=baseline); the AVX-512 ones (null when the CPU lacks AVX-512
+/// F/VL/BW/DQ or KILN_CPU_ISA is avx2 or baseline).
 const DenseKernels& dense_kernels_portable();
 const DenseKernels* dense_kernels_avx2();
-/// The kernels conv2d_dense runs: AVX2 when available, else portable.
+const DenseKernels* dense_kernels_avx512();
+/// The kernels conv2d_dense runs: the best of the three this CPU (and KILN_CPU_ISA) allows.
 const DenseKernels& dense_kernels();
+
+/// conv2d_dense on the kernels of a given ISA (tests compare every table the CPU runs).
+Status conv2d_dense_on(const DenseKernels& kernels, const Act& x, const DenseWeights& w, const ConvShape& s,
+                       const Epilogue& e, const Act& y, ThreadPool& pool);
 
 /// prepare_dense with the block-group width chosen by the caller (1..kMaxWidth; tests and
 /// benchmarks), instead of dense_kernels().preferred_width.

@@ -563,36 +563,49 @@ Status conv2d_dense_on(const DenseKernels& kernels, const Act& x, const DenseWei
   if (bias == nullptr) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory"));
   if (e.bias != nullptr) std::copy(e.bias, e.bias + s.out_channels, bias.get());
 
-  // Units: bands of output pixels whose input rows fit in L2 next to the weights, split
-  // further over block groups when there are too few for the threads.
+  // Units: bands of output pixels whose input rows fit in L2 next to the weights. With
+  // several threads, a multiple of the thread count of equal bands per image (every thread
+  // the same pixels of every block group), or, when an image has too few pixels to share,
+  // the block groups split by their output blocks.
   const std::int64_t pixels = plan.oh * plan.ow, qs = s.groups * w.block_groups();
   const std::int64_t in_row_bytes = x.w * w.in_blocks * kBlock * 4;
-  const std::int64_t rows_per_band = std::max<std::int64_t>(1, (256 << 10) / std::max<std::int64_t>(in_row_bytes, 1) / s.stride_h);
+  const std::int64_t rows_per_band =
+      std::max<std::int64_t>(1, (256 << 10) / std::max<std::int64_t>(in_row_bytes, 1) / s.stride_h);
   std::int64_t bands = ceil_div(plan.oh, rows_per_band);
-  std::int64_t q_chunks = 1;
+  std::vector<std::int64_t> q_bounds{0, qs};
   const std::int64_t threads = pool.num_threads();
-  if (threads > 1) {
-    const std::int64_t want = 4 * threads;
-    const std::int64_t max_bands = std::max<std::int64_t>(1, pixels / (4 * kernels.max_pixels[w.width - 1]));
-    if (x.n * bands < want) bands = std::min(max_bands, ceil_div(want, x.n));
-    if (x.n * bands < want) q_chunks = std::min(qs, ceil_div(want, x.n * bands));
+  if (threads > 1 && x.n % threads != 0) {
+    if (pixels >= threads * kernels.max_pixels[w.width - 1]) {
+      bands = std::min(pixels, ceil_div(bands, threads) * threads);
+    } else {
+      // Output blocks per share; block group q holds blocks [q * width, ...) of its group.
+      const std::int64_t shares = std::min(qs, threads), blocks = s.groups * w.out_blocks;
+      // A share ends before the block group whose middle passes its end.
+      q_bounds.assign(1, 0);
+      for (std::int64_t q = 0, done = 0; q < qs; ++q) {
+        const std::int64_t width = std::min<std::int64_t>(w.width, w.out_blocks - q % w.block_groups() * w.width);
+        const auto share = static_cast<std::int64_t>(q_bounds.size());
+        if (share < shares && q > q_bounds.back() && (2 * done + width) * shares >= 2 * share * blocks) {
+          q_bounds.push_back(q);
+        }
+        done += width;
+      }
+      q_bounds.push_back(qs);
+    }
   }
-  const std::int64_t band_pixels = ceil_div(pixels, bands);
-  bands = ceil_div(pixels, band_pixels);
-  const std::int64_t q_per_chunk = ceil_div(qs, q_chunks);
-  q_chunks = ceil_div(qs, q_per_chunk);
+  const std::int64_t q_chunks = static_cast<std::int64_t>(q_bounds.size()) - 1;
 
   const Run run{x, w, s, e, y, plan, kernels, bias.get(),
                 y.blocked && (e.residual == nullptr || e.residual->blocked),
                 tile_activation(e.act), !tile_applies(e.act)};
   const std::int64_t units = x.n * bands * q_chunks;
-  const std::int64_t unit_cost = band_pixels * q_per_chunk * w.width * w.in_blocks * w.taps * 64;
+  const std::int64_t unit_cost = ceil_div(pixels, bands) * ceil_div(qs, q_chunks) * w.width * w.in_blocks * w.taps * 64;
   std::atomic<bool> failed{false};
   pool.parallel_for(units, pool.even_grain(units, unit_cost, 1 << 18), [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t i = first; i < last; ++i) {
       const std::int64_t n = i / (bands * q_chunks), band = i / q_chunks % bands, chunk = i % q_chunks;
-      const Unit u{n, band * band_pixels, std::min(pixels, (band + 1) * band_pixels), chunk * q_per_chunk,
-                   std::min(qs, (chunk + 1) * q_per_chunk)};
+      const Unit u{n, band * pixels / bands, (band + 1) * pixels / bands, q_bounds[static_cast<std::size_t>(chunk)],
+                   q_bounds[static_cast<std::size_t>(chunk + 1)]};
       if (!run_unit(run, u)) failed.store(true);
     }
   });

@@ -6,7 +6,7 @@
 //                    --benchmark_report_aggregates_only=true
 //
 // BM_Nchwc: blocked input and output (plain input for the stems, whose input is the
-// network's); BM_Plain: the NCHW kernel (conv.cpp: Winograd, direct, GEMM, whatever it
+// network's; plain output where the name says so); BM_Plain: the NCHW kernel (conv.cpp: Winograd, direct, GEMM, whatever it
 // picks). Both add the bias and fuse nothing else. Reports GFLOP/s as "GFLOP=x/s"
 // (2 * O * OH * OW * C/groups * KH * KW per call, wall-clock). Range `width`: the block
 // group width (0: prepare_dense's choice).
@@ -30,10 +30,11 @@ namespace {
 struct Layer {
   const char* name;
   std::int64_t c, h, w, o, k, stride, pad;
-  bool plain_input = false;
+  bool plain_input = false, plain_output = false;
+  std::int64_t groups = 1;
 };
 
-constexpr std::array<Layer, 25> kLayers = {{
+constexpr std::array<Layer, 29> kLayers = {{
     // mobilenet_v2 pointwise
     {"mbv2 1x1 16->96 @112", 16, 112, 112, 96, 1, 1, 0},
     {"mbv2 1x1 32->16 @112", 32, 112, 112, 16, 1, 1, 0},
@@ -65,12 +66,17 @@ constexpr std::array<Layer, 25> kLayers = {{
     // 23-: layer 1 and 0 on a quarter of the pixels (input and output in L2: the cache's share)
     {"1x1 32->16 @56 (L2)", 32, 56, 56, 16, 1, 1, 0},
     {"1x1 16->96 @56", 16, 56, 56, 96, 1, 1, 0},
+    // 25-: plain output (a consumer that needs NCHW), grouped (RegNet-style)
+    {"1x1 320->1280 @7 plain out", 320, 7, 7, 1280, 1, 1, 0, false, true},
+    {"3x3 64 @56 plain out", 64, 56, 56, 64, 3, 1, 1, false, true},
+    {"regnet 3x3 g4 64 @28", 64, 28, 28, 64, 3, 1, 1, false, false, 4},
+    {"regnet 3x3 g24 384 @7", 384, 7, 7, 384, 3, 1, 1, false, false, 24},
 }};
 
 std::int64_t out_size(std::int64_t in, const Layer& l) { return (in + 2 * l.pad - l.k) / l.stride + 1; }
 
 double flops(const Layer& l) {
-  return 2.0 * static_cast<double>(l.o * out_size(l.h, l) * out_size(l.w, l) * l.c * l.k * l.k);
+  return 2.0 * static_cast<double>(l.o * out_size(l.h, l) * out_size(l.w, l) * l.c / l.groups * l.k * l.k);
 }
 
 ThreadPool& pool_for(int threads) {
@@ -102,7 +108,8 @@ void BM_Nchwc(benchmark::State& state) {
   s.kh = s.kw = l.k;
   s.stride_h = s.stride_w = l.stride;
   s.pad_h = s.pad_w = l.pad;
-  const std::vector<float> w = random_floats(l.o * l.c * l.k * l.k, 2), b = random_floats(l.o, 3);
+  s.groups = l.groups;
+  const std::vector<float> w = random_floats(l.o * l.c / l.groups * l.k * l.k, 2), b = random_floats(l.o, 3);
   auto prepared = width == 0 ? nchwc::prepare_dense(w.data(), s) : nchwc::prepare_dense_width(w.data(), s, width);
   if (!prepared.ok()) {
     state.SkipWithError(prepared.status().message().c_str());
@@ -110,7 +117,7 @@ void BM_Nchwc(benchmark::State& state) {
   }
   std::vector<float> x = random_floats(nchwc::blocked_floats(1, l.c, l.h, l.w), 1);
   std::vector<float> y(static_cast<std::size_t>(nchwc::blocked_floats(1, l.o, oh, ow)));
-  const nchwc::Act xa{x.data(), 1, l.c, l.h, l.w, !l.plain_input}, ya{y.data(), 1, l.o, oh, ow, true};
+  const nchwc::Act xa{x.data(), 1, l.c, l.h, l.w, !l.plain_input}, ya{y.data(), 1, l.o, oh, ow, !l.plain_output};
   nchwc::Epilogue e;
   e.bias = b.data();
   for (auto _ : state) {
@@ -151,9 +158,10 @@ void BM_Plain(benchmark::State& state) {
   const Layer& l = kLayers[static_cast<std::size_t>(state.range(0))];
   const int threads = static_cast<int>(state.range(1));
   const std::int64_t oh = out_size(l.h, l), ow = out_size(l.w, l);
-  std::vector<float> x = random_floats(l.c * l.h * l.w, 1), w = random_floats(l.o * l.c * l.k * l.k, 2);
+  std::vector<float> x = random_floats(l.c * l.h * l.w, 1), w = random_floats(l.o * l.c / l.groups * l.k * l.k, 2);
   std::vector<float> b = random_floats(l.o, 3), y(static_cast<std::size_t>(l.o * oh * ow));
-  const std::array<TensorView, 3> in{view(x, {1, l.c, l.h, l.w}), view(w, {l.o, l.c, l.k, l.k}), view(b, {l.o})};
+  const std::array<TensorView, 3> in{view(x, {1, l.c, l.h, l.w}), view(w, {l.o, l.c / l.groups, l.k, l.k}),
+                                     view(b, {l.o})};
   std::array<TensorView, 1> out{view(y, {1, l.o, oh, ow})};
   const std::array<std::int64_t, 2> stride{l.stride, l.stride}, pad{l.pad, l.pad}, dil{1, 1};
   std::array<AttrValue, 4> attrs{};
@@ -162,7 +170,7 @@ void BM_Plain(benchmark::State& state) {
   attrs[1].ints = pad;
   attrs[2].ints = dil;
   attrs[3].type = AttrType::kInt;
-  attrs[3].i = 1;
+  attrs[3].i = l.groups;
   auto prepared = prepare_weights(OpKind::Conv2d, 1, in[1], attrs);
   if (!prepared.ok()) {
     state.SkipWithError(prepared.status().message().c_str());

@@ -10,13 +10,17 @@ if(KILN_SANITIZE)
   add_link_options(-fsanitize=${_kiln_san})
 endif()
 
-# Files named *_avx2.cpp hold AVX2/FMA code paths that are selected at run time.
+# Files named *_avx2.cpp hold AVX2/FMA code paths that are selected at run time, files named
+# *_avx512.cpp AVX-512 (F, VL, BW, DQ) ones.
 function(kiln_mark_avx2_sources)
   foreach(src IN LISTS ARGN)
     if(src MATCHES "_avx2\\.cpp$")
       # -O3 in every build type: these are the vector kernels, and GCC's -O2 vectorizer
       # ("very cheap" cost model) leaves loops such as softmax's exp unvectorized.
       set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-O3")
+    elseif(src MATCHES "_avx512\\.cpp$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS
+        "-mavx512f;-mavx512vl;-mavx512bw;-mavx512dq;-mavx2;-mfma;-mf16c;-O3")
     endif()
   endforeach()
 endfunction()

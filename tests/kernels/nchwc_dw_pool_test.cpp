@@ -172,5 +172,229 @@ TEST(NchwcReorder, TileCopiesAgreeOnEveryInstructionSet) {
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// Depthwise convolution
+
+constexpr FusedActivation kActivations[] = {
+    FusedActivation::kNone,      FusedActivation::kRelu,        FusedActivation::kRelu6,
+    FusedActivation::kHardswish, FusedActivation::kHardsigmoid, FusedActivation::kSilu,
+    FusedActivation::kGeluErf,   FusedActivation::kGeluTanh,
+};
+
+double activate(FusedActivation act, double v) {
+  switch (act) {
+    case FusedActivation::kNone: return v;
+    case FusedActivation::kRelu: return std::max(v, 0.0);
+    case FusedActivation::kRelu6: return std::min(std::max(v, 0.0), 6.0);
+    case FusedActivation::kHardswish: return v * std::min(std::max(v + 3.0, 0.0), 6.0) / 6.0;
+    case FusedActivation::kHardsigmoid: return std::min(std::max(v + 3.0, 0.0), 6.0) / 6.0;
+    case FusedActivation::kSilu: return v / (1.0 + std::exp(-v));
+    case FusedActivation::kGeluErf: return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    case FusedActivation::kGeluTanh:
+      return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+  }
+  return v;
+}
+
+enum class Residual { kNone, kPlain, kBlocked };
+
+struct DwCase {
+  std::int64_t n, c, h, w, kh, kw;
+  std::int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  bool bias;
+  std::int64_t oh() const { return (h + 2 * pad_h - dilation_h * (kh - 1) - 1) / stride_h + 1; }
+  std::int64_t ow() const { return (w + 2 * pad_w - dilation_w * (kw - 1) - 1) / stride_w + 1; }
+  bool valid() const { return oh() >= 1 && ow() >= 1; }
+  ConvShape shape() const {
+    ConvShape s;
+    s.in_channels = s.out_channels = s.groups = c;
+    s.kh = kh;
+    s.kw = kw;
+    s.stride_h = stride_h;
+    s.stride_w = stride_w;
+    s.pad_h = pad_h;
+    s.pad_w = pad_w;
+    s.dilation_h = dilation_h;
+    s.dilation_w = dilation_w;
+    return s;
+  }
+  std::string text() const {
+    std::ostringstream s;
+    s << "x [" << n << "," << c << "," << h << "," << w << "] kernel " << kh << "x" << kw << " stride " << stride_h
+      << "," << stride_w << " pad " << pad_h << "," << pad_w << " dilation " << dilation_h << "," << dilation_w
+      << (bias ? " bias" : "");
+    return s.str();
+  }
+};
+
+// The exact convolution plus bias (before the residual and the activation), [n][c][oh][ow].
+std::vector<double> dw_reference(const DwCase& c, const Tensor4& x, const std::vector<float>& w,
+                                 const std::vector<float>& b) {
+  const std::int64_t oh = c.oh(), ow = c.ow();
+  std::vector<double> y(static_cast<std::size_t>(c.n * c.c * oh * ow));
+  for (std::int64_t img = 0; img < c.n; ++img) {
+    for (std::int64_t ch = 0; ch < c.c; ++ch) {
+      for (std::int64_t oy = 0; oy < oh; ++oy) {
+        for (std::int64_t ox = 0; ox < ow; ++ox) {
+          double sum = c.bias ? b[static_cast<std::size_t>(ch)] : 0.0;
+          for (std::int64_t i = 0; i < c.kh; ++i) {
+            for (std::int64_t j = 0; j < c.kw; ++j) {
+              const std::int64_t iy = oy * c.stride_h - c.pad_h + i * c.dilation_h;
+              const std::int64_t ix = ox * c.stride_w - c.pad_w + j * c.dilation_w;
+              if (iy < 0 || iy >= c.h || ix < 0 || ix >= c.w) continue;
+              sum += x.at(img, ch, iy, ix) * w[static_cast<std::size_t>((ch * c.kh + i) * c.kw + j)];
+            }
+          }
+          y[static_cast<std::size_t>(((img * c.c + ch) * oh + oy) * ow + ox)] = sum;
+        }
+      }
+    }
+  }
+  return y;
+}
+
+// Every real element of `got` within tolerance of act(sums + residual), padded lanes finite,
+// canaries intact.
+::testing::AssertionResult dw_output_matches(Buffer& got, const std::vector<double>& sums, const Tensor4* residual,
+                                             FusedActivation act) {
+  const Act& y = got.act;
+  for (std::int64_t img = 0; img < y.n; ++img) {
+    for (std::int64_t ch = 0; ch < y.c; ++ch) {
+      for (std::int64_t oy = 0; oy < y.h; ++oy) {
+        for (std::int64_t ox = 0; ox < y.w; ++ox) {
+          double v = sums[static_cast<std::size_t>(((img * y.c + ch) * y.h + oy) * y.w + ox)];
+          if (residual != nullptr) v += residual->at(img, ch, oy, ox);
+          const double want = activate(act, v);
+          const float g = got.at(img, ch, oy, ox);
+          if (!(std::abs(g - want) <= 5e-5 + 1e-5 * std::abs(want))) {
+            return ::testing::AssertionFailure() << "y(" << img << "," << ch << "," << oy << "," << ox << ") = " << g
+                                                 << ", want " << want;
+          }
+        }
+      }
+    }
+  }
+  if (!got.padded_lanes_finite()) return ::testing::AssertionFailure() << "a padded lane is not finite";
+  if (!got.canary_intact()) return ::testing::AssertionFailure() << "wrote past the output";
+  return ::testing::AssertionSuccess();
+}
+
+// Runs the case in every layout pair, with no / plain / blocked residual, on 1 and 2
+// threads; activations: all of them when `every_act`, else one per run, rotating.
+void expect_depthwise_matches(const DwCase& c, std::mt19937& rng, bool every_act) {
+  ASSERT_TRUE(c.valid()) << c.text();
+  ASSERT_TRUE(depthwise_supported(c.shape())) << c.text();
+  const Tensor4 x(c.n, c.c, c.h, c.w, rng);
+  const Tensor4 wt(c.c, 1, c.kh, c.kw, rng, -1.0f, 1.0f);
+  const Tensor4 bt(1, 1, 1, c.c, rng, -1.0f, 1.0f);
+  const Tensor4 residual(c.n, c.c, c.oh(), c.ow(), rng);
+  const std::vector<double> sums = dw_reference(c, x, wt.values, bt.values);
+  auto prepared = prepare_depthwise(wt.values.data(), c.shape());
+  ASSERT_TRUE(prepared.ok()) << prepared.status().message();
+  const DepthwiseWeights& weights = *prepared.value();
+  ThreadPool one(1), two(2);
+  int rotation = 0;
+  for (ThreadPool* pool : {&one, &two}) {
+    for (bool in_blocked : {false, true}) {
+      const Buffer xb = x.store(in_blocked);
+      for (bool out_blocked : {false, true}) {
+        for (Residual r : {Residual::kNone, Residual::kPlain, Residual::kBlocked}) {
+          const Buffer rb = residual.store(r == Residual::kBlocked);
+          for (FusedActivation act : kActivations) {
+            if (!every_act && (rotation++ % 4) != 0) continue;
+            Buffer y(c.n, c.c, c.oh(), c.ow(), out_blocked, std::numeric_limits<float>::quiet_NaN());
+            Epilogue e;
+            e.bias = c.bias ? bt.values.data() : nullptr;
+            e.residual = r == Residual::kNone ? nullptr : &rb.act;
+            e.act = act;
+            const Status st = conv2d_depthwise(xb.act, weights, c.shape(), e, y.act, *pool);
+            ASSERT_TRUE(st.ok()) << st.message();
+            ASSERT_TRUE(dw_output_matches(y, sums, r == Residual::kNone ? nullptr : &residual, act))
+                << c.text() << ", " << layouts(in_blocked, out_blocked) << ", residual " << static_cast<int>(r) << ", "
+                << activation_name(act) << ", " << pool->num_threads() << " threads";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(NchwcDepthwise, MatchesReferenceOnMobileNetShapes) {
+  std::mt19937 rng(1410);
+  // Scaled-down mobile-network layers: 3x3, 5x5, 7x7 at stride 1 and 2 (the register tiles),
+  // planes from 1x1 to 29x29 (tiles of 1..8 pixels, windows crossing both edges), channel
+  // counts leaving 0..7 padded lanes.
+  const std::vector<DwCase> cases = {
+      {1, 32, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1, true},  {1, 24, 29, 29, 3, 3, 2, 2, 1, 1, 1, 1, true},
+      {1, 13, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, true},    {2, 9, 14, 14, 5, 5, 1, 1, 2, 2, 1, 1, true},
+      {1, 20, 15, 15, 5, 5, 2, 2, 2, 2, 1, 1, false}, {1, 17, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, true},
+      {1, 8, 4, 4, 3, 3, 2, 2, 1, 1, 1, 1, true},     {3, 3, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, true},
+      {1, 96, 19, 21, 7, 7, 1, 1, 3, 3, 1, 1, true},  {1, 1, 17, 23, 7, 7, 2, 2, 3, 3, 1, 1, false},
+  };
+  for (const DwCase& c : cases) expect_depthwise_matches(c, rng, true);
+}
+
+TEST(NchwcDepthwise, MatchesReferenceOverRandomShapes) {
+  std::mt19937 rng(1411);
+  std::uniform_int_distribution<std::int64_t> batch(1, 3), channels(1, 21), size(1, 23), kernel(1, 7), stride(1, 3),
+      dilation(1, 2), pad(0, 3), coin(0, 1);
+  int ran = 0;
+  for (int trial = 0; ran < 40 && trial < 400; ++trial) {
+    DwCase c{batch(rng) == 3 ? 3 : 1, channels(rng), size(rng), size(rng), kernel(rng), kernel(rng), stride(rng),
+             stride(rng), pad(rng), pad(rng), 1, 1, coin(rng) == 1};
+    if (coin(rng) == 1) {
+      c.dilation_h = dilation(rng);
+      c.dilation_w = dilation(rng);
+    }
+    if (!c.valid()) continue;  // the window does not fit: not a valid layer
+    ++ran;
+    expect_depthwise_matches(c, rng, false);
+  }
+  EXPECT_EQ(ran, 40);
+}
+
+TEST(NchwcDepthwise, HandlesWideRowsAndTallKernels) {
+  std::mt19937 rng(1412);
+  // Rows of 8k+r pixels (tiles of every width), 1x7 and 7x1 kernels (the generic tile), a
+  // 16-row kernel, a stride wider than the kernel, padding wider than the plane.
+  const std::vector<DwCase> cases = {
+      {1, 10, 3, 61, 1, 7, 1, 1, 0, 3, 1, 1, true},   {1, 10, 19, 5, 7, 1, 1, 1, 3, 0, 1, 1, true},
+      {1, 3, 20, 9, 16, 4, 1, 1, 2, 1, 1, 1, true},   {1, 12, 17, 33, 2, 2, 3, 3, 0, 0, 1, 1, false},
+      {1, 11, 40, 113, 3, 3, 2, 2, 1, 1, 1, 1, true}, {1, 9, 2, 3, 3, 3, 1, 1, 3, 3, 1, 1, true},
+      {1, 16, 9, 57, 5, 5, 2, 2, 2, 2, 1, 1, true},
+  };
+  for (const DwCase& c : cases) expect_depthwise_matches(c, rng, false);
+}
+
+// y may be the residual itself (y = act(conv(x) + y)), in either layout.
+TEST(NchwcDepthwise, ResidualMayBeTheOutput) {
+  std::mt19937 rng(1413);
+  const DwCase c{2, 13, 11, 10, 3, 3, 1, 1, 1, 1, 1, 1, true};
+  const Tensor4 x(c.n, c.c, c.h, c.w, rng), wt(c.c, 1, 3, 3, rng), bt(1, 1, 1, c.c, rng), residual(c.n, c.c, 11, 10, rng);
+  const std::vector<double> sums = dw_reference(c, x, wt.values, bt.values);
+  auto prepared = prepare_depthwise(wt.values.data(), c.shape());
+  ASSERT_TRUE(prepared.ok());
+  ThreadPool two(2);
+  for (bool blocked : {false, true}) {
+    const Buffer xb = x.store(blocked);
+    Buffer y = residual.store(blocked, 0.0f);
+    Epilogue e{bt.values.data(), &y.act, FusedActivation::kRelu6};
+    ASSERT_TRUE(conv2d_depthwise(xb.act, *prepared.value(), c.shape(), e, y.act, two).ok());
+    EXPECT_TRUE(dw_output_matches(y, sums, &residual, FusedActivation::kRelu6)) << (blocked ? "blocked" : "plain");
+  }
+}
+
+TEST(NchwcDepthwise, SupportsOnlyOneChannelPerGroup) {
+  ConvShape s;
+  s.in_channels = s.out_channels = s.groups = 24;
+  s.kh = s.kw = 3;
+  EXPECT_TRUE(depthwise_supported(s));
+  s.groups = 12;
+  EXPECT_FALSE(depthwise_supported(s));
+  s.groups = 24;
+  s.out_channels = 48;
+  EXPECT_FALSE(depthwise_supported(s));
+}
+
 }  // namespace
 }  // namespace kiln::cpu::nchwc

@@ -7,6 +7,7 @@
 // (element (y, x, lane) at (y * w + x) * 8 + lane).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 
@@ -62,12 +63,17 @@ struct DepthwiseRow {
   InRegister act;
   std::int64_t lanes;  // 1..8
   float* output;       // this row's [ow][8]
-  float* scratch;      // depthwise_scratch_floats(...) floats
+  // The columns (plan_depthwise_columns): output columns [inner_begin, inner_end) read only
+  // inside the row; the row goes in `tiles` tiles of ow / tiles or one more pixels (<= 8).
+  std::int64_t inner_begin, inner_end, tiles;
 };
-/// Scratch of a depthwise_row call: the zero-padded window of one border tile.
-inline std::int64_t depthwise_scratch_floats(std::int64_t kh, std::int64_t kw, std::int64_t stride_w,
-                                             std::int64_t dilation_w) {
-  return kh * (7 * stride_w + (kw - 1) * dilation_w + 1) * kBlock;
+
+inline void plan_depthwise_columns(DepthwiseRow& a) {
+  const std::int64_t sw = a.stride_w;
+  a.inner_begin = std::min((a.pad_w + sw - 1) / sw, a.ow);
+  const std::int64_t right = a.w - 1 + a.pad_w - (a.kw - 1) * a.dilation_w;  // the last in-row tap start
+  a.inner_end = std::clamp<std::int64_t>(right < 0 ? 0 : right / sw + 1, a.inner_begin, a.ow);
+  a.tiles = (a.ow + 7) / 8;
 }
 
 struct DepthwiseKernels {

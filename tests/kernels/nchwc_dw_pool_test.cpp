@@ -396,5 +396,236 @@ TEST(NchwcDepthwise, SupportsOnlyOneChannelPerGroup) {
   EXPECT_FALSE(depthwise_supported(s));
 }
 
+// ---------------------------------------------------------------------------------------
+// Pools
+
+// pool.cpp's output size (window_output_size): floor or ceil, and a ceil window that would
+// start in the right padding dropped.
+std::int64_t pool_out(std::int64_t in, std::int64_t k, std::int64_t stride, std::int64_t pad, std::int64_t dilation,
+                      bool ceil_mode) {
+  const std::int64_t num = in + 2 * pad - (dilation * (k - 1) + 1) + (ceil_mode ? stride - 1 : 0);
+  std::int64_t out = (num >= 0 ? num / stride : -((-num + stride - 1) / stride)) + 1;
+  if (ceil_mode && out > 0 && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+struct PoolCase {
+  std::int64_t n, c, h, w, kh, kw, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  bool ceil_mode, count_include_pad;
+  PoolShape shape() const {
+    return PoolShape{kh, kw, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, count_include_pad};
+  }
+  std::int64_t oh(bool dilated) const { return pool_out(h, kh, stride_h, pad_h, dilated ? dilation_h : 1, ceil_mode); }
+  std::int64_t ow(bool dilated) const { return pool_out(w, kw, stride_w, pad_w, dilated ? dilation_w : 1, ceil_mode); }
+  std::string text() const {
+    std::ostringstream s;
+    s << "x [" << n << "," << c << "," << h << "," << w << "] kernel " << kh << "x" << kw << " stride " << stride_h
+      << "," << stride_w << " pad " << pad_h << "," << pad_w << " dilation " << dilation_h << "," << dilation_w
+      << (ceil_mode ? " ceil" : "") << (count_include_pad ? " count_include_pad" : "");
+    return s.str();
+  }
+};
+
+double max_reference(const PoolCase& c, const Tensor4& x, std::int64_t img, std::int64_t ch, std::int64_t oy,
+                     std::int64_t ox) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (std::int64_t i = 0; i < c.kh; ++i) {
+    for (std::int64_t j = 0; j < c.kw; ++j) {
+      const std::int64_t iy = oy * c.stride_h - c.pad_h + i * c.dilation_h;
+      const std::int64_t ix = ox * c.stride_w - c.pad_w + j * c.dilation_w;
+      if (iy < 0 || iy >= c.h || ix < 0 || ix >= c.w) continue;
+      const double v = x.at(img, ch, iy, ix);
+      if (std::isnan(v)) return v;
+      m = std::max(m, v);
+    }
+  }
+  return m;
+}
+
+double avg_reference(const PoolCase& c, const Tensor4& x, std::int64_t img, std::int64_t ch, std::int64_t oy,
+                     std::int64_t ox) {
+  const std::int64_t y0 = oy * c.stride_h - c.pad_h, y1 = std::min(y0 + c.kh, c.h + c.pad_h);
+  const std::int64_t x0 = ox * c.stride_w - c.pad_w, x1 = std::min(x0 + c.kw, c.w + c.pad_w);
+  double sum = 0.0;
+  std::int64_t inside = 0;
+  for (std::int64_t iy = std::max<std::int64_t>(y0, 0); iy < std::min(y1, c.h); ++iy) {
+    for (std::int64_t ix = std::max<std::int64_t>(x0, 0); ix < std::min(x1, c.w); ++ix) {
+      sum += x.at(img, ch, iy, ix);
+      ++inside;
+    }
+  }
+  if (inside == 0) return 0.0;
+  return sum / static_cast<double>(c.count_include_pad ? (y1 - y0) * (x1 - x0) : inside);
+}
+
+// Every real element of `got` within tolerance of want(img, ch, oy, ox) (exactly, with
+// NaN equal to NaN, when `exact`), padded lanes finite, canaries intact.
+template <typename Want>
+::testing::AssertionResult pool_output_matches(Buffer& got, bool exact, const Want& want) {
+  const Act& y = got.act;
+  for (std::int64_t img = 0; img < y.n; ++img) {
+    for (std::int64_t ch = 0; ch < y.c; ++ch) {
+      for (std::int64_t oy = 0; oy < y.h; ++oy) {
+        for (std::int64_t ox = 0; ox < y.w; ++ox) {
+          const double w = want(img, ch, oy, ox);
+          const float g = got.at(img, ch, oy, ox);
+          const bool ok = exact ? (std::isnan(w) ? std::isnan(g) : g == w)
+                                : std::abs(g - w) <= 1e-6 + 1e-5 * std::abs(w);
+          if (!ok) {
+            return ::testing::AssertionFailure() << "y(" << img << "," << ch << "," << oy << "," << ox << ") = " << g
+                                                 << ", want " << w;
+          }
+        }
+      }
+    }
+  }
+  if (!got.padded_lanes_finite()) return ::testing::AssertionFailure() << "a padded lane is not finite";
+  if (!got.canary_intact()) return ::testing::AssertionFailure() << "wrote past the output";
+  return ::testing::AssertionSuccess();
+}
+
+// Calls run(x, y, pool) for every layout pair and thread count and checks y against want.
+template <typename Run, typename Want>
+void expect_pool_matches(const std::string& what, const Tensor4& x, std::int64_t oh, std::int64_t ow, bool exact,
+                         const Run& run, const Want& want) {
+  ThreadPool one(1), two(2);
+  for (ThreadPool* pool : {&one, &two}) {
+    for (bool in_blocked : {false, true}) {
+      const Buffer xb = x.store(in_blocked);
+      for (bool out_blocked : {false, true}) {
+        Buffer y(x.n, x.c, oh, ow, out_blocked, std::numeric_limits<float>::quiet_NaN());
+        const Status st = run(xb.act, y.act, *pool);
+        ASSERT_TRUE(st.ok()) << st.message();
+        ASSERT_TRUE(pool_output_matches(y, exact, want))
+            << what << ", " << layouts(in_blocked, out_blocked) << ", " << pool->num_threads() << " threads";
+      }
+    }
+  }
+}
+
+void expect_max_pool_matches(const PoolCase& c, const Tensor4& x) {
+  expect_pool_matches(
+      "max_pool2d " + c.text(), x, c.oh(true), c.ow(true), true,
+      [&](const Act& xa, const Act& ya, ThreadPool& pool) { return max_pool2d(xa, c.shape(), ya, pool); },
+      [&](std::int64_t img, std::int64_t ch, std::int64_t oy, std::int64_t ox) {
+        return max_reference(c, x, img, ch, oy, ox);
+      });
+}
+
+void expect_avg_pool_matches(const PoolCase& c, const Tensor4& x) {
+  expect_pool_matches(
+      "avg_pool2d " + c.text(), x, c.oh(false), c.ow(false), false,
+      [&](const Act& xa, const Act& ya, ThreadPool& pool) { return avg_pool2d(xa, c.shape(), ya, pool); },
+      [&](std::int64_t img, std::int64_t ch, std::int64_t oy, std::int64_t ox) {
+        return avg_reference(c, x, img, ch, oy, ox);
+      });
+}
+
+// Random pools with pool.cpp's constraint (padding at most half the kernel).
+PoolCase random_pool(std::mt19937& rng) {
+  std::uniform_int_distribution<std::int64_t> channels(1, 21), size(1, 23), kernel(1, 5), stride(1, 3),
+      dilation(1, 2), coin(0, 1);
+  for (;;) {
+    PoolCase c{coin(rng) == 1 ? 3 : 1, channels(rng), size(rng), size(rng), kernel(rng), kernel(rng), stride(rng),
+               stride(rng), 0, 0, 1, 1, coin(rng) == 1, coin(rng) == 1};
+    c.pad_h = std::uniform_int_distribution<std::int64_t>(0, c.kh / 2)(rng);
+    c.pad_w = std::uniform_int_distribution<std::int64_t>(0, c.kw / 2)(rng);
+    if (coin(rng) == 1) {
+      c.dilation_h = dilation(rng);
+      c.dilation_w = dilation(rng);
+    }
+    if (c.oh(true) >= 1 && c.ow(true) >= 1 && c.oh(false) >= 1 && c.ow(false) >= 1) return c;
+  }
+}
+
+TEST(NchwcPool, MaxAndAvgMatchReferenceOnNetworkShapes) {
+  std::mt19937 rng(1420);
+  const std::vector<PoolCase> cases = {
+      {1, 64, 28, 28, 3, 3, 2, 2, 1, 1, 1, 1, false, true},   // resnet's stem max pool, scaled down
+      {1, 13, 27, 27, 3, 3, 2, 2, 0, 0, 1, 1, true, true},    // ceil_mode: a last partial window
+      {2, 17, 7, 9, 2, 2, 2, 2, 0, 0, 1, 1, true, false},     // ceil_mode on odd planes
+      {1, 24, 13, 40, 3, 3, 1, 1, 1, 1, 1, 1, false, false},  // stride 1, count_include_pad off
+      {1, 9, 14, 14, 5, 3, 3, 2, 2, 1, 2, 2, true, true},     // dilation (max) and stride 3
+      {3, 3, 5, 5, 5, 5, 1, 1, 2, 2, 1, 1, false, false},     // windows mostly padding
+  };
+  for (const PoolCase& c : cases) {
+    const Tensor4 x(c.n, c.c, c.h, c.w, rng);
+    expect_max_pool_matches(c, x);
+    expect_avg_pool_matches(c, x);
+  }
+}
+
+TEST(NchwcPool, MaxAndAvgMatchReferenceOverRandomShapes) {
+  std::mt19937 rng(1421);
+  for (int trial = 0; trial < 40; ++trial) {
+    const PoolCase c = random_pool(rng);
+    const Tensor4 x(c.n, c.c, c.h, c.w, rng);
+    expect_max_pool_matches(c, x);
+    expect_avg_pool_matches(c, x);
+  }
+}
+
+TEST(NchwcPool, MaxPropagatesNanAndKeepsInfinities) {
+  std::mt19937 rng(1422);
+  const PoolCase c{1, 11, 12, 19, 3, 3, 2, 2, 1, 1, 1, 1, true, true};
+  Tensor4 x(c.n, c.c, c.h, c.w, rng);
+  std::uniform_int_distribution<std::size_t> at(0, x.values.size() - 1);
+  for (int i = 0; i < 12; ++i) x.values[at(rng)] = std::numeric_limits<float>::quiet_NaN();
+  for (int i = 0; i < 12; ++i) x.values[at(rng)] = std::numeric_limits<float>::infinity();
+  for (std::size_t i = 0; i < x.values.size(); i += 3) x.values[i] = -std::numeric_limits<float>::infinity();
+  for (std::int64_t y = 0; y < c.h; ++y) {  // a channel of -inf only: windows of -inf
+    for (std::int64_t xx = 0; xx < c.w; ++xx) {
+      x.values[static_cast<std::size_t>((9 * c.h + y) * c.w + xx)] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  expect_max_pool_matches(c, x);
+}
+
+TEST(NchwcPool, AdaptiveAvgMatchesReference) {
+  std::mt19937 rng(1423);
+  std::uniform_int_distribution<std::int64_t> channels(1, 21), size(1, 23), coin(0, 1);
+  for (int trial = 0; trial < 30; ++trial) {
+    const std::int64_t n = coin(rng) == 1 ? 3 : 1, c = channels(rng), h = size(rng), w = size(rng);
+    // Global (1x1), classifier-style 7x7, and bins both narrower and wider than a pixel.
+    const std::int64_t oh = trial % 3 == 0 ? 1 : trial % 3 == 1 ? std::min<std::int64_t>(7, h + 2) : size(rng);
+    const std::int64_t ow = trial % 3 == 0 ? 1 : trial % 3 == 1 ? std::min<std::int64_t>(7, w + 2) : size(rng);
+    const Tensor4 x(n, c, h, w, rng);
+    std::ostringstream what;
+    what << "adaptive_avg_pool2d [" << n << "," << c << "," << h << "," << w << "] -> " << oh << "x" << ow;
+    expect_pool_matches(
+        what.str(), x, oh, ow, false,
+        [&](const Act& xa, const Act& ya, ThreadPool& pool) { return adaptive_avg_pool2d(xa, ya, pool); },
+        [&](std::int64_t img, std::int64_t ch, std::int64_t oy, std::int64_t ox) {
+          const std::int64_t y0 = oy * h / oh, y1 = ((oy + 1) * h + oh - 1) / oh;
+          const std::int64_t x0 = ox * w / ow, x1 = ((ox + 1) * w + ow - 1) / ow;
+          double sum = 0.0;
+          for (std::int64_t iy = y0; iy < y1; ++iy) {
+            for (std::int64_t ix = x0; ix < x1; ++ix) sum += x.at(img, ch, iy, ix);
+          }
+          return sum / static_cast<double>((y1 - y0) * (x1 - x0));
+        });
+  }
+}
+
+TEST(NchwcPool, MeanHwMatchesReference) {
+  std::mt19937 rng(1424);
+  std::uniform_int_distribution<std::int64_t> channels(1, 40), size(1, 60), coin(0, 1);
+  for (int trial = 0; trial < 30; ++trial) {
+    const std::int64_t n = coin(rng) == 1 ? 3 : 1, c = channels(rng), h = size(rng), w = size(rng);
+    const Tensor4 x(n, c, h, w, rng, -1.0f, 3.0f);
+    std::ostringstream what;
+    what << "mean_hw [" << n << "," << c << "," << h << "," << w << "]";
+    expect_pool_matches(
+        what.str(), x, 1, 1, false, [&](const Act& xa, const Act& ya, ThreadPool& pool) { return mean_hw(xa, ya, pool); },
+        [&](std::int64_t img, std::int64_t ch, std::int64_t, std::int64_t) {
+          double sum = 0.0;
+          for (std::int64_t iy = 0; iy < h; ++iy) {
+            for (std::int64_t ix = 0; ix < w; ++ix) sum += x.at(img, ch, iy, ix);
+          }
+          return sum / static_cast<double>(h * w);
+        });
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cpu::nchwc

@@ -86,8 +86,9 @@ const DepthwiseKernels& depthwise_kernels_avx2();
 // ---------------------------------------------------------------------------------------
 // Pools (pool_nchwc.inc, in pool_nchwc.cpp and pool_nchwc_avx2.cpp)
 
-/// One output row of one channel block of a pool (pool.cpp's semantics; adaptive: kh..
-/// dilation unused, bins from h/w and oh/ow); lanes >= `lanes` stored as 0.
+/// One output row of one channel block of a pool (pool.cpp's semantics; avg: no
+/// dilation; adaptive: kh.. dilation unused, bins from h/w and oh/ow); lanes >= `lanes`
+/// stored as 0.
 struct PoolRow {
   const float* input;  // [h][w][8]
   std::int64_t h, w;
@@ -96,7 +97,19 @@ struct PoolRow {
   std::int64_t oh, ow;
   std::int64_t lanes;
   float* output;  // this row's [ow][8]
+  /// max / avg: output columns [inner_begin, inner_end) whose windows lie inside the row
+  /// (plan_pool_columns).
+  std::int64_t inner_begin, inner_end;
 };
+
+/// The columns whose windows (kw taps dilation_w apart, or kw contiguous ones when
+/// `dilated` is false: avg_pool2d) start at or after column 0 and end inside the row.
+inline void plan_pool_columns(PoolRow& a, bool dilated) {
+  const std::int64_t sw = a.stride_w, span = (a.kw - 1) * (dilated ? a.dilation_w : 1);
+  a.inner_begin = std::min((a.pad_w + sw - 1) / sw, a.ow);
+  const std::int64_t right = a.w - 1 + a.pad_w - span;
+  a.inner_end = std::clamp<std::int64_t>(right < 0 ? 0 : right / sw + 1, a.inner_begin, a.ow);
+}
 
 struct PoolKernels {
   void (*max_row)(const PoolRow& a, std::int64_t oy);

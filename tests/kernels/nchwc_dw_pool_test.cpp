@@ -362,6 +362,8 @@ TEST(NchwcDepthwise, HandlesWideRowsAndTallKernels) {
       {1, 3, 20, 9, 16, 4, 1, 1, 2, 1, 1, 1, true},   {1, 12, 17, 33, 2, 2, 3, 3, 0, 0, 1, 1, false},
       {1, 11, 40, 113, 3, 3, 2, 2, 1, 1, 1, 1, true}, {1, 9, 2, 3, 3, 3, 1, 1, 3, 3, 1, 1, true},
       {1, 16, 9, 57, 5, 5, 2, 2, 2, 2, 1, 1, true},
+      // Planes over several bands (~2K pixels each), dilated rows across band edges.
+      {1, 5, 50, 90, 5, 3, 1, 2, 2, 1, 2, 1, true},   {2, 9, 70, 70, 3, 3, 2, 2, 1, 1, 1, 1, false},
   };
   for (const DwCase& c : cases) expect_depthwise_matches(c, rng, false);
 }
@@ -547,6 +549,8 @@ TEST(NchwcPool, MaxAndAvgMatchReferenceOnNetworkShapes) {
       {1, 24, 13, 40, 3, 3, 1, 1, 1, 1, 1, 1, false, false},  // stride 1, count_include_pad off
       {1, 9, 14, 14, 5, 3, 3, 2, 2, 1, 2, 2, true, true},     // dilation (max) and stride 3
       {3, 3, 5, 5, 5, 5, 1, 1, 2, 2, 1, 1, false, false},     // windows mostly padding
+      {1, 11, 61, 67, 3, 3, 2, 2, 1, 1, 2, 2, true, true},    // several bands of rows
+      {2, 5, 90, 45, 4, 2, 1, 1, 2, 1, 1, 1, false, false},
   };
   for (const PoolCase& c : cases) {
     const Tensor4 x(c.n, c.c, c.h, c.w, rng);
@@ -585,7 +589,8 @@ TEST(NchwcPool, AdaptiveAvgMatchesReference) {
   std::mt19937 rng(1423);
   std::uniform_int_distribution<std::int64_t> channels(1, 21), size(1, 23), coin(0, 1);
   for (int trial = 0; trial < 30; ++trial) {
-    const std::int64_t n = coin(rng) == 1 ? 3 : 1, c = channels(rng), h = size(rng), w = size(rng);
+    const std::int64_t n = coin(rng) == 1 ? 3 : 1, c = channels(rng);
+    const std::int64_t h = trial < 3 ? 60 + trial : size(rng), w = trial < 3 ? 70 : size(rng);  // several bands
     // Global (1x1), classifier-style 7x7, and bins both narrower and wider than a pixel.
     const std::int64_t oh = trial % 3 == 0 ? 1 : trial % 3 == 1 ? std::min<std::int64_t>(7, h + 2) : size(rng);
     const std::int64_t ow = trial % 3 == 0 ? 1 : trial % 3 == 1 ? std::min<std::int64_t>(7, w + 2) : size(rng);

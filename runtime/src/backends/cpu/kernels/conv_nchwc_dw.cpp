@@ -2,10 +2,10 @@
 // that threads over (image, channel block, output row), and the portable build of the row
 // kernel (conv_nchwc_dw.inc; the AVX2 build is conv_nchwc_dw_avx2.cpp).
 //
-// A plain input is reordered once (to_blocked, threaded) before the rows run; a plain
-// residual row is packed into pixel vectors, and a plain output row is computed into a
-// row of pixel vectors and unpacked into its 8 channel planes, each while it is in cache.
-#include <atomic>
+// The rows go in bands of one (image, block): a plain input's rows a band reads are
+// packed into pixel vectors, likewise a plain residual's band, and a plain output band is
+// computed into pixel vectors and unpacked into its channel planes, each while in cache.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -29,7 +29,7 @@ namespace dw_portable {
 #include "backends/cpu/kernels/conv_nchwc_dw.inc"
 #undef NCHWC_FMA8
 
-constexpr DepthwiseKernels kTable{depthwise_row};
+constexpr DepthwiseKernels kTable{depthwise_rows};
 
 }  // namespace dw_portable
 
@@ -60,7 +60,7 @@ class PreparedDepthwise final : public DepthwiseWeights {
 
 // The row kernel's clamp and in-register activation for `act`; true when `act` runs over
 // the stored row instead (silu, gelu).
-bool in_register(FusedActivation act, detail::DepthwiseRow& a) {
+bool in_register(FusedActivation act, detail::DepthwiseRows& a) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   a.lo = -kInf;
   a.hi = kInf;
@@ -108,21 +108,19 @@ Result<std::unique_ptr<DepthwiseWeights>> prepare_depthwise(const float* w, cons
 Status conv2d_depthwise(const Act& x, const DepthwiseWeights& weights, const ConvShape& s, const Epilogue& e,
                         const Act& y, ThreadPool& pool) {
   const auto& w = static_cast<const PreparedDepthwise&>(weights);
-  std::unique_ptr<float[]> x_copy;
-  const float* in = detail::blocked_input(x, x_copy, pool);
-  if (in == nullptr) {
-    return kernels::op_error(StatusCode::kUnavailable, "conv2d_depthwise", "cannot allocate ",
-                             blocked_floats(x.n, x.c, x.h, x.w), " floats for the blocked input");
-  }
   const std::int64_t channels = y.c, blocks = (channels + kBlock - 1) / kBlock, oh = y.h, ow = y.w;
-  const std::int64_t rows = y.n * blocks * oh;
   const Act* res = e.residual;
-  const bool plain_out = !y.blocked, plain_res = res != nullptr && !res->blocked;
-  const std::int64_t scratch_floats = ((plain_out ? 1 : 0) + (plain_res ? 1 : 0)) * ow * kBlock;
-  const auto row_kernel = detail::depthwise_kernels().row;
+  const bool plain_in = !x.blocked, plain_out = !y.blocked, plain_res = res != nullptr && !res->blocked;
+  const std::int64_t span_h = (s.kh - 1) * s.dilation_h + 1;
+  // Bands of ~2K output pixels (and input rows of at most 2K pixels): a plain side's band
+  // is packed or unpacked in one pass, in cache.
+  const std::int64_t band = detail::band_rows(2048, ow, x.w, s.stride_h, span_h);
+  const std::int64_t in_floats = plain_in ? std::min((band - 1) * s.stride_h + span_h, x.h) * x.w * kBlock : 0;
+  const std::int64_t out_floats = plain_out ? band * ow * kBlock : 0, res_floats = plain_res ? band * ow * kBlock : 0;
+  const auto rows_kernel = detail::depthwise_kernels().rows;
   const detail::TileKernels& tiles = detail::tile_kernels();
 
-  detail::DepthwiseRow proto{};
+  detail::DepthwiseRows proto{};
   const bool fused = in_register(e.act, proto);
   proto.h = x.h;
   proto.w = x.w;
@@ -137,58 +135,42 @@ Status conv2d_depthwise(const Act& x, const DepthwiseWeights& weights, const Con
   proto.ow = ow;
   detail::plan_depthwise_columns(proto);
 
-  std::atomic<bool> failed{false};
-  // Chunks of whole rows, at least ~16K multiply-adds of 8 lanes each.
-  pool.parallel_for(rows, pool.even_grain(rows, ow * s.kh * s.kw, 1 << 14), [&](std::int64_t begin, std::int64_t end) {
-    std::unique_ptr<float[]> scratch;
-    if (scratch_floats > 0) {
-      scratch.reset(new (std::nothrow) float[static_cast<std::size_t>(scratch_floats)]);
-      if (scratch == nullptr) {
-        failed = true;
-        return;
-      }
-    }
-    float* out_row = scratch.get();
-    float* res_row = plain_out ? out_row + ow * kBlock : out_row;
-    alignas(32) float bias[kBlock];
-    detail::DepthwiseRow a = proto;
-    a.bias = bias;
-    std::int64_t oy = begin % oh, block = begin / oh % blocks, image = begin / oh / blocks;
-    for (std::int64_t i = begin; i < end; ++i) {
-      const std::int64_t lanes = detail::block_channels(channels, block);
-      if (i == begin || oy == 0) {  // a new (image, block)
-        a.input = in + (image * blocks + block) * x.h * x.w * kBlock;
+  const bool ok = detail::for_each_band(
+      pool, y.n, blocks, oh, band, ow * s.kh * s.kw, in_floats + out_floats + res_floats,
+      [&](std::int64_t image, std::int64_t block, std::int64_t oy0, std::int64_t oy1, float* scratch) {
+        float* in_buf = scratch;
+        float* out_buf = in_buf + in_floats;
+        float* res_buf = out_buf + out_floats;
+        const std::int64_t lanes = detail::block_channels(channels, block), count = (oy1 - oy0) * ow;
+        alignas(32) float bias[kBlock];
+        for (std::int64_t l = 0; l < kBlock; ++l) bias[l] = e.bias != nullptr && l < lanes ? e.bias[block * kBlock + l] : 0.0f;
+        detail::DepthwiseRows a = proto;
+        a.bias = bias;
         a.weights = w.block(block);
         a.lanes = lanes;
-        for (std::int64_t l = 0; l < kBlock; ++l) bias[l] = e.bias != nullptr && l < lanes ? e.bias[block * kBlock + l] : 0.0f;
-      }
-      if (res == nullptr) {
-        a.residual = nullptr;
-      } else if (res->blocked) {
-        a.residual = res->data + image * res->image_floats() + (block * oh + oy) * ow * kBlock;
-      } else {
-        tiles.pack(res->data + image * res->image_floats() + (block * kBlock * oh + oy) * ow, oh * ow, lanes, ow,
-                   res_row);
-        a.residual = res_row;
-      }
-      a.output = plain_out ? out_row : y.data + image * y.image_floats() + (block * oh + oy) * ow * kBlock;
-      row_kernel(a, oy);
-      if (!fused) apply_activation(e.act, a.output, ow * kBlock);
-      if (plain_out) {
-        tiles.unpack(out_row, ow, y.data + image * y.image_floats() + (block * kBlock * oh + oy) * ow, oh * ow, lanes);
-      }
-      if (++oy == oh) {
-        oy = 0;
-        if (++block == blocks) {
-          block = 0;
-          ++image;
+        const std::int64_t r0 = std::max<std::int64_t>(0, oy0 * s.stride_h - s.pad_h);
+        const std::int64_t r1 = std::max(r0, std::min(x.h, (oy1 - 1) * s.stride_h - s.pad_h + span_h));
+        a.input = detail::block_rows(x, image, block, r0, r1, in_buf);
+        if (res == nullptr) {
+          a.residual = nullptr;
+        } else if (res->blocked) {
+          a.residual = res->data + image * res->image_floats() + (block * oh + oy0) * ow * kBlock;
+        } else {
+          tiles.pack(res->data + image * res->image_floats() + block * kBlock * oh * ow + oy0 * ow, oh * ow, lanes, count,
+                     res_buf);
+          a.residual = res_buf;
         }
-      }
-    }
-  });
-  if (failed) {
-    return kernels::op_error(StatusCode::kUnavailable, "conv2d_depthwise", "cannot allocate ", scratch_floats,
-                             " floats of scratch");
+        a.output = plain_out ? out_buf : y.data + image * y.image_floats() + (block * oh + oy0) * ow * kBlock;
+        rows_kernel(a, oy0, oy1);
+        if (!fused) apply_activation(e.act, a.output, count * kBlock);
+        if (plain_out) {
+          tiles.unpack(out_buf, count, y.data + image * y.image_floats() + block * kBlock * oh * ow + oy0 * ow, oh * ow,
+                       lanes);
+        }
+      });
+  if (!ok) {
+    return kernels::op_error(StatusCode::kUnavailable, "conv2d_depthwise", "cannot allocate ",
+                             in_floats + out_floats + res_floats, " floats of scratch");
   }
   return Status::Ok();
 }

@@ -16,7 +16,7 @@ namespace dw_avx2 {
 #include "backends/cpu/kernels/conv_nchwc_dw.inc"
 #undef NCHWC_FMA8
 
-constexpr DepthwiseKernels kTable{depthwise_row};
+constexpr DepthwiseKernels kTable{depthwise_rows};
 
 }  // namespace dw_avx2
 

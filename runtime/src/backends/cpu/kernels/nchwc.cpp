@@ -2,8 +2,6 @@
 // the portable loops here, the AVX2 8x8 transposes in nchwc_avx2.cpp.
 #include <algorithm>
 #include <cstdint>
-#include <memory>
-#include <new>
 
 #include "backends/cpu/kernels/nchwc.h"
 #include "backends/cpu/kernels/nchwc_impl.h"
@@ -73,12 +71,15 @@ bool use_avx2() {
 
 const TileKernels& tile_kernels() { return use_avx2() ? tile_kernels_avx2() : tile_kernels_portable(); }
 
-const float* blocked_input(const Act& x, std::unique_ptr<float[]>& storage, ThreadPool& pool) {
-  if (x.blocked) return x.data;
-  storage.reset(new (std::nothrow) float[static_cast<std::size_t>(blocked_floats(x.n, x.c, x.h, x.w))]);
-  if (storage == nullptr) return nullptr;
-  to_blocked(x.data, storage.get(), x.n, x.c, x.h * x.w, pool);
-  return storage.get();
+PlaneRows block_rows(const Act& x, std::int64_t image, std::int64_t block, std::int64_t r0, std::int64_t r1,
+                     float* buffer) {
+  const std::int64_t plane = x.h * x.w;
+  if (x.blocked) return {x.data + image * x.image_floats() + block * plane * kBlock, 0};
+  if (r1 > r0) {
+    tile_kernels().pack(x.data + image * x.image_floats() + block * kBlock * plane + r0 * x.w, plane,
+                        block_channels(x.c, block), (r1 - r0) * x.w, buffer);
+  }
+  return {buffer, r0};
 }
 
 }  // namespace detail

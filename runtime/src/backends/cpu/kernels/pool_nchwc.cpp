@@ -1,9 +1,10 @@
 // Pools on NCHW8c activations (nchwc.h): the drivers that thread over (image, channel
 // block, output row), and the portable build of the row kernels (pool_nchwc.inc; the AVX2
-// build is pool_nchwc_avx2.cpp). A plain input is reordered once (to_blocked, threaded); a
-// plain output row is computed into a row of pixel vectors and unpacked into its channel
-// planes. mean_hw reads a plain input in place (one contiguous plane per channel).
-#include <atomic>
+// build is pool_nchwc_avx2.cpp). The rows go in bands of one (image, block): a plain
+// input's rows a band reads are packed into pixel vectors, and a plain output band is
+// computed into pixel vectors and unpacked into its channel planes, each while in cache.
+// mean_hw reads a plain input in place (one contiguous plane per channel).
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <new>
@@ -26,7 +27,7 @@ namespace pool_portable {
 #include "backends/cpu/kernels/pool_nchwc.inc"
 #undef NCHWC_FMA8
 
-constexpr PoolKernels kTable{max_row, avg_row, adaptive_avg_row, mean_plane};
+constexpr PoolKernels kTable{pool_rows_of<max_row>, pool_rows_of<avg_row>, pool_rows_of<adaptive_avg_row>, mean_plane};
 
 }  // namespace pool_portable
 
@@ -38,58 +39,43 @@ const PoolKernels& pool_kernels() { return use_avx2() ? pool_kernels_avx2() : po
 
 namespace {
 
-using RowKernel = void (*)(const detail::PoolRow&, std::int64_t);
+using RowsKernel = void (*)(const detail::PoolRows&, std::int64_t, std::int64_t);
 
-// Every output row of y through `row_kernel`; `taps`: a window's taps (the cost of a pixel).
-Status run_rows(const char* op, const Act& x, const Act& y, detail::PoolRow proto, RowKernel row_kernel,
-                std::int64_t taps, ThreadPool& pool) {
-  std::unique_ptr<float[]> x_copy;
-  const float* in = detail::blocked_input(x, x_copy, pool);
-  if (in == nullptr) {
-    return kernels::op_error(StatusCode::kUnavailable, op, "cannot allocate ", blocked_floats(x.n, x.c, x.h, x.w),
-                             " floats for the blocked input");
-  }
+// Every output row of y through `rows_kernel` in bands; `taps`: a window's taps (the cost
+// of a pixel); output rows [oy0, oy1) read input rows in_rows(oy0, oy1) = [r0, r1), and
+// a band of output rows reads at most (band - 1) * stride + span input rows.
+template <typename InRows>
+Status run_rows(const char* op, const Act& x, const Act& y, const detail::PoolRows& proto, RowsKernel rows_kernel,
+                std::int64_t taps, std::int64_t stride, std::int64_t span, const InRows& in_rows, ThreadPool& pool) {
   const std::int64_t channels = y.c, blocks = (channels + kBlock - 1) / kBlock, oh = y.h, ow = y.w;
-  const std::int64_t rows = y.n * blocks * oh;
-  const bool plain_out = !y.blocked;
+  const bool plain_in = !x.blocked, plain_out = !y.blocked;
+  const std::int64_t band = detail::band_rows(2048, ow, x.w, stride, span);
+  const std::int64_t in_floats = plain_in ? std::min((band - 1) * stride + span, x.h) * x.w * kBlock : 0;
+  const std::int64_t out_floats = plain_out ? band * ow * kBlock : 0;
   const detail::TileKernels& tiles = detail::tile_kernels();
-  std::atomic<bool> failed{false};
-  pool.parallel_for(rows, pool.even_grain(rows, ow * taps, 1 << 14), [&](std::int64_t begin, std::int64_t end) {
-    std::unique_ptr<float[]> out_row;
-    if (plain_out) {
-      out_row.reset(new (std::nothrow) float[static_cast<std::size_t>(ow * kBlock)]);
-      if (out_row == nullptr) {
-        failed = true;
-        return;
-      }
-    }
-    detail::PoolRow a = proto;
-    std::int64_t oy = begin % oh, block = begin / oh % blocks, image = begin / oh / blocks;
-    for (std::int64_t i = begin; i < end; ++i) {
-      const std::int64_t lanes = detail::block_channels(channels, block);
-      a.input = in + (image * blocks + block) * x.h * x.w * kBlock;
-      a.lanes = lanes;
-      a.output = plain_out ? out_row.get() : y.data + image * y.image_floats() + (block * oh + oy) * ow * kBlock;
-      row_kernel(a, oy);
-      if (plain_out) {
-        tiles.unpack(out_row.get(), ow, y.data + image * y.image_floats() + (block * kBlock * oh + oy) * ow, oh * ow,
-                     lanes);
-      }
-      if (++oy == oh) {
-        oy = 0;
-        if (++block == blocks) {
-          block = 0;
-          ++image;
+  const bool ok = detail::for_each_band(
+      pool, y.n, blocks, oh, band, ow * taps, in_floats + out_floats,
+      [&](std::int64_t image, std::int64_t block, std::int64_t oy0, std::int64_t oy1, float* scratch) {
+        float* out_buf = scratch + in_floats;
+        const std::int64_t lanes = detail::block_channels(channels, block), count = (oy1 - oy0) * ow;
+        detail::PoolRows a = proto;
+        std::int64_t r0 = 0, r1 = 0;
+        in_rows(oy0, oy1, r0, r1);
+        a.input = detail::block_rows(x, image, block, r0, std::max(r0, r1), scratch);
+        a.lanes = lanes;
+        a.output = plain_out ? out_buf : y.data + image * y.image_floats() + (block * oh + oy0) * ow * kBlock;
+        rows_kernel(a, oy0, oy1);
+        if (plain_out) {
+          tiles.unpack(out_buf, count, y.data + image * y.image_floats() + block * kBlock * oh * ow + oy0 * ow, oh * ow,
+                       lanes);
         }
-      }
-    }
-  });
-  if (failed) return kernels::op_error(StatusCode::kUnavailable, op, "cannot allocate ", ow * kBlock, " floats of scratch");
+      });
+  if (!ok) return kernels::op_error(StatusCode::kUnavailable, op, "cannot allocate ", in_floats + out_floats, " floats of scratch");
   return Status::Ok();
 }
 
-detail::PoolRow pool_row(const Act& x, const PoolShape& s, const Act& y) {
-  detail::PoolRow a{};
+detail::PoolRows pool_rows(const Act& x, const PoolShape& s, const Act& y) {
+  detail::PoolRows a{};
   a.h = x.h;
   a.w = x.w;
   a.kh = s.kh;
@@ -106,25 +92,41 @@ detail::PoolRow pool_row(const Act& x, const PoolShape& s, const Act& y) {
   return a;
 }
 
+// Max and avg pools: the rows of the windows of output rows [oy0, oy1).
+Status window_pool(const char* op, const Act& x, const detail::PoolRows& a, const Act& y, RowsKernel rows_kernel,
+                   ThreadPool& pool) {
+  const std::int64_t span = (a.kh - 1) * a.dilation_h + 1;
+  auto in_rows = [&](std::int64_t oy0, std::int64_t oy1, std::int64_t& r0, std::int64_t& r1) {
+    r0 = std::max<std::int64_t>(0, oy0 * a.stride_h - a.pad_h);
+    r1 = std::min(x.h, (oy1 - 1) * a.stride_h - a.pad_h + span);
+  };
+  return run_rows(op, x, y, a, rows_kernel, a.kh * a.kw, a.stride_h, span, in_rows, pool);
+}
+
 }  // namespace
 
 Status max_pool2d(const Act& x, const PoolShape& s, const Act& y, ThreadPool& pool) {
-  detail::PoolRow a = pool_row(x, s, y);
+  detail::PoolRows a = pool_rows(x, s, y);
   detail::plan_pool_columns(a, true);
-  return run_rows("max_pool2d", x, y, a, detail::pool_kernels().max_row, s.kh * s.kw, pool);
+  return window_pool("max_pool2d", x, a, y, detail::pool_kernels().max_rows, pool);
 }
 
 Status avg_pool2d(const Act& x, const PoolShape& s, const Act& y, ThreadPool& pool) {
-  detail::PoolRow a = pool_row(x, s, y);
+  detail::PoolRows a = pool_rows(x, s, y);
   a.dilation_h = a.dilation_w = 1;  // avg_pool2d has none
   detail::plan_pool_columns(a, false);
-  return run_rows("avg_pool2d", x, y, a, detail::pool_kernels().avg_row, s.kh * s.kw, pool);
+  return window_pool("avg_pool2d", x, a, y, detail::pool_kernels().avg_rows, pool);
 }
 
 Status adaptive_avg_pool2d(const Act& x, const Act& y, ThreadPool& pool) {
-  detail::PoolRow a = pool_row(x, PoolShape{}, y);
-  const std::int64_t bin = (y.h > 0 ? x.h / y.h + 1 : 1) * (y.w > 0 ? x.w / y.w + 1 : 1);
-  return run_rows("adaptive_avg_pool2d", x, y, a, detail::pool_kernels().adaptive_avg_row, bin, pool);
+  const detail::PoolRows a = pool_rows(x, PoolShape{}, y);
+  const std::int64_t bin_h = y.h > 0 ? (x.h + y.h - 1) / y.h : 1, bin_w = y.w > 0 ? (x.w + y.w - 1) / y.w : 1;
+  auto in_rows = [&](std::int64_t oy0, std::int64_t oy1, std::int64_t& r0, std::int64_t& r1) {
+    r0 = oy0 * x.h / y.h;
+    r1 = (oy1 * x.h + y.h - 1) / y.h;
+  };
+  return run_rows("adaptive_avg_pool2d", x, y, a, detail::pool_kernels().adaptive_avg_rows, (bin_h + 1) * (bin_w + 1),
+                  bin_h, bin_h + 1, in_rows, pool);
 }
 
 Status mean_hw(const Act& x, const Act& y, ThreadPool& pool) {

@@ -15,7 +15,7 @@ namespace pool_avx2 {
 #include "backends/cpu/kernels/pool_nchwc.inc"
 #undef NCHWC_FMA8
 
-constexpr PoolKernels kTable{max_row, avg_row, adaptive_avg_row, mean_plane};
+constexpr PoolKernels kTable{pool_rows_of<max_row>, pool_rows_of<avg_row>, pool_rows_of<adaptive_avg_row>, mean_plane};
 
 }  // namespace pool_avx2
 

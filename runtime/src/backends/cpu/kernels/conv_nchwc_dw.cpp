@@ -7,6 +7,7 @@
 // computed into pixel vectors and unpacked into its channel planes, each while in cache.
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <cstdlib>
 #include <limits>
 #include <memory>

@@ -2,6 +2,7 @@
 // -mavx2 -mfma -O3 (the *_avx2.cpp rule); reached only through depthwise_kernels() after
 // simd_avx2()'s checks.
 #include <cstdint>
+#include <utility>
 
 #include "backends/cpu/kernels/nchwc_impl.h"
 

@@ -16,6 +16,10 @@
 #include "backends/cpu/kernels/nchwc.h"
 #include "backends/cpu/thread_pool.h"
 
+namespace kiln::cpu::nchwc {
+bool kernels_available() { return true; }
+}  // namespace kiln::cpu::nchwc
+
 namespace kiln::cpu::kernels {
 namespace {
 
@@ -176,6 +180,26 @@ Result<std::unique_ptr<PreparedWeights>> conv2d_prepare_blocked(const TensorView
   return std::unique_ptr<PreparedWeights>(std::move(prepared));
 }
 
+namespace {
+
+// mean over H and W of a 4-D x: dims {2, 3} (either order; export normalizes negative
+// dims), keepdim giving [N, C, 1, 1] or [N, C].
+Status mean_hw_check(const BlockedOperand& x, const BlockedOperand& y, std::span<const AttrValue> attrs) {
+  if (attrs.size() < 2 || attrs[0].type != AttrType::kInts || attrs[0].ints.size() != 2 || attrs[1].type != AttrType::kBool) {
+    return invalid("mean", "a blocked mean needs dims {2, 3} and keepdim");
+  }
+  const std::int64_t a = attrs[0].ints[0], b = attrs[0].ints[1];
+  if (std::min(a, b) != 2 || std::max(a, b) != 3) return invalid("mean", "a blocked mean reduces dims 2 and 3, not ", a, " and ", b);
+  const TensorView& v = y.logical;
+  const bool keep = attrs[1].i != 0;
+  const bool ok = keep ? v.rank == 4 && v.shape[0] == x.act.n && v.shape[1] == x.act.c && v.shape[2] == 1 && v.shape[3] == 1
+                       : v.rank == 2 && v.shape[0] == x.act.n && v.shape[1] == x.act.c;
+  if (!ok || v.dtype != DType::kF32) return invalid("mean", "out.shape=", shape_text(v), " for x.shape=", shape_text(x.logical));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status pool_blocked(OpKind op, KernelFn plain, KernelContext& ctx, std::span<const TensorView> in,
                     std::span<TensorView> out, std::span<const AttrValue> attrs) {
   const char* name = op_info(op).name.data();
@@ -193,6 +217,19 @@ Status pool_blocked(OpKind op, KernelFn plain, KernelContext& ctx, std::span<con
   } else {
     KILN_ASSIGN_OR_RETURN(y, blocked_operand(name, "out", yv, ctx.output_blocked(0), x.act.c));
   }
+  if (x.logical.dtype != DType::kF32) return run_plain(plain, ctx, in, out, attrs, x, y, nullptr);
+  Status st = Status(StatusCode::kUnsupported, "no blocked kernel");
+  if (op == OpKind::Mean) {
+    KILN_RETURN_IF_ERROR(mean_hw_check(x, y, attrs));
+    st = nc::mean_hw(x.act, y.act, ctx.pool());
+  } else {
+    nc::PoolShape s;
+    KILN_RETURN_IF_ERROR(pool2d_check(op, x.logical, y.logical, attrs, s));
+    if (op == OpKind::MaxPool2d) st = nc::max_pool2d(x.act, s, y.act, ctx.pool());
+    if (op == OpKind::AvgPool2d) st = nc::avg_pool2d(x.act, s, y.act, ctx.pool());
+    if (op == OpKind::AdaptiveAvgPool2d) st = nc::adaptive_avg_pool2d(x.act, y.act, ctx.pool());
+  }
+  if (st.code() != StatusCode::kUnsupported) return st;
   return run_plain(plain, ctx, in, out, attrs, x, y, nullptr);
 }
 

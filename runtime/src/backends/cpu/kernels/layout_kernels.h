@@ -45,4 +45,9 @@ struct ConvCheck {
 Status conv2d_check(std::span<const TensorView> in, const TensorView& out, std::span<const AttrValue> attrs,
                     ConvCheck& check);
 
+/// max_pool2d / avg_pool2d / adaptive_avg_pool2d's checks on logical views (pool.cpp):
+/// attributes, the output size; fills the window (unused for the adaptive pool).
+Status pool2d_check(OpKind op, const TensorView& x, const TensorView& out, std::span<const AttrValue> attrs,
+                    nchwc::PoolShape& s);
+
 }  // namespace kiln::cpu::kernels

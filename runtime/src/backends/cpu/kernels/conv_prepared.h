@@ -47,6 +47,9 @@ struct ConvWeights final : PreparedWeights {
   /// weights (nchwc.h), one of the two, made at load for `nchwc_shape`; nothing else is.
   std::unique_ptr<nchwc::DenseWeights> nchwc_dense;
   std::unique_ptr<nchwc::DepthwiseWeights> nchwc_depthwise;
+  /// With nchwc_dense, for a 3x3 stride-1 weight: Winograd's transform, which the cost rule
+  /// (nchwc::winograd_preferred) picks per input size.
+  std::unique_ptr<nchwc::WinogradWeights> nchwc_winograd;
   nchwc::ConvShape nchwc_shape;
 };
 

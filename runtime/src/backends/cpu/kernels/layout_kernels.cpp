@@ -150,8 +150,15 @@ Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in, std::s
       e.act = ctx.fused_activation();
       e.residual = rv != nullptr ? &residual.act : nullptr;
       nc::Act xa = x.act, ya = y.act;
-      const Status st = prepared->nchwc_dense != nullptr ? nc::conv2d_dense(xa, *prepared->nchwc_dense, s, e, ya, ctx.pool())
-                                                         : nc::conv2d_depthwise(xa, *prepared->nchwc_depthwise, s, e, ya, ctx.pool());
+      Status st;
+      if (prepared->nchwc_winograd != nullptr && nc::winograd_supported(s) &&
+          nc::winograd_preferred(s, ya.n, ya.h, ya.w, ctx.pool().num_threads())) {
+        st = nc::conv2d_winograd(xa, *prepared->nchwc_winograd, s, e, ya, ctx.pool());
+      } else if (prepared->nchwc_dense != nullptr) {
+        st = nc::conv2d_dense(xa, *prepared->nchwc_dense, s, e, ya, ctx.pool());
+      } else {
+        st = nc::conv2d_depthwise(xa, *prepared->nchwc_depthwise, s, e, ya, ctx.pool());
+      }
       if (st.code() != StatusCode::kUnsupported) return st;
     }
   }
@@ -174,6 +181,10 @@ Result<std::unique_ptr<PreparedWeights>> conv2d_prepare_blocked(const TensorView
     KILN_ASSIGN_OR_RETURN(prepared->nchwc_depthwise, nc::prepare_depthwise(weight.as<float>(), s));
   } else if (nc::dense_supported(s)) {
     KILN_ASSIGN_OR_RETURN(prepared->nchwc_dense, nc::prepare_dense(weight.as<float>(), s));
+    if (nc::winograd_supported(s)) {
+      auto winograd = nc::prepare_winograd(weight.as<float>(), s);
+      if (winograd.ok()) prepared->nchwc_winograd = std::move(winograd).value();  // else the direct kernel only
+    }
   } else {
     return none;
   }

@@ -20,12 +20,14 @@
 // inside layout kernels, at the edges of a blocked region, never between two blocked ops.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 
 #include "backends/cpu/kernels/nchwc.h"
 #include "executor/program_impl.h"
 #include "kiln/format/fb_count.h"
 #include "kiln/format/kiln_generated.h"
+#include "kiln/runtime/bundle.h"
 #include "kiln/runtime/expr.h"
 
 namespace kiln {
@@ -60,6 +62,7 @@ std::optional<std::int64_t> static_value(const fb::Program& p, std::uint32_t exp
 
 struct Pass {
   const fb::Program& p;
+  const Bundle& bundle;
   const fb::Graph& graph;
   GraphInfo& info;
   std::vector<Role> role;
@@ -94,6 +97,17 @@ struct Pass {
     return sa == 1 || (sa && so && *sa == *so);
   }
 
+  // A one-element f32 constant's value.
+  std::optional<float> constant_scalar(std::uint32_t v) const {
+    const ValueInfo& vi = info.values[v];
+    if (vi.kind != fb::ValueKind::Constant || vi.dtype != DType::kF32) return std::nullopt;
+    const auto data = bundle.constant_data(vi.constant);
+    if (data.size() != sizeof(float)) return std::nullopt;
+    float f;
+    std::memcpy(&f, data.data(), sizeof f);
+    return f;
+  }
+
   // A value the blocked layout can hold at all.
   bool blockable(std::uint32_t v) const {
     const ValueInfo& vi = info.values[v];
@@ -124,7 +138,11 @@ Role Pass::classify(std::uint32_t n) {
     operand[n].assign(ni.inputs.size(), true);
     return Role::kFollow;
   };
-  if (ni.fused_away) return follow_all();  // its bytes are its producer's
+  if (ni.fused_away) {  // its bytes are its producer's: every tensor operand follows (constants do not matter)
+    operand[n].assign(ni.inputs.size(), false);
+    for (std::size_t k = 0; k < ni.inputs.size(); ++k) operand[n][k] = info.values[ni.inputs[k]].kind != fb::ValueKind::Constant;
+    return Role::kFollow;
+  }
   switch (ni.op) {
     case OpKind::Conv2d: {
       const ValueInfo& w = info.values[ni.inputs[1]];
@@ -171,6 +189,18 @@ Role Pass::classify(std::uint32_t n) {
     case OpKind::Relu: case OpKind::Hardswish: case OpKind::Hardsigmoid: case OpKind::Sigmoid: case OpKind::Silu:
     case OpKind::Gelu: case OpKind::Tanh: case OpKind::LeakyRelu: case OpKind::Neg: case OpKind::Abs:
       return f32_tensor(x) && rank(x) == 4 ? follow_all() : Role::kNone;
+    case OpKind::Div: {  // by a finite nonzero constant only (padded lanes stay finite)
+      const bool rounding = count(node->attrs()) > 0 && node->attrs()->Get(0)->kind() != fb::AttrKind::None;
+      const std::optional<float> d = constant_scalar(ni.inputs[1]);
+      if (ni.inputs.size() != 2 || rounding || !d || *d == 0.0f || !std::isfinite(*d)) return Role::kNone;
+      if (!f32_tensor(x) || rank(x) != 4 || info.values[ni.inputs[1]].dtype != DType::kF32) return Role::kNone;
+      for (std::uint32_t d = 0; d < 4; ++d) {
+        if (!broadcasts(x, y, d)) return Role::kNone;
+      }
+      operand[n].assign(2, false);
+      operand[n][0] = true;
+      return Role::kFollow;
+    }
     case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Maximum: case OpKind::Minimum: {
       operand[n].assign(ni.inputs.size(), false);
       bool any = false;
@@ -249,8 +279,8 @@ void Pass::run() {
 
 }  // namespace
 
-void plan_layouts(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
-  Pass pass{p, *p.graphs()->Get(g), info, {}, {}};
+void plan_layouts(const fb::Program& p, const Bundle& bundle, std::uint32_t g, GraphInfo& info) {
+  Pass pass{p, bundle, *p.graphs()->Get(g), info, {}, {}};
   pass.run();
 }
 

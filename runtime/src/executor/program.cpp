@@ -3,6 +3,9 @@
 // per-graph facts every run needs, and (with an accelerator) partition graphs into
 // segments of consecutive nodes the accelerator supports.
 #include <algorithm>
+#include <optional>
+#include <cstring>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <string_view>
@@ -297,6 +300,177 @@ void fuse_residual_adds(const fb::Program& p, std::uint32_t g, GraphInfo& info) 
   }
 }
 
+// Activations that the core ATen IR spells out in elementwise ops, recognized after a
+// linear/conv2d on the CPU whose f32 result x only the pattern reads, and taken into that
+// node's kernel like a single activation node (the pattern's nodes then pass its bytes on):
+//   silu         mul(x, sigmoid(x))
+//   hardsigmoid  div(clamp(add(x, 3), 0, 6), 6)   (clamp as one node or as min=0 then max=6;
+//   hardswish    div(mul(x, clamp(...)), 6), mul(x, div(clamp(...), 6))   div as mul by 1/6)
+class ActivationPatterns {
+ public:
+  ActivationPatterns(const fb::Program& p, const Bundle& bundle, std::uint32_t g, GraphInfo& info)
+      : p_(p), bundle_(bundle), graph_(*p.graphs()->Get(g)), info_(info), readers_(info.values.size()) {
+    for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
+      for (std::uint32_t v : info.nodes[n].inputs) readers_[v].push_back(n);
+    }
+  }
+
+  void run() {
+    for (std::uint32_t n = 0; n < info_.nodes.size(); ++n) {
+      NodeInfo& producer = info_.nodes[n];
+      if ((producer.op != OpKind::Conv2d && producer.op != OpKind::Linear) || producer.segment >= 0 ||
+          producer.outputs.size() != 1 || producer.fused_act != cpu::FusedActivation::kNone || producer.fused_away ||
+          !info_.bindings_of[n].empty() || !plain_tensor(producer.outputs[0])) {
+        continue;
+      }
+      std::vector<std::uint32_t> chain;
+      const cpu::FusedActivation kind = match(producer.outputs[0], chain);
+      if (kind == cpu::FusedActivation::kNone || !cpu::kernel_fuses(producer.op, kind)) continue;
+      producer.fused_act = kind;
+      for (std::uint32_t c : chain) {
+        NodeInfo& ni = info_.nodes[c];
+        ni.fused_away = true;
+        ni.alias_ok = true;
+        ni.inplace_ok = false;
+        // Alias the operand that is x or an earlier node of the pattern (all share x's bytes).
+        for (std::uint8_t k = 0; k < ni.inputs.size(); ++k) {
+          if (info_.values[ni.inputs[k]].kind != fb::ValueKind::Constant) {
+            ni.alias_input = k;
+            break;
+          }
+        }
+      }
+    }
+  }
+
+ private:
+  // An f32 tensor (the pattern's result may be a graph output)...
+  bool f32_tensor(std::uint32_t v) const {
+    const ValueInfo& vi = info_.values[v];
+    return vi.kind == fb::ValueKind::Tensor && vi.dtype == DType::kF32;
+  }
+  // ... its intermediate values may not.
+  bool plain_tensor(std::uint32_t v) const { return f32_tensor(v) && !info_.values[v].graph_output; }
+  // A one-element f32 constant's value.
+  std::optional<float> scalar(std::uint32_t v) const {
+    const ValueInfo& vi = info_.values[v];
+    if (vi.kind != fb::ValueKind::Constant || vi.dtype != DType::kF32) return std::nullopt;
+    const auto data = bundle_.constant_data(vi.constant);
+    if (data.size() != sizeof(float)) return std::nullopt;
+    float f;
+    std::memcpy(&f, data.data(), sizeof f);
+    return f;
+  }
+  bool near(std::optional<float> v, float want) const { return v && std::fabs(*v - want) <= 1e-6f * std::fabs(want); }
+  // The one CPU node reading v (an elementwise candidate), or -1.
+  std::int32_t only_reader(std::uint32_t v) const {
+    if (readers_[v].size() != 1 || !plain_tensor(v)) return -1;
+    const std::uint32_t n = readers_[v][0];
+    const NodeInfo& ni = info_.nodes[n];
+    if (ni.segment >= 0 || ni.outputs.size() != 1 || ni.fused_away || !info_.bindings_of[n].empty() ||
+        info_.values[ni.outputs[0]].dtype != DType::kF32) {
+      return -1;
+    }
+    return static_cast<std::int32_t>(n);
+  }
+  // Node n is op(a, constant ~ c) (or op(constant, a) when `commutes`) with a == v.
+  bool binary_with(std::uint32_t n, OpKind op, std::uint32_t v, float c, bool commutes) const {
+    const NodeInfo& ni = info_.nodes[n];
+    if (ni.op != op || ni.inputs.size() != 2) return false;
+    if (ni.inputs[0] == v && near(scalar(ni.inputs[1]), c)) return true;
+    return commutes && ni.inputs[1] == v && near(scalar(ni.inputs[0]), c);
+  }
+  // Node n is mul(a, b) with {a, b} == {u, v}.
+  bool mul_of(std::uint32_t n, std::uint32_t u, std::uint32_t v) const {
+    const NodeInfo& ni = info_.nodes[n];
+    return ni.op == OpKind::Mul && ni.inputs.size() == 2 &&
+           ((ni.inputs[0] == u && ni.inputs[1] == v) || (ni.inputs[0] == v && ni.inputs[1] == u));
+  }
+  // v / 6 (div by 6 or mul by 1/6) as its single reader: that node, else -1.
+  std::int32_t sixth(std::uint32_t v) const {
+    const std::int32_t n = only_reader(v);
+    if (n < 0) return -1;
+    const auto u = static_cast<std::uint32_t>(n);
+    return binary_with(u, OpKind::Div, v, 6.0f, false) || binary_with(u, OpKind::Mul, v, 1.0f / 6.0f, true) ? n : -1;
+  }
+  // The clamp(s) to [0, 6] reading v as a chain: the last one's output, appended to `chain`.
+  std::optional<std::uint32_t> relu6_of(std::uint32_t v, std::vector<std::uint32_t>& chain) const {
+    double lo = -INFINITY, hi = INFINITY;
+    std::uint32_t cur = v;
+    for (int steps = 0; steps < 2; ++steps) {
+      const std::int32_t n = only_reader(cur);
+      if (n < 0 || info_.nodes[static_cast<std::size_t>(n)].op != OpKind::Clamp) break;
+      const auto* attrs = graph_.nodes()->Get(static_cast<std::uint32_t>(n))->attrs();
+      for (std::uint32_t k = 0; k < 2 && k < count(attrs); ++k) {
+        if (attrs->Get(k)->kind() != fb::AttrKind::Float) continue;
+        if (k == 0) lo = std::max(lo, attrs->Get(k)->f());
+        if (k == 1) hi = std::min(hi, attrs->Get(k)->f());
+      }
+      chain.push_back(static_cast<std::uint32_t>(n));
+      cur = info_.nodes[static_cast<std::size_t>(n)].outputs[0];
+      if (lo == 0.0 && hi == 6.0) return cur;
+    }
+    return std::nullopt;
+  }
+
+  cpu::FusedActivation match(std::uint32_t x, std::vector<std::uint32_t>& chain) const {
+    const std::vector<std::uint32_t>& r = readers_[x];
+    // silu: sigmoid(x) read only by mul(x, sigmoid(x)).
+    if (r.size() == 2) {
+      for (int i = 0; i < 2; ++i) {
+        const std::uint32_t s = r[static_cast<std::size_t>(i)], m = r[static_cast<std::size_t>(1 - i)];
+        if (info_.nodes[s].op != OpKind::Sigmoid || info_.nodes[s].segment >= 0 || info_.nodes[s].outputs.size() != 1) continue;
+        const std::uint32_t sv = info_.nodes[s].outputs[0];
+        if (only_reader(sv) == static_cast<std::int32_t>(m) && mul_of(m, x, sv) && f32_tensor(info_.nodes[m].outputs[0]) &&
+            info_.nodes[m].segment < 0) {
+          chain = {s, m};
+          return cpu::FusedActivation::kSilu;
+        }
+      }
+    }
+    // hardsigmoid / hardswish: add(x, 3) first.
+    std::int32_t add = -1, mul = -1;
+    for (std::uint32_t n : r) {
+      if (binary_with(n, OpKind::Add, x, 3.0f, true) && add < 0) add = static_cast<std::int32_t>(n);
+      else if (info_.nodes[n].op == OpKind::Mul && mul < 0) mul = static_cast<std::int32_t>(n);
+      else return cpu::FusedActivation::kNone;
+    }
+    if (add < 0 || info_.nodes[static_cast<std::size_t>(add)].segment >= 0) return cpu::FusedActivation::kNone;
+    chain = {static_cast<std::uint32_t>(add)};
+    const auto h = relu6_of(info_.nodes[static_cast<std::size_t>(add)].outputs[0], chain);
+    if (!h) return cpu::FusedActivation::kNone;
+    if (mul < 0) {  // hardsigmoid: relu6(x + 3) / 6
+      const std::int32_t d = sixth(*h);
+      if (d < 0) return cpu::FusedActivation::kNone;
+      chain.push_back(static_cast<std::uint32_t>(d));
+      return cpu::FusedActivation::kHardsigmoid;
+    }
+    const auto m = static_cast<std::uint32_t>(mul);
+    if (info_.nodes[m].segment >= 0 || info_.nodes[m].outputs.size() != 1) return cpu::FusedActivation::kNone;
+    if (mul_of(m, x, *h) && only_reader(*h) == mul) {  // (x * relu6(x + 3)) / 6
+      const std::int32_t d = sixth(info_.nodes[m].outputs[0]);
+      if (d < 0) return cpu::FusedActivation::kNone;
+      chain.push_back(m);
+      chain.push_back(static_cast<std::uint32_t>(d));
+      return cpu::FusedActivation::kHardswish;
+    }
+    const std::int32_t d = sixth(*h);  // x * (relu6(x + 3) / 6)
+    if (d < 0 || !mul_of(m, x, info_.nodes[static_cast<std::size_t>(d)].outputs[0]) ||
+        only_reader(info_.nodes[static_cast<std::size_t>(d)].outputs[0]) != mul || !f32_tensor(info_.nodes[m].outputs[0])) {
+      return cpu::FusedActivation::kNone;
+    }
+    chain.push_back(static_cast<std::uint32_t>(d));
+    chain.push_back(m);
+    return cpu::FusedActivation::kHardswish;
+  }
+
+  const fb::Program& p_;
+  const Bundle& bundle_;
+  const fb::Graph& graph_;
+  GraphInfo& info_;
+  std::vector<std::vector<std::uint32_t>> readers_;
+};
+
 // A CPU slice with step 1 along one of the last two dims of an f32 tensor, whose only
 // reader is a CPU matmul's B operand (attention over the first N positions of a KV cache),
 // is folded into that matmul: the matmul reads B in place inside the slice's input, so
@@ -569,11 +743,12 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
   if (options.fuse_activations) {
     for (std::uint32_t g = 0; g < count(p.graphs()); ++g) {
       fuse_activations(p, g, impl.graphs[g]);
+      ActivationPatterns(p, *bundle, g, impl.graphs[g]).run();
       fold_slices(p, g, impl.graphs[g]);
     }
   }
   if (options.blocked_layout && !layout_switched_off() && cpu::nchwc::kernels_available()) {
-    for (std::uint32_t g = 0; g < count(p.graphs()); ++g) plan_layouts(p, g, impl.graphs[g]);
+    for (std::uint32_t g = 0; g < count(p.graphs()); ++g) plan_layouts(p, *bundle, g, impl.graphs[g]);
   }
   if (options.prepack_weights) {
     KILN_RETURN_IF_ERROR(pack_weights(p, *bundle, impl));

@@ -100,7 +100,7 @@ struct GraphInfo {
 /// Decides which values of graph `info` are stored NCHW8c (ValueInfo::blocked) and sets
 /// the nodes' in_blocked/out_blocked masks (executor/layout.cpp). Runs after the
 /// accelerator partition and activation fusion.
-void plan_layouts(const fb::Program& p, std::uint32_t g, GraphInfo& info);
+void plan_layouts(const fb::Program& p, const Bundle& bundle, std::uint32_t g, GraphInfo& info);
 
 // A node's attributes as kernels take them (AttrValue), with storage for their spans.
 struct NodeAttrs {

@@ -20,11 +20,14 @@ inline void cpu_relax() {
 
 // How long a thread spins (PAUSE) before it sleeps, as time: a PAUSE lasts 10 to 140
 // cycles depending on the CPU. A kernel sequence issues parallel_for calls microseconds
-// apart, with short serial kernels between them; a spin that outlasts those gaps avoids a
-// futex wake-up per call (5-10 us on bare metal, more for a sleeping vCPU). The bound keeps
-// idle workers from taking a core from other work for longer than that. (200 us measured
-// no better than 70 on a shared 2-vCPU VM, within its noise.)
-constexpr auto kSpinTime = std::chrono::microseconds(70);
+// apart, with serial kernels between them that can last a few hundred microseconds (a
+// classifier's GEMV, a small layer run inline); a spin that outlasts those gaps avoids a
+// futex wake-up per call, which costs 7-12 us on this project's 2-vCPU VM (measured: a
+// parallel_for of two tiny chunks after a 100 us gap took 7.2 us with a 70 us spin, 0.16 us
+// with 1 ms; mobilenet_v3_small at 224x224 on 2 threads 1.08-1.84 ms -> 1.03 ms). The bound
+// keeps an idle worker from taking a core from other work for more than 1 ms after a run
+// (ONNX Runtime's pool spins likewise).
+constexpr auto kSpinTime = std::chrono::microseconds(1000);
 
 // Spins until done() or kSpinTime passed; true when done() held.
 template <typename Done>

@@ -13,8 +13,8 @@
 //   thread, so it is correct but not parallel.
 // - The body must not throw (the runtime is built with -fno-exceptions) and must be safe to
 //   run concurrently on disjoint [begin, end) ranges.
-// - Workers wait on a condition variable when idle (after a short bounded spin, ~70 us,
-//   that keeps back-to-back kernel calls cheap); an idle pool uses no CPU.
+// - Workers wait on a condition variable when idle (after a bounded spin, 1 ms,
+//   that keeps kernel calls with serial work between them cheap); an idle pool uses no CPU.
 // - Chunks are claimed dynamically and the caller runs chunks too, so a worker that the OS
 //   has not scheduled (a busy machine) delays nothing: the caller waits only for chunks
 //   that some thread has already started.

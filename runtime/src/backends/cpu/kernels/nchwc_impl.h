@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstddef>
 #include <memory>
 #include <new>
 
@@ -52,29 +53,36 @@ struct PlaneRows {
 PlaneRows block_rows(const Act& x, std::int64_t image, std::int64_t block, std::int64_t r0, std::int64_t r1,
                      float* buffer);
 
+/// Floats rounded up to whole 64-byte lines (scratch parts that start on a line: a pixel
+/// vector across two lines loads at half speed).
+inline std::int64_t whole_lines(std::int64_t floats) { return (floats + 15) / 16 * 16; }
+
 /// Output rows [0, n * blocks * oh) (image, block, row order) in chunks over the pool, each
 /// chunk cut into bands of at most `band` rows of one (image, block):
-/// fn(image, block, oy0, oy1, scratch) with `scratch_floats` floats of the chunk's own.
-/// `row_cost`: the work of a row, for even chunks. False when the scratch could not be
-/// allocated (fn then did not run on some rows).
+/// fn(image, block, oy0, oy1, scratch) with `scratch_floats` floats of the chunk's own,
+/// 64-byte aligned. `row_cost`: the work of a row, for even chunks. False when the scratch
+/// could not be allocated (fn then did not run on some rows).
 template <typename Fn>
 bool for_each_band(ThreadPool& pool, std::int64_t n, std::int64_t blocks, std::int64_t oh, std::int64_t band,
                    std::int64_t row_cost, std::int64_t scratch_floats, const Fn& fn) {
   const std::int64_t rows = n * blocks * oh;
   std::atomic<bool> failed{false};
   pool.parallel_for(rows, pool.even_grain(rows, row_cost, 1 << 14), [&](std::int64_t begin, std::int64_t end) {
-    std::unique_ptr<float[]> scratch;
+    std::unique_ptr<float[]> storage;
+    float* scratch = nullptr;
     if (scratch_floats > 0) {
-      scratch.reset(new (std::nothrow) float[static_cast<std::size_t>(scratch_floats)]);
-      if (scratch == nullptr) {
+      storage.reset(new (std::nothrow) float[static_cast<std::size_t>(scratch_floats + 16)]);
+      if (storage == nullptr) {
         failed = true;
         return;
       }
+      const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(storage.get());
+      scratch = storage.get() + ((64 - at % 64) % 64) / sizeof(float);
     }
     for (std::int64_t i = begin; i < end;) {
       const std::int64_t oy0 = i % oh, item = i / oh;
       const std::int64_t oy1 = std::min({oh, oy0 + band, oy0 + (end - i)});
-      fn(item / blocks, item % blocks, oy0, oy1, scratch.get());
+      fn(item / blocks, item % blocks, oy0, oy1, scratch);
       i += oy1 - oy0;
     }
   });
@@ -94,8 +102,9 @@ inline std::int64_t band_rows(std::int64_t pixels, std::int64_t ow, std::int64_t
 // ---------------------------------------------------------------------------------------
 // Depthwise convolution (conv_nchwc_dw.inc, in conv_nchwc_dw.cpp and conv_nchwc_dw_avx2.cpp)
 
-/// Activation applied in registers before the store (the others run over the stored row).
-enum class InRegister : std::uint8_t { kClamp, kHardswish, kHardsigmoid };
+/// The activation applied in registers before the store (gelu runs over the stored band):
+/// none, max(v, lo), clamp(v, lo, hi), hardswish, hardsigmoid, silu.
+enum class InRegister : std::uint8_t { kNone, kMax, kClamp, kHardswish, kHardsigmoid, kSilu };
 
 /// Output pixels of a register tile at most: one accumulator each, and 12 independent FMA
 /// chains keep both FMA pipes busy where 8 (4-cycle latency x 2 pipes) leave them waiting.
@@ -110,7 +119,7 @@ struct ColumnRun {
 
 /// Output rows of one channel block: out[oy][ox] = act(bias + sum_ij w[i][j] * in[iy][ix] +
 /// residual[oy][ox]) with iy = oy * stride_h - pad_h + i * dilation_h, ix likewise, taps
-/// outside the plane skipped; act = clamp(., lo, hi), then hardswish / hardsigmoid; lanes
+/// outside the plane skipped; act: InRegister (lo, hi: kMax's and kClamp's bounds); lanes
 /// >= `lanes` stored as 0. Output and residual rows are ow * 8 floats apart, from the
 /// call's first row oy0.
 struct DepthwiseRows {

@@ -134,17 +134,22 @@ struct DepthwiseRows {
   InRegister act;
   std::int64_t lanes;  // 1..8
   float* output;       // [oy1 - oy0][ow][8]
-  /// The row's columns in runs of register tiles (plan_depthwise_columns).
-  ColumnRun runs[3];
+  /// The row's columns in runs of register tiles (plan_depthwise_columns); with
+  /// edge_columns, columns [0, left_end) and [right_begin, ow) are left to column tiles.
+  ColumnRun runs[1];
   std::int64_t run_count;
+  bool edge_columns;
+  std::int64_t left_end, right_begin;
 };
 
-/// The runs of a depthwise row, in tiles of even widths (28 = 10 + 9 + 9, not 12 + 12 + 4:
-/// a narrow tile has fewer FMA chains). Rows of more than two tiles: the columns whose
-/// windows lie inside the row in one run, those left and right of them in their own,
-/// narrow, edge runs (the edge tiles test every input pixel: full-width edge tiles cost
-/// 10-25% at 28..112 pixels). Narrower rows: one run, edge when it reaches an edge (at 14
-/// pixels, 1-pixel edge tiles, a single FMA chain each, cost more than they save).
+/// The columns of a depthwise row. Rows of at most two tiles: one run of tiles of even
+/// widths (14 = 7 + 7), edge tiles (testing every input pixel against the row) when some
+/// window crosses an end of the row. Wider rows: the columns whose windows lie inside the
+/// row in one run of tiles of even widths (54 = 11 + 11 + 11 + 11 + 10, not 12 x 4 + 6: a
+/// narrow tile has fewer FMA chains), and the few columns left and right of them (1 at
+/// pad 1) in column tiles, up to 12 output rows of one column at a time: as edge tiles of
+/// full width those cost 10-25% at 28..112 pixels, as 1-pixel row tiles (one FMA chain
+/// each) 8-14%.
 inline void plan_depthwise_columns(DepthwiseRows& a) {
   const std::int64_t sw = a.stride_w;
   const std::int64_t inner_begin = std::min((a.pad_w + sw - 1) / sw, a.ow);
@@ -160,12 +165,13 @@ inline void plan_depthwise_columns(DepthwiseRows& a) {
     r.wider = end - begin - r.base * r.tiles;
     r.edge = edge;
   };
-  if (a.ow <= 2 * kDepthwiseTile) {
-    add(0, a.ow, inner_begin > 0 || inner_end < a.ow);
-  } else {
-    add(0, inner_begin, true);
+  a.edge_columns = a.ow > 2 * kDepthwiseTile;
+  a.left_end = a.edge_columns ? inner_begin : 0;
+  a.right_begin = a.edge_columns ? inner_end : a.ow;
+  if (a.edge_columns) {
     add(inner_begin, inner_end, false);
-    add(inner_end, a.ow, true);
+  } else {
+    add(0, a.ow, inner_begin > 0 || inner_end < a.ow);
   }
 }
 

@@ -142,14 +142,14 @@ struct DepthwiseRows {
   std::int64_t left_end, right_begin;
 };
 
-/// The columns of a depthwise row. Rows of at most two tiles: one run of tiles of even
-/// widths (14 = 7 + 7), edge tiles (testing every input pixel against the row) when some
-/// window crosses an end of the row. Wider rows: the columns whose windows lie inside the
-/// row in one run of tiles of even widths (54 = 11 + 11 + 11 + 11 + 10, not 12 x 4 + 6: a
-/// narrow tile has fewer FMA chains), and the few columns left and right of them (1 at
-/// pad 1) in column tiles, up to 12 output rows of one column at a time: as edge tiles of
-/// full width those cost 10-25% at 28..112 pixels, as 1-pixel row tiles (one FMA chain
-/// each) 8-14%.
+/// The columns of a depthwise row. The columns whose windows lie inside the row go in one
+/// run of tiles of even widths (54 = 11 + 11 + 11 + 11 + 10, not 12 x 4 + 6: a narrow tile
+/// has fewer FMA chains), and when they are at most a sixth of the row, the columns left
+/// and right of them (1 at pad 1) in column tiles, up to 12 output rows of one column at a
+/// time, every tap tested against the plane: as edge tiles of full width those cost
+/// 10-25% at 28..112 pixels (3x3 at 14: 30 -> 23 us), as 1-pixel row tiles (one FMA chain
+/// each) 8-14%. Else (7x7 planes, 5x5 at 14), one run of edge tiles (every input pixel
+/// tested against the row), which measured faster there.
 inline void plan_depthwise_columns(DepthwiseRows& a) {
   const std::int64_t sw = a.stride_w;
   const std::int64_t inner_begin = std::min((a.pad_w + sw - 1) / sw, a.ow);
@@ -165,7 +165,8 @@ inline void plan_depthwise_columns(DepthwiseRows& a) {
     r.wider = end - begin - r.base * r.tiles;
     r.edge = edge;
   };
-  a.edge_columns = a.ow > 2 * kDepthwiseTile;
+  const std::int64_t edges = a.ow - (inner_end - inner_begin);
+  a.edge_columns = edges > 0 && edges * 6 <= a.ow;
   a.left_end = a.edge_columns ? inner_begin : 0;
   a.right_begin = a.edge_columns ? inner_end : a.ow;
   if (a.edge_columns) {

@@ -217,6 +217,103 @@ BENCHMARK(BM_PlainDepthwise)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
+// ---------------------------------------------------------------------------------------
+// Pools
+
+enum class PoolOp { kMax, kAvg, kAdaptiveAvg, kMeanHw };
+struct PoolCase {
+  PoolOp op;
+  std::int64_t c, h, w, k, stride, pad;
+  bool count_include_pad;
+};
+constexpr std::array<PoolCase, 6> kPools = {{
+    {PoolOp::kMax, 64, 112, 112, 3, 2, 1, true},       // resnet's stem max pool
+    {PoolOp::kAvg, 128, 56, 56, 2, 2, 0, true},        // densenet's transition
+    {PoolOp::kAvg, 192, 35, 35, 3, 1, 1, false},       // inception's branch pool
+    {PoolOp::kAdaptiveAvg, 1280, 7, 7, 0, 0, 0, true}, // mobilenet_v2's head (to 1x1)
+    {PoolOp::kMeanHw, 96, 56, 56, 0, 0, 0, true},      // efficientnet_b0's squeeze-excitation
+    {PoolOp::kMeanHw, 960, 7, 7, 0, 0, 0, true},       // mobilenet_v3's last one
+}};
+
+std::int64_t pool_out(const PoolCase& c, std::int64_t in) {
+  return c.op == PoolOp::kMax || c.op == PoolOp::kAvg ? (in + 2 * c.pad - c.k) / c.stride + 1 : 1;
+}
+
+// Range 0: case, 1: threads, 2: layouts (0 blocked -> blocked, 1 blocked -> plain, 2 plain -> plain).
+void BM_NchwcPool(benchmark::State& state) {
+  const PoolCase& c = kPools[static_cast<std::size_t>(state.range(0))];
+  ThreadPool& pool = pool_for(static_cast<int>(state.range(1)));
+  const bool in_blocked = state.range(2) < 2, out_blocked = state.range(2) == 0;
+  const std::int64_t oh = pool_out(c, c.h), ow = pool_out(c, c.w);
+  Floats x = random_floats(nchwc::blocked_floats(1, c.c, c.h, c.w), 1);
+  Floats y(static_cast<std::size_t>(nchwc::blocked_floats(1, c.c, oh, ow)));
+  const nchwc::Act xa{x.data(), 1, c.c, c.h, c.w, in_blocked}, ya{y.data(), 1, c.c, oh, ow, out_blocked};
+  const nchwc::PoolShape s{c.k, c.k, c.stride, c.stride, c.pad, c.pad, 1, 1, c.count_include_pad};
+  for (auto _ : state) {
+    Status st = Status::Ok();
+    switch (c.op) {
+      case PoolOp::kMax: st = nchwc::max_pool2d(xa, s, ya, pool); break;
+      case PoolOp::kAvg: st = nchwc::avg_pool2d(xa, s, ya, pool); break;
+      case PoolOp::kAdaptiveAvg: st = nchwc::adaptive_avg_pool2d(xa, ya, pool); break;
+      case PoolOp::kMeanHw: st = nchwc::mean_hw(xa, ya, pool); break;
+    }
+    if (!st.ok()) {
+      state.SkipWithError(st.message().c_str());
+      return;
+    }
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(BM_NchwcPool)
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}, {0, 1, 2}})
+    ->ArgNames({"case", "threads", "layouts"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The plain kernels of the same ops (pool.cpp; mean: reduce.cpp) on the same shapes.
+void BM_PlainPool(benchmark::State& state) {
+  const PoolCase& c = kPools[static_cast<std::size_t>(state.range(0))];
+  ThreadPool& pool = pool_for(static_cast<int>(state.range(1)));
+  const std::int64_t oh = pool_out(c, c.h), ow = pool_out(c, c.w);
+  Floats x = random_floats(c.c * c.h * c.w, 1);
+  Floats y(static_cast<std::size_t>(c.c * oh * ow));
+  const std::array<TensorView, 1> in{view(x, {1, c.c, c.h, c.w})};
+  std::array<TensorView, 1> out{view(y, {1, c.c, oh, ow})};
+  const std::array<std::int64_t, 2> kernel{c.k, c.k}, stride{c.stride, c.stride}, pad{c.pad, c.pad}, dil{1, 1};
+  const std::array<std::int64_t, 2> size{1, 1}, dims{2, 3};
+  std::array<AttrValue, 5> attrs{};
+  OpKind op = OpKind::MaxPool2d;
+  auto ints = [&](int i, std::span<const std::int64_t> v) {
+    attrs[static_cast<std::size_t>(i)].type = AttrType::kInts;
+    attrs[static_cast<std::size_t>(i)].ints = v;
+  };
+  auto flag = [&](int i, bool v) {
+    attrs[static_cast<std::size_t>(i)].type = AttrType::kBool;
+    attrs[static_cast<std::size_t>(i)].i = v ? 1 : 0;
+  };
+  switch (c.op) {
+    case PoolOp::kMax: op = OpKind::MaxPool2d; ints(0, kernel); ints(1, stride); ints(2, pad); ints(3, dil); flag(4, false); break;
+    case PoolOp::kAvg: op = OpKind::AvgPool2d; ints(0, kernel); ints(1, stride); ints(2, pad); flag(3, false); flag(4, c.count_include_pad); break;
+    case PoolOp::kAdaptiveAvg: op = OpKind::AdaptiveAvgPool2d; ints(0, size); break;
+    case PoolOp::kMeanHw: op = OpKind::Mean; ints(0, dims); flag(1, true); break;
+  }
+  BenchContext ctx(pool, FusedActivation::kNone);
+  const KernelFn kernel_fn = cpu_kernel(op);
+  for (auto _ : state) {
+    const Status st = kernel_fn(ctx, in, out, attrs);
+    if (!st.ok()) {
+      state.SkipWithError(st.message().c_str());
+      return;
+    }
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(BM_PlainPool)
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}})
+    ->ArgNames({"case", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace kiln::cpu
 

@@ -362,8 +362,10 @@ TEST(NchwcDepthwise, HandlesWideRowsAndTallKernels) {
       {1, 3, 20, 9, 16, 4, 1, 1, 2, 1, 1, 1, true},   {1, 12, 17, 33, 2, 2, 3, 3, 0, 0, 1, 1, false},
       {1, 11, 40, 113, 3, 3, 2, 2, 1, 1, 1, 1, true}, {1, 9, 2, 3, 3, 3, 1, 1, 3, 3, 1, 1, true},
       {1, 16, 9, 57, 5, 5, 2, 2, 2, 2, 1, 1, true},
-      // Planes over several bands (~2K pixels each), dilated rows across band edges.
+      // Planes over several bands (~2K pixels each), dilated rows across band edges; with 2
+      // threads, chunks that start inside an image's block.
       {1, 5, 50, 90, 5, 3, 1, 2, 2, 1, 2, 1, true},   {2, 9, 70, 70, 3, 3, 2, 2, 1, 1, 1, 1, false},
+      {3, 5, 31, 40, 3, 3, 1, 1, 1, 1, 1, 1, true},
   };
   for (const DwCase& c : cases) expect_depthwise_matches(c, rng, false);
 }
@@ -551,6 +553,7 @@ TEST(NchwcPool, MaxAndAvgMatchReferenceOnNetworkShapes) {
       {3, 3, 5, 5, 5, 5, 1, 1, 2, 2, 1, 1, false, false},     // windows mostly padding
       {1, 11, 61, 67, 3, 3, 2, 2, 1, 1, 2, 2, true, true},    // several bands of rows
       {2, 5, 90, 45, 4, 2, 1, 1, 2, 1, 1, 1, false, false},
+      {3, 5, 61, 45, 3, 3, 1, 1, 1, 1, 1, 1, false, true},    // 2 threads: a chunk starts mid-image
   };
   for (const PoolCase& c : cases) {
     const Tensor4 x(c.n, c.c, c.h, c.w, rng);

@@ -30,7 +30,9 @@ namespace dw_portable {
 
 #define NCHWC_FMA8(a, b, c) ((a) * (b) + (c))
 #include "backends/cpu/kernels/nchwc_vec.inc"
+#define NCHWC_DW_TILE 4
 #include "backends/cpu/kernels/conv_nchwc_dw.inc"
+#undef NCHWC_DW_TILE
 #undef NCHWC_FMA8
 
 constexpr DepthwiseKernels kTable{depthwise_rows};

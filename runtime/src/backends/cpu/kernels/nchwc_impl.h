@@ -14,9 +14,8 @@
 #include <memory>
 #include <new>
 
-#include "backends/cpu/thread_pool.h"
-
 #include "backends/cpu/kernels/nchwc.h"
+#include "backends/cpu/thread_pool.h"
 
 namespace kiln::cpu::nchwc::detail {
 
@@ -110,8 +109,8 @@ enum class InRegister : std::uint8_t { kNone, kMax, kClamp, kHardswish, kHardsig
 /// chains keep both FMA pipes busy where 8 (4-cycle latency x 2 pipes) leave them waiting.
 inline constexpr std::int64_t kDepthwiseTile = 12;
 
-/// Output columns of a row taken as `tiles` register tiles of `base` or (the first `wider`
-/// ones) base + 1 pixels; `edge`: some tile's window crosses the row's left or right end.
+/// Output columns [begin, ...) of a row taken as `tiles` register tiles of `base` or (the
+/// first `wider` ones) base + 1 pixels; `edge`: some tile's window crosses an end of the row.
 struct ColumnRun {
   std::int64_t begin, tiles, base, wider;
   bool edge;
@@ -134,10 +133,9 @@ struct DepthwiseRows {
   InRegister act;
   std::int64_t lanes;  // 1..8
   float* output;       // [oy1 - oy0][ow][8]
-  /// The row's columns in runs of register tiles (plan_depthwise_columns); with
-  /// edge_columns, columns [0, left_end) and [right_begin, ow) are left to column tiles.
-  ColumnRun runs[1];
-  std::int64_t run_count;
+  /// The row's columns as register tiles (plan_depthwise_columns); with edge_columns,
+  /// columns [0, left_end) and [right_begin, ow) are left to column tiles.
+  ColumnRun run;
   bool edge_columns;
   std::int64_t left_end, right_begin;
 };
@@ -155,25 +153,17 @@ inline void plan_depthwise_columns(DepthwiseRows& a) {
   const std::int64_t inner_begin = std::min((a.pad_w + sw - 1) / sw, a.ow);
   const std::int64_t right = a.w - 1 + a.pad_w - (a.kw - 1) * a.dilation_w;  // the last in-row tap start
   const std::int64_t inner_end = std::clamp<std::int64_t>(right < 0 ? 0 : right / sw + 1, inner_begin, a.ow);
-  a.run_count = 0;
-  auto add = [&](std::int64_t begin, std::int64_t end, bool edge) {
-    if (end <= begin) return;
-    ColumnRun& r = a.runs[a.run_count++];
-    r.begin = begin;
-    r.tiles = (end - begin + kDepthwiseTile - 1) / kDepthwiseTile;
-    r.base = (end - begin) / r.tiles;
-    r.wider = end - begin - r.base * r.tiles;
-    r.edge = edge;
-  };
   const std::int64_t edges = a.ow - (inner_end - inner_begin);
   a.edge_columns = edges > 0 && edges * 6 <= a.ow;
   a.left_end = a.edge_columns ? inner_begin : 0;
   a.right_begin = a.edge_columns ? inner_end : a.ow;
-  if (a.edge_columns) {
-    add(inner_begin, inner_end, false);
-  } else {
-    add(0, a.ow, inner_begin > 0 || inner_end < a.ow);
-  }
+  const std::int64_t begin = a.left_end, count = a.right_begin - a.left_end;
+  ColumnRun& r = a.run;
+  r.begin = begin;
+  r.tiles = (count + kDepthwiseTile - 1) / kDepthwiseTile;
+  r.base = r.tiles > 0 ? count / r.tiles : 0;
+  r.wider = count - r.base * r.tiles;
+  r.edge = !a.edge_columns && (inner_begin > 0 || inner_end < a.ow);
 }
 
 struct DepthwiseKernels {

@@ -26,26 +26,31 @@ namespace {
 constexpr float kCanary = -12345.0f;
 constexpr std::int64_t kCanaries = 16;
 
-// An activation buffer in one layout with canaries after its floats.
+// An activation buffer in one layout with `canaries` canaries after its floats (outputs),
+// or none (inputs: allocated to the float, so that a read past the end is an error under
+// valgrind or ASan).
 struct Buffer {
   Act act;
   std::vector<float> storage;
+  std::int64_t canaries;
 
-  Buffer(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, bool blocked, float fill) {
+  Buffer(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, bool blocked, float fill,
+         std::int64_t canary_count = kCanaries)
+      : canaries(canary_count) {
     act.n = n;
     act.c = c;
     act.h = h;
     act.w = w;
     act.blocked = blocked;
-    storage.assign(static_cast<std::size_t>(act.floats() + kCanaries), fill);
-    std::fill(storage.end() - kCanaries, storage.end(), kCanary);
+    storage.assign(static_cast<std::size_t>(act.floats() + canaries), fill);
+    std::fill(storage.end() - canaries, storage.end(), kCanary);
     act.data = storage.data();
   }
   float& at(std::int64_t img, std::int64_t ch, std::int64_t y, std::int64_t x) {
     return act.data[img * act.image_floats() + act.offset(ch, y, x)];
   }
   bool canary_intact() const {
-    return std::all_of(storage.end() - kCanaries, storage.end(), [](float v) { return v == kCanary; });
+    return std::all_of(storage.end() - canaries, storage.end(), [](float v) { return v == kCanary; });
   }
   // Every padded lane of a blocked buffer is finite (true for plain ones).
   bool padded_lanes_finite() const {
@@ -77,8 +82,10 @@ struct Tensor4 {
   double at(std::int64_t img, std::int64_t ch, std::int64_t y, std::int64_t x) const {
     return values[static_cast<std::size_t>(((img * c + ch) * h + y) * w + x)];
   }
-  Buffer store(bool blocked, float junk = 1.0e3f) const {
-    Buffer b(n, c, h, w, blocked, junk);
+  // As an input (no canaries).
+  Buffer input(bool blocked, float junk = 1.0e3f) const { return store(blocked, junk, 0); }
+  Buffer store(bool blocked, float junk = 1.0e3f, std::int64_t canaries = kCanaries) const {
+    Buffer b(n, c, h, w, blocked, junk, canaries);
     for (std::int64_t img = 0; img < n; ++img) {
       for (std::int64_t ch = 0; ch < c; ++ch) {
         for (std::int64_t y = 0; y < h; ++y) {
@@ -131,7 +138,7 @@ TEST(NchwcReorder, ToPlainIgnoresPaddedLanes) {
   std::mt19937 rng(1402);
   ThreadPool two(2);
   const Tensor4 t(2, 13, 5, 7, rng);
-  const Buffer blocked = t.store(true, std::numeric_limits<float>::infinity());
+  const Buffer blocked = t.input(true, std::numeric_limits<float>::infinity());
   Buffer plain(2, 13, 5, 7, false, 0.0f);
   to_plain(blocked.act.data, plain.act.data, 2, 13, 35, two);
   EXPECT_TRUE(std::equal(t.values.begin(), t.values.end(), plain.storage.begin()));
@@ -296,10 +303,10 @@ void expect_depthwise_matches(const DwCase& c, std::mt19937& rng, bool every_act
   int rotation = 0;
   for (ThreadPool* pool : {&one, &two}) {
     for (bool in_blocked : {false, true}) {
-      const Buffer xb = x.store(in_blocked);
+      const Buffer xb = x.input(in_blocked);
       for (bool out_blocked : {false, true}) {
         for (Residual r : {Residual::kNone, Residual::kPlain, Residual::kBlocked}) {
-          const Buffer rb = residual.store(r == Residual::kBlocked);
+          const Buffer rb = residual.input(r == Residual::kBlocked);
           for (FusedActivation act : kActivations) {
             if (!every_act && (rotation++ % 4) != 0) continue;
             Buffer y(c.n, c.c, c.oh(), c.ow(), out_blocked, std::numeric_limits<float>::quiet_NaN());
@@ -362,8 +369,10 @@ TEST(NchwcDepthwise, HandlesWideRowsAndTallKernels) {
       {1, 3, 20, 9, 16, 4, 1, 1, 2, 1, 1, 1, true},   {1, 12, 17, 33, 2, 2, 3, 3, 0, 0, 1, 1, false},
       {1, 11, 40, 113, 3, 3, 2, 2, 1, 1, 1, 1, true}, {1, 9, 2, 3, 3, 3, 1, 1, 3, 3, 1, 1, true},
       {1, 16, 9, 57, 5, 5, 2, 2, 2, 2, 1, 1, true},
-      // Planes over several bands (~2K pixels each), dilated rows across band edges.
+      // Planes over several bands (~2K pixels each), dilated rows across band edges; with 2
+      // threads, chunks that start inside an image's block.
       {1, 5, 50, 90, 5, 3, 1, 2, 2, 1, 2, 1, true},   {2, 9, 70, 70, 3, 3, 2, 2, 1, 1, 1, 1, false},
+      {3, 5, 31, 40, 3, 3, 1, 1, 1, 1, 1, 1, true},
   };
   for (const DwCase& c : cases) expect_depthwise_matches(c, rng, false);
 }
@@ -378,7 +387,7 @@ TEST(NchwcDepthwise, ResidualMayBeTheOutput) {
   ASSERT_TRUE(prepared.ok());
   ThreadPool two(2);
   for (bool blocked : {false, true}) {
-    const Buffer xb = x.store(blocked);
+    const Buffer xb = x.input(blocked);
     Buffer y = residual.store(blocked, 0.0f);
     Epilogue e{bt.values.data(), &y.act, FusedActivation::kRelu6};
     ASSERT_TRUE(conv2d_depthwise(xb.act, *prepared.value(), c.shape(), e, y.act, two).ok());
@@ -493,7 +502,7 @@ void expect_pool_matches(const std::string& what, const Tensor4& x, std::int64_t
   ThreadPool one(1), two(2);
   for (ThreadPool* pool : {&one, &two}) {
     for (bool in_blocked : {false, true}) {
-      const Buffer xb = x.store(in_blocked);
+      const Buffer xb = x.input(in_blocked);
       for (bool out_blocked : {false, true}) {
         Buffer y(x.n, x.c, oh, ow, out_blocked, std::numeric_limits<float>::quiet_NaN());
         const Status st = run(xb.act, y.act, *pool);
@@ -551,6 +560,7 @@ TEST(NchwcPool, MaxAndAvgMatchReferenceOnNetworkShapes) {
       {3, 3, 5, 5, 5, 5, 1, 1, 2, 2, 1, 1, false, false},     // windows mostly padding
       {1, 11, 61, 67, 3, 3, 2, 2, 1, 1, 2, 2, true, true},    // several bands of rows
       {2, 5, 90, 45, 4, 2, 1, 1, 2, 1, 1, 1, false, false},
+      {3, 5, 61, 45, 3, 3, 1, 1, 1, 1, 1, 1, false, true},    // 2 threads: a chunk starts mid-image
   };
   for (const PoolCase& c : cases) {
     const Tensor4 x(c.n, c.c, c.h, c.w, rng);

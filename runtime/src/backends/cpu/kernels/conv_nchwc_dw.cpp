@@ -9,9 +9,12 @@
 #include <cstdint>
 #include <utility>
 #include <cstdlib>
-#include <limits>
 #include <memory>
 #include <new>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>  // nchwc_vec.inc uses AVX intrinsics when the build targets AVX
+#endif
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/nchwc.h"
@@ -27,7 +30,9 @@ namespace dw_portable {
 
 #define NCHWC_FMA8(a, b, c) ((a) * (b) + (c))
 #include "backends/cpu/kernels/nchwc_vec.inc"
+#define NCHWC_DW_TILE 4
 #include "backends/cpu/kernels/conv_nchwc_dw.inc"
+#undef NCHWC_DW_TILE
 #undef NCHWC_FMA8
 
 constexpr DepthwiseKernels kTable{depthwise_rows};
@@ -59,23 +64,23 @@ class PreparedDepthwise final : public DepthwiseWeights {
   std::int64_t taps_;
 };
 
-// The row kernel's clamp and in-register activation for `act`; true when `act` runs over
-// the stored row instead (silu, gelu).
+// The row kernel's clamp and in-register activation for `act`; false when `act` runs over
+// the stored band instead (gelu: erf / tanh cost more in registers than in a pass).
 bool in_register(FusedActivation act, detail::DepthwiseRows& a) {
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  a.lo = -kInf;
-  a.hi = kInf;
-  a.act = detail::InRegister::kClamp;
+  using detail::InRegister;
+  a.lo = 0.0f;
+  a.hi = 6.0f;
   switch (act) {
-    case FusedActivation::kNone: return true;
-    case FusedActivation::kRelu: a.lo = 0.0f; return true;
-    case FusedActivation::kRelu6: a.lo = 0.0f; a.hi = 6.0f; return true;
-    case FusedActivation::kHardswish: a.act = detail::InRegister::kHardswish; return true;
-    case FusedActivation::kHardsigmoid: a.act = detail::InRegister::kHardsigmoid; return true;
-    case FusedActivation::kSilu:
+    case FusedActivation::kNone: a.act = InRegister::kNone; return true;
+    case FusedActivation::kRelu: a.act = InRegister::kMax; return true;
+    case FusedActivation::kRelu6: a.act = InRegister::kClamp; return true;
+    case FusedActivation::kHardswish: a.act = InRegister::kHardswish; return true;
+    case FusedActivation::kHardsigmoid: a.act = InRegister::kHardsigmoid; return true;
+    case FusedActivation::kSilu: a.act = InRegister::kSilu; return true;
     case FusedActivation::kGeluErf:
-    case FusedActivation::kGeluTanh: return false;
+    case FusedActivation::kGeluTanh: a.act = InRegister::kNone; return false;
   }
+  a.act = InRegister::kNone;
   return false;
 }
 
@@ -116,8 +121,10 @@ Status conv2d_depthwise(const Act& x, const DepthwiseWeights& weights, const Con
   // Bands of ~2K output pixels (and input rows of at most 2K pixels): a plain side's band
   // is packed or unpacked in one pass, in cache.
   const std::int64_t band = detail::band_rows(2048, ow, x.w, s.stride_h, span_h);
-  const std::int64_t in_floats = plain_in ? std::min((band - 1) * s.stride_h + span_h, x.h) * x.w * kBlock : 0;
-  const std::int64_t out_floats = plain_out ? band * ow * kBlock : 0, res_floats = plain_res ? band * ow * kBlock : 0;
+  const std::int64_t in_floats =
+      plain_in ? detail::whole_lines(std::min((band - 1) * s.stride_h + span_h, x.h) * x.w * kBlock) : 0;
+  const std::int64_t out_floats = plain_out ? detail::whole_lines(band * ow * kBlock) : 0;
+  const std::int64_t res_floats = plain_res ? detail::whole_lines(band * ow * kBlock) : 0;
   const auto rows_kernel = detail::depthwise_kernels().rows;
   const detail::TileKernels& tiles = detail::tile_kernels();
 

@@ -14,7 +14,9 @@ namespace dw_avx2 {
 
 #define NCHWC_FMA8(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #include "backends/cpu/kernels/nchwc_vec.inc"
+#define NCHWC_DW_TILE 12
 #include "backends/cpu/kernels/conv_nchwc_dw.inc"
+#undef NCHWC_DW_TILE
 #undef NCHWC_FMA8
 
 constexpr DepthwiseKernels kTable{depthwise_rows};

@@ -10,12 +10,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstddef>
 #include <memory>
 #include <new>
 
-#include "backends/cpu/thread_pool.h"
-
 #include "backends/cpu/kernels/nchwc.h"
+#include "backends/cpu/thread_pool.h"
 
 namespace kiln::cpu::nchwc::detail {
 
@@ -52,29 +52,36 @@ struct PlaneRows {
 PlaneRows block_rows(const Act& x, std::int64_t image, std::int64_t block, std::int64_t r0, std::int64_t r1,
                      float* buffer);
 
+/// Floats rounded up to whole 64-byte lines (scratch parts that start on a line: a pixel
+/// vector across two lines loads at half speed).
+inline std::int64_t whole_lines(std::int64_t floats) { return (floats + 15) / 16 * 16; }
+
 /// Output rows [0, n * blocks * oh) (image, block, row order) in chunks over the pool, each
 /// chunk cut into bands of at most `band` rows of one (image, block):
-/// fn(image, block, oy0, oy1, scratch) with `scratch_floats` floats of the chunk's own.
-/// `row_cost`: the work of a row, for even chunks. False when the scratch could not be
-/// allocated (fn then did not run on some rows).
+/// fn(image, block, oy0, oy1, scratch) with `scratch_floats` floats of the chunk's own,
+/// 64-byte aligned. `row_cost`: the work of a row, for even chunks. False when the scratch
+/// could not be allocated (fn then did not run on some rows).
 template <typename Fn>
 bool for_each_band(ThreadPool& pool, std::int64_t n, std::int64_t blocks, std::int64_t oh, std::int64_t band,
                    std::int64_t row_cost, std::int64_t scratch_floats, const Fn& fn) {
   const std::int64_t rows = n * blocks * oh;
   std::atomic<bool> failed{false};
   pool.parallel_for(rows, pool.even_grain(rows, row_cost, 1 << 14), [&](std::int64_t begin, std::int64_t end) {
-    std::unique_ptr<float[]> scratch;
+    std::unique_ptr<float[]> storage;
+    float* scratch = nullptr;
     if (scratch_floats > 0) {
-      scratch.reset(new (std::nothrow) float[static_cast<std::size_t>(scratch_floats)]);
-      if (scratch == nullptr) {
+      storage.reset(new (std::nothrow) float[static_cast<std::size_t>(scratch_floats + 16)]);
+      if (storage == nullptr) {
         failed = true;
         return;
       }
+      const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(storage.get());
+      scratch = storage.get() + ((64 - at % 64) % 64) / sizeof(float);
     }
     for (std::int64_t i = begin; i < end;) {
       const std::int64_t oy0 = i % oh, item = i / oh;
       const std::int64_t oy1 = std::min({oh, oy0 + band, oy0 + (end - i)});
-      fn(item / blocks, item % blocks, oy0, oy1, scratch.get());
+      fn(item / blocks, item % blocks, oy0, oy1, scratch);
       i += oy1 - oy0;
     }
   });
@@ -94,15 +101,16 @@ inline std::int64_t band_rows(std::int64_t pixels, std::int64_t ow, std::int64_t
 // ---------------------------------------------------------------------------------------
 // Depthwise convolution (conv_nchwc_dw.inc, in conv_nchwc_dw.cpp and conv_nchwc_dw_avx2.cpp)
 
-/// Activation applied in registers before the store (the others run over the stored row).
-enum class InRegister : std::uint8_t { kClamp, kHardswish, kHardsigmoid };
+/// The activation applied in registers before the store (gelu runs over the stored band):
+/// none, max(v, lo), clamp(v, lo, hi), hardswish, hardsigmoid, silu.
+enum class InRegister : std::uint8_t { kNone, kMax, kClamp, kHardswish, kHardsigmoid, kSilu };
 
 /// Output pixels of a register tile at most: one accumulator each, and 12 independent FMA
 /// chains keep both FMA pipes busy where 8 (4-cycle latency x 2 pipes) leave them waiting.
 inline constexpr std::int64_t kDepthwiseTile = 12;
 
-/// Output columns of a row taken as `tiles` register tiles of `base` or (the first `wider`
-/// ones) base + 1 pixels; `edge`: some tile's window crosses the row's left or right end.
+/// Output columns [begin, ...) of a row taken as `tiles` register tiles of `base` or (the
+/// first `wider` ones) base + 1 pixels; `edge`: some tile's window crosses an end of the row.
 struct ColumnRun {
   std::int64_t begin, tiles, base, wider;
   bool edge;
@@ -110,7 +118,7 @@ struct ColumnRun {
 
 /// Output rows of one channel block: out[oy][ox] = act(bias + sum_ij w[i][j] * in[iy][ix] +
 /// residual[oy][ox]) with iy = oy * stride_h - pad_h + i * dilation_h, ix likewise, taps
-/// outside the plane skipped; act = clamp(., lo, hi), then hardswish / hardsigmoid; lanes
+/// outside the plane skipped; act: InRegister (lo, hi: kMax's and kClamp's bounds); lanes
 /// >= `lanes` stored as 0. Output and residual rows are ow * 8 floats apart, from the
 /// call's first row oy0.
 struct DepthwiseRows {
@@ -125,39 +133,37 @@ struct DepthwiseRows {
   InRegister act;
   std::int64_t lanes;  // 1..8
   float* output;       // [oy1 - oy0][ow][8]
-  /// The row's columns in runs of register tiles (plan_depthwise_columns).
-  ColumnRun runs[3];
-  std::int64_t run_count;
+  /// The row's columns as register tiles (plan_depthwise_columns); with edge_columns,
+  /// columns [0, left_end) and [right_begin, ow) are left to column tiles.
+  ColumnRun run;
+  bool edge_columns;
+  std::int64_t left_end, right_begin;
 };
 
-/// The runs of a depthwise row, in tiles of even widths (28 = 10 + 9 + 9, not 12 + 12 + 4:
-/// a narrow tile has fewer FMA chains). Rows of more than two tiles: the columns whose
-/// windows lie inside the row in one run, those left and right of them in their own,
-/// narrow, edge runs (the edge tiles test every input pixel: full-width edge tiles cost
-/// 10-25% at 28..112 pixels). Narrower rows: one run, edge when it reaches an edge (at 14
-/// pixels, 1-pixel edge tiles, a single FMA chain each, cost more than they save).
+/// The columns of a depthwise row. The columns whose windows lie inside the row go in one
+/// run of tiles of even widths (54 = 11 + 11 + 11 + 11 + 10, not 12 x 4 + 6: a narrow tile
+/// has fewer FMA chains), and when they are at most a sixth of the row, the columns left
+/// and right of them (1 at pad 1) in column tiles, up to 12 output rows of one column at a
+/// time, every tap tested against the plane: as edge tiles of full width those cost
+/// 10-25% at 28..112 pixels (3x3 at 14: 30 -> 23 us), as 1-pixel row tiles (one FMA chain
+/// each) 8-14%. Else (7x7 planes, 5x5 at 14), one run of edge tiles (every input pixel
+/// tested against the row), which measured faster there.
 inline void plan_depthwise_columns(DepthwiseRows& a) {
   const std::int64_t sw = a.stride_w;
   const std::int64_t inner_begin = std::min((a.pad_w + sw - 1) / sw, a.ow);
   const std::int64_t right = a.w - 1 + a.pad_w - (a.kw - 1) * a.dilation_w;  // the last in-row tap start
   const std::int64_t inner_end = std::clamp<std::int64_t>(right < 0 ? 0 : right / sw + 1, inner_begin, a.ow);
-  a.run_count = 0;
-  auto add = [&](std::int64_t begin, std::int64_t end, bool edge) {
-    if (end <= begin) return;
-    ColumnRun& r = a.runs[a.run_count++];
-    r.begin = begin;
-    r.tiles = (end - begin + kDepthwiseTile - 1) / kDepthwiseTile;
-    r.base = (end - begin) / r.tiles;
-    r.wider = end - begin - r.base * r.tiles;
-    r.edge = edge;
-  };
-  if (a.ow <= 2 * kDepthwiseTile) {
-    add(0, a.ow, inner_begin > 0 || inner_end < a.ow);
-  } else {
-    add(0, inner_begin, true);
-    add(inner_begin, inner_end, false);
-    add(inner_end, a.ow, true);
-  }
+  const std::int64_t edges = a.ow - (inner_end - inner_begin);
+  a.edge_columns = edges > 0 && edges * 6 <= a.ow;
+  a.left_end = a.edge_columns ? inner_begin : 0;
+  a.right_begin = a.edge_columns ? inner_end : a.ow;
+  const std::int64_t begin = a.left_end, count = a.right_begin - a.left_end;
+  ColumnRun& r = a.run;
+  r.begin = begin;
+  r.tiles = (count + kDepthwiseTile - 1) / kDepthwiseTile;
+  r.base = r.tiles > 0 ? count / r.tiles : 0;
+  r.wider = count - r.base * r.tiles;
+  r.edge = !a.edge_columns && (inner_begin > 0 || inner_end < a.ow);
 }
 
 struct DepthwiseKernels {

@@ -9,6 +9,10 @@
 #include <memory>
 #include <new>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>  // nchwc_vec.inc uses AVX intrinsics when the build targets AVX
+#endif
+
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/nchwc.h"
 #include "backends/cpu/kernels/nchwc_impl.h"
@@ -50,8 +54,8 @@ Status run_rows(const char* op, const Act& x, const Act& y, const detail::PoolRo
   const std::int64_t channels = y.c, blocks = (channels + kBlock - 1) / kBlock, oh = y.h, ow = y.w;
   const bool plain_in = !x.blocked, plain_out = !y.blocked;
   const std::int64_t band = detail::band_rows(2048, ow, x.w, stride, span);
-  const std::int64_t in_floats = plain_in ? std::min((band - 1) * stride + span, x.h) * x.w * kBlock : 0;
-  const std::int64_t out_floats = plain_out ? band * ow * kBlock : 0;
+  const std::int64_t in_floats = plain_in ? detail::whole_lines(std::min((band - 1) * stride + span, x.h) * x.w * kBlock) : 0;
+  const std::int64_t out_floats = plain_out ? detail::whole_lines(band * ow * kBlock) : 0;
   const detail::TileKernels& tiles = detail::tile_kernels();
   const bool ok = detail::for_each_band(
       pool, y.n, blocks, oh, band, ow * taps, in_floats + out_floats,

@@ -220,5 +220,44 @@ TEST(LayoutPass, ResidualAddsAndTheirActivationRunInTheConvEpilogue) {
   expect_close(floats_of(ru->outputs[0].tensor), floats_of(r->outputs[0].tensor), 1e-4f, "unfused");
 }
 
+TEST(LayoutPass, DenseBlocksWithBatchNormBeforeTheirConvsStayBlocked) {
+  if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
+  // DenseNet's layer: cat of the features so far -> batch_norm -> relu -> 1x1 conv ->
+  // batch_norm -> relu -> 3x3 conv (8 new channels). The batch norms come before their
+  // convs, so they are not folded: they run blocked with the relu fused into them.
+  const Tensor stem = Tensor::randn({16, 3, 3, 3}, 31) * 0.3;
+  auto bn_params = [](std::int64_t c, std::uint64_t seed) {
+    return std::vector<Tensor>{Tensor::randn({c}, seed) * 0.2 + 1.0, Tensor::randn({c}, seed + 1) * 0.1,
+                               Tensor::randn({c}, seed + 2) * 0.1,
+                               Tensor::randn({c}, seed + 3) * Tensor::randn({c}, seed + 3) * 0.2 + 0.5};
+  };
+  const auto bn1 = bn_params(16, 40), bn2 = bn_params(16, 50), bn3 = bn_params(24, 60);
+  const Tensor w1 = Tensor::randn({16, 16, 1, 1}, 32) * 0.2, w2 = Tensor::randn({8, 16, 3, 3}, 33) * 0.1;
+  const Tensor w3 = Tensor::randn({16, 24, 1, 1}, 34) * 0.2, w4 = Tensor::randn({8, 16, 3, 3}, 35) * 0.1;
+  auto bnr = [](const Tensor& t, const std::vector<Tensor>& p) { return relu(batch_norm(t, p[0], p[1], p[2], p[3])); };
+  auto model = [&](Tensor x) {
+    Tensor f0 = conv2d(x, stem, Tensor(), {1, 1}, {1, 1});
+    Tensor n1 = conv2d(bnr(conv2d(bnr(f0, bn1), w1), bn2), w2, Tensor(), {1, 1}, {1, 1});
+    Tensor c1 = cat({f0, n1}, 1);  // 24 channels
+    Tensor n2 = conv2d(bnr(conv2d(bnr(c1, bn3), w3), bn2), w4, Tensor(), {1, 1}, {1, 1});
+    return mean(cat({c1, n2}, 1), {2, 3}, false);  // 32 channels
+  };
+  const Tensor x = Tensor::randn({2, 3, 11, 13}, 36);
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const auto program = testing::load_exported(*ep);
+  ASSERT_NE(program, nullptr);
+  const auto l = layouts_by_op(*program);
+  EXPECT_EQ(l.at("batch_norm+relu"), "nchw8c|nchw8c");  // the two after a conv were folded into it
+  EXPECT_EQ(l.at("mean"), "nchw8c -> nchw");
+  EXPECT_EQ(l.at("cat"), "nchw8c|nchw8c");
+  for (int threads : {1, 2}) {
+    Session s(*program, {.threads = threads});
+    auto r = s.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    expect_close(floats_of(r->outputs[0].tensor), model(x).to_vector<float>(), 1e-4f, "dense blocks");
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -4,7 +4,8 @@
 // Two kinds of CPU nodes take part:
 // - layout kernels read their activation (input 0) and write output 0 in either layout,
 //   converting at the edge themselves: conv2d (dense, grouped by multiples of 8, depthwise;
-//   constant weights), max/avg/adaptive-avg pools, mean over H and W. A network's first
+//   constant weights), max/avg/adaptive-avg pools, mean over H and W, inference batch_norm
+//   (constant statistics; the ones not folded into a conv, as densenet's before its convs). A network's first
 //   convolution reads the plain input and writes blocked; a pool before a flatten reads
 //   blocked and writes plain.
 // - followers run unchanged on the physical views: the activations that keep finite values
@@ -129,9 +130,11 @@ struct Pass {
 Role Pass::classify(std::uint32_t n) {
   const NodeInfo& ni = info.nodes[n];
   if (ni.segment >= 0 || ni.hop || ni.folded || ni.b_slice >= 0 || !info.bindings_of[n].empty() || ni.outputs.size() != 1 ||
-      ni.inputs.empty() || ni.kernel_allocates[0] || !f32_tensor(ni.outputs[0]) || rank(ni.outputs[0]) != 4) {
+      ni.inputs.empty() || ni.kernel_allocates[0] || !f32_tensor(ni.outputs[0])) {
     return Role::kNone;
   }
+  // Every role's output is 4-D, but mean(keepdim=False)'s [N, C] (which is plain).
+  if (rank(ni.outputs[0]) != 4 && !(ni.op == OpKind::Mean && rank(ni.outputs[0]) == 2)) return Role::kNone;
   const std::uint32_t x = ni.inputs[0], y = ni.outputs[0];
   const auto* node = graph.nodes()->Get(n);
   auto follow_all = [&] {
@@ -149,7 +152,10 @@ Role Pass::classify(std::uint32_t n) {
       if (!f32_tensor(x) || rank(x) != 4 || w.kind != fb::ValueKind::Constant || w.dtype != DType::kF32 || rank(ni.inputs[1]) != 4) {
         return Role::kNone;
       }
-      if (ni.inputs.size() > 2 && info.values[ni.inputs[2]].kind != fb::ValueKind::Constant) return Role::kNone;
+      if (ni.inputs.size() > 2 && info.values[ni.inputs[2]].kind != fb::ValueKind::Constant &&
+          info.values[ni.inputs[2]].kind != fb::ValueKind::None) {
+        return Role::kNone;  // a computed bias
+      }
       cpu::nchwc::ConvShape s;
       const auto cin = dim(x, 1), cout = dim(ni.inputs[1], 0), kh = dim(ni.inputs[1], 2), kw = dim(ni.inputs[1], 3);
       if (!cin || !cout || !kh || !kw) return Role::kNone;
@@ -160,6 +166,16 @@ Role Pass::classify(std::uint32_t n) {
       s.groups = node->attrs()->Get(3)->i();
       if (s.groups < 1 || s.in_channels % s.groups != 0 || s.out_channels % s.groups != 0) return Role::kNone;
       if (!cpu::nchwc::dense_supported(s) && !cpu::nchwc::depthwise_supported(s)) return Role::kNone;
+      operand[n].assign(ni.inputs.size(), false);
+      operand[n][0] = true;
+      return Role::kKernel;
+    }
+    case OpKind::BatchNorm: {  // inference: every parameter a constant (or absent)
+      if (!f32_tensor(x) || rank(x) != 4) return Role::kNone;
+      for (std::size_t k = 1; k < ni.inputs.size(); ++k) {
+        const fb::ValueKind kind = info.values[ni.inputs[k]].kind;
+        if (kind != fb::ValueKind::Constant && kind != fb::ValueKind::None) return Role::kNone;
+      }
       operand[n].assign(ni.inputs.size(), false);
       operand[n][0] = true;
       return Role::kKernel;

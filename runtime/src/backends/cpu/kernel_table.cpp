@@ -39,7 +39,7 @@ void map_in_place(float* y, std::int64_t n, F f) {
 
 bool kernel_fuses(OpKind op, FusedActivation act) {
   if (act == FusedActivation::kNone) return false;
-  return op == OpKind::Linear || op == OpKind::Conv2d;
+  return op == OpKind::Linear || op == OpKind::Conv2d || op == OpKind::BatchNorm;
 }
 
 void apply_activation(FusedActivation act, float* y, std::int64_t n) {

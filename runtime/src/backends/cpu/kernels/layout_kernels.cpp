@@ -5,9 +5,11 @@
 // (conv2d) or from the plain side. What no blocked kernel runs goes through the op's plain
 // kernel on plain copies (run_plain): correct for every shape, one reorder each way.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <vector>
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/conv_prepared.h"
@@ -163,6 +165,64 @@ Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in, std::s
     }
   }
   return run_plain(Conv2d, ctx, in, out, attrs, x, y, rv != nullptr ? &residual : nullptr);
+}
+
+Status batch_norm_blocked(KernelContext& ctx, std::span<const TensorView> in, std::span<TensorView> out,
+                          std::span<const AttrValue> attrs) {
+  if (in.size() != 5 || out.size() != 1 || attrs.empty() || attrs[0].type != AttrType::kFloat) {
+    return invalid("batch_norm", "expects x, weight?, bias?, running_mean, running_var and eps");
+  }
+  const double eps = attrs[0].f;
+  // The channel count: a parameter's (every present one must agree with x's blocks).
+  std::int64_t channels = -1;
+  for (int i = 1; i < 5; ++i) {
+    if (!is_absent(in[static_cast<std::size_t>(i)]) && in[static_cast<std::size_t>(i)].rank == 1) channels = in[static_cast<std::size_t>(i)].shape[0];
+  }
+  if (channels < 0 || is_absent(in[3]) || is_absent(in[4])) return invalid("batch_norm", "a blocked batch_norm needs running statistics of [C]");
+  KILN_ASSIGN_OR_RETURN(const BlockedOperand x, blocked_operand("batch_norm", "x", in[0], ctx.input_blocked(0), channels));
+  KILN_ASSIGN_OR_RETURN(const BlockedOperand y, blocked_operand("batch_norm", "out", out[0], ctx.output_blocked(0), channels));
+  const char* names[4] = {"weight", "bias", "running_mean", "running_var"};
+  for (int i = 1; i < 5; ++i) {
+    const TensorView& t = in[static_cast<std::size_t>(i)];
+    if (is_absent(t)) continue;
+    if (t.dtype != DType::kF32 || t.rank != 1 || t.shape[0] != channels) {
+      return invalid("batch_norm", names[i - 1], ".shape=", shape_text(t), " but x has ", channels, " channels");
+    }
+  }
+  if (x.logical.dtype != DType::kF32 || y.logical.dtype != DType::kF32 || x.act.n != y.act.n || x.act.h != y.act.h ||
+      x.act.w != y.act.w) {
+    return invalid("batch_norm", "out.shape=", shape_text(y.logical), " but x.shape=", shape_text(x.logical));
+  }
+  if (!x.act.blocked || !y.act.blocked) return run_plain(BatchNorm, ctx, in, out, attrs, x, y, nullptr);
+  // Per channel y = x * scale + shift (computed in double like the plain kernel); padded
+  // lanes get 0 * x + 0.
+  const std::int64_t blocks = nc::padded_channels(channels) / nc::kBlock, hw = x.act.h * x.act.w;
+  std::vector<float> scale(static_cast<std::size_t>(blocks * nc::kBlock), 0.0f), shift(scale.size(), 0.0f);
+  const float* w = is_absent(in[1]) ? nullptr : in[1].as<float>();
+  const float* b = is_absent(in[2]) ? nullptr : in[2].as<float>();
+  const float* mean = in[3].as<float>();
+  const float* var = in[4].as<float>();
+  for (std::int64_t c = 0; c < channels; ++c) {
+    const double s = (w != nullptr ? w[c] : 1.0) / std::sqrt(static_cast<double>(var[c]) + eps);
+    scale[static_cast<std::size_t>(c)] = static_cast<float>(s);
+    shift[static_cast<std::size_t>(c)] = static_cast<float>((b != nullptr ? b[c] : 0.0) - mean[c] * s);
+  }
+  const FusedActivation act = ctx.fused_activation();
+  const std::int64_t items = x.act.n * blocks;
+  ctx.pool().parallel_for(items, ctx.pool().even_grain(items, hw * nc::kBlock, 16384), [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      const std::int64_t blk = i % blocks;
+      const float* sc = scale.data() + blk * nc::kBlock;
+      const float* sh = shift.data() + blk * nc::kBlock;
+      const float* src = x.act.data + i * hw * nc::kBlock;
+      float* dst = y.act.data + i * hw * nc::kBlock;
+      for (std::int64_t p = 0; p < hw; ++p) {
+        for (std::int64_t l = 0; l < nc::kBlock; ++l) dst[p * nc::kBlock + l] = src[p * nc::kBlock + l] * sc[l] + sh[l];
+      }
+      apply_activation(act, dst, hw * nc::kBlock);
+    }
+  });
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<PreparedWeights>> conv2d_prepare_blocked(const TensorView& weight, std::span<const AttrValue> attrs) {

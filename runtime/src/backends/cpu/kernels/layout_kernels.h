@@ -36,6 +36,11 @@ Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in, std::s
 Status pool_blocked(OpKind op, KernelFn plain, KernelContext& ctx, std::span<const TensorView> in,
                     std::span<TensorView> out, std::span<const AttrValue> attrs);
 
+/// batch_norm (inference) with a blocked input or output: y = act(x * scale + shift) per
+/// channel, on the 8-channel vectors when both sides are blocked.
+Status batch_norm_blocked(KernelContext& ctx, std::span<const TensorView> in, std::span<TensorView> out,
+                          std::span<const AttrValue> attrs);
+
 /// conv2d's checks on logical views (the plain kernel's, conv.cpp): shapes, attributes,
 /// bias, the output size. Fills the shape and the bias pointer (null without one).
 struct ConvCheck {

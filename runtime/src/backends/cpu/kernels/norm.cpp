@@ -9,6 +9,7 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/layout_kernels.h"
 #include "backends/cpu/thread_pool.h"
 #include "backends/cpu/kernels/simd.h"
 #include "kernel/attrs.h"
@@ -158,6 +159,7 @@ Status BatchNorm(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_io("batch_norm", in, out,
                                 {.min_inputs = 5, .max_inputs = 5, .num_outputs = 1, .optional_inputs = 0b11110}));
   KILN_ASSIGN_OR_RETURN(double eps, attr_float("batch_norm", attrs, 0, "eps"));
+  if (ctx.input_blocked(0) || ctx.output_blocked(0)) return batch_norm_blocked(ctx, in, out, attrs);
   const TensorView& x = in[0];
   if (is_absent(in[3]) || is_absent(in[4])) {
     return unsupported("batch_norm", "training mode (no running_mean/running_var) is not supported");
@@ -175,7 +177,9 @@ Status BatchNorm(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   const bool ok = dispatch<KILN_FLOAT_DTYPES>(x.dtype, [&]<DType D>() {
     batch_norm_typed<CType<D>>(x, optional_input(in, 1), optional_input(in, 2), in[3], in[4], eps, out[0]);
   });
-  return ok ? Status::Ok() : unsupported_dtype("batch_norm", x.dtype, "x");
+  if (!ok) return unsupported_dtype("batch_norm", x.dtype, "x");
+  if (x.dtype == DType::kF32) apply_activation(ctx.fused_activation(), out[0].as<float>(), out[0].numel());
+  return Status::Ok();
 }
 
 Status LayerNorm(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {

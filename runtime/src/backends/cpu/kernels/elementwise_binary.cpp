@@ -1,6 +1,7 @@
 // Binary elementwise kernels: arithmetic, comparisons, logical ops, with numpy
 // broadcasting. Inputs share one dtype (the exporter inserts casts); f16/bf16 run through
 // f32 copies. Integer arithmetic wraps (two's complement), as PyTorch's does.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -202,6 +203,35 @@ bool has_zero(const TensorView& v) {
   return zero;
 }
 
+// One operand [P, M, L] and the other [P, 1, L] (dims grouped: equal outer dims, a middle
+// the second one broadcasts over, equal inner dims), L short: the channel scale of a
+// squeeze-excitation block in the blocked layout ([N, C/8, H, W, 8] * [N, C/8, 1, 1, 8]),
+// where the plan's rows would be L = 8 elements each. Returns false when the shapes are
+// not of that form.
+struct RowBroadcast {
+  std::int64_t outer = 1, middle = 1, inner = 1;
+  bool b_broadcasts = true;  // else a does
+};
+bool row_broadcast(const TensorView& a, const TensorView& b, const TensorView& out, RowBroadcast& r) {
+  if (a.rank != b.rank || a.rank != out.rank || a.rank < 3) return false;
+  const bool a_full = std::equal(a.shape.begin(), a.shape.begin() + a.rank, out.shape.begin());
+  const bool b_full = std::equal(b.shape.begin(), b.shape.begin() + b.rank, out.shape.begin());
+  if (a_full == b_full) return false;
+  const TensorView& small = a_full ? b : a;
+  r.b_broadcasts = a_full;
+  int d = out.rank - 1;
+  r.inner = 1;
+  for (; d >= 0 && small.shape[d] == out.shape[d] && small.shape[d] != 1; --d) r.inner *= out.shape[d];
+  r.middle = 1;
+  for (; d >= 0 && small.shape[d] == 1; --d) r.middle *= out.shape[d];
+  r.outer = 1;
+  for (; d >= 0; --d) {
+    if (small.shape[d] != out.shape[d]) return false;
+    r.outer *= out.shape[d];
+  }
+  return r.inner > 1 && r.inner <= 64 && r.middle > 1;
+}
+
 // Output dtype == input dtype; T from `Ds`. kIntDivisor: integer b must hold no zero.
 template <bool kIntDivisor, DType... Ds, typename F>
 Status same_dtype_op(std::string_view op, KernelFn self, KernelContext& ctx, Inputs in, Outputs out,
@@ -227,6 +257,25 @@ Status same_dtype_op(std::string_view op, KernelFn self, KernelContext& ctx, Inp
       ctx.pool().parallel_for(plan.numel, ctx.pool().even_grain(plan.numel, 1, kParallelElements / 2),
                               [&](std::int64_t begin, std::int64_t end) {
         binary_row(a + begin * sa, sa, b + begin * sb, sb, o + begin, end - begin, f);
+      });
+      return;
+    }
+    if (RowBroadcast r; std::is_floating_point_v<T> && row_broadcast(in[0], in[1], out[0], r)) {
+      const T* full = (r.b_broadcasts ? in[0] : in[1]).template as<T>();
+      const T* small = (r.b_broadcasts ? in[1] : in[0]).template as<T>();
+      T* o = out[0].as<T>();
+      const std::int64_t rows = r.outer * r.middle;
+      ctx.pool().parallel_for(rows, ctx.pool().even_grain(rows, r.inner, kParallelElements / 2), [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t row = r0; row < r1; ++row) {
+          const T* v = small + (row / r.middle) * r.inner;
+          const T* x = full + row * r.inner;
+          T* y = o + row * r.inner;
+          if (r.b_broadcasts) {
+            for (std::int64_t i = 0; i < r.inner; ++i) y[i] = f(x[i], v[i]);
+          } else {
+            for (std::int64_t i = 0; i < r.inner; ++i) y[i] = f(v[i], x[i]);
+          }
+        }
       });
       return;
     }

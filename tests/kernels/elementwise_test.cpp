@@ -24,7 +24,11 @@ std::vector<std::pair<Shape, Shape>> binary_shapes() {
           {{2, 3, 4}, {3, 1}},  {{0, 3}, {3}},        {{1, 0}, {5, 1}},  {{33}, {1}},
           {{1, 1, 17}, {2, 3, 1}}, {{2, 1, 3, 1}, {1, 4, 1, 5}}, {{257}, {257}},
           // flat runs over kParallelElements, split over the pool
-          {{257, 257}, {257, 257}}, {{66001}, {}}, {{}, {66001}}};
+          {{257, 257}, {257, 257}}, {{66001}, {}}, {{}, {66001}},
+          // one operand broadcast over the middle dims of the other with a short inner row
+          // (a channel scale on blocked NCHW8c tensors), either operand the small one
+          {{2, 3, 5, 7, 8}, {2, 3, 1, 1, 8}}, {{2, 3, 1, 1, 8}, {2, 3, 5, 7, 8}}, {{3, 40, 16}, {3, 1, 16}},
+          {{1, 2, 9, 9, 8}, {1, 2, 1, 1, 8}}};
 }
 
 Tensor expected_binary(const Tensor& a, const Tensor& b, DType out_dtype, const Ref2& ref) {

@@ -575,15 +575,52 @@ Status prepare_conv_weight(const fb::Program& p, const Bundle& bundle, Program::
   return Status::Ok();
 }
 
+// How many times each constant is read (by nodes, as a graph output, as a state's initial
+// value): a constant whose every read is by a node holding a prepared copy of it
+// (a prepared conv2d, a linear/matmul with its B packed) can leave the resident set.
+std::vector<std::uint32_t> constant_uses(const fb::Program& p, const Program::Impl& impl) {
+  std::vector<std::uint32_t> uses(count(p.constants()), 0);
+  for (const GraphInfo& info : impl.graphs) {
+    for (const ValueInfo& v : info.values) {
+      if (v.kind == fb::ValueKind::Constant && v.graph_output && v.constant < uses.size()) ++uses[v.constant];
+    }
+    for (const NodeInfo& ni : info.nodes) {
+      for (std::uint32_t in : ni.inputs) {
+        const ValueInfo& v = info.values[in];
+        if (v.kind == fb::ValueKind::Constant && v.constant < uses.size()) ++uses[v.constant];
+      }
+    }
+  }
+  for (std::uint32_t k = 0; k < count(p.signature()->states()); ++k) {  // initial values are read at reset
+    const std::uint32_t c = p.signature()->states()->Get(k)->initial();
+    if (c < uses.size()) ++uses[c];
+  }
+  return uses;
+}
+
 // Constant weights of linear layers and matmuls, packed once for the SGEMM so that runs
-// skip the per-call packing of B; conv2d weights prepared by their kernel.
-Status pack_weights(const fb::Program& p, const Bundle& bundle, Program::Impl& impl) {
+// skip the per-call packing of B; conv2d weights prepared by their kernel. A weight whose
+// every reader now holds a prepared copy has its mapped pages dropped from the resident set
+// right after its last copy is made (Bundle::release_pages), not after all of them, so that
+// load never holds every weight twice: the process holds the weights about once. A path that
+// still reads the raw weight (a kernel declining its prepared copy) faults its pages back in
+// from the file, once. Returns the bytes released.
+Result<std::size_t> pack_weights(const fb::Program& p, const Bundle& bundle, Program::Impl& impl) {
+  const std::vector<std::uint32_t> uses = constant_uses(p, impl);
+  std::vector<std::uint32_t> covered(uses.size(), 0);
+  std::size_t released = 0;
+  auto prepared_copy_of = [&](const GraphInfo& info, std::uint32_t value) {
+    const ValueInfo& v = info.values[value];
+    if (v.kind != fb::ValueKind::Constant || v.constant >= uses.size()) return;
+    if (++covered[v.constant] == uses[v.constant]) released += bundle.release_pages(bundle.constant_data(v.constant));
+  };
   for (std::uint32_t g = 0; g < impl.graphs.size(); ++g) {
     GraphInfo& info = impl.graphs[g];
     for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
       NodeInfo& ni = info.nodes[n];
       if (ni.op == OpKind::Conv2d && ni.segment < 0 && ni.inputs.size() >= 2) {
         KILN_RETURN_IF_ERROR(prepare_conv_weight(p, bundle, impl, g, n));
+        if (ni.prepared != nullptr) prepared_copy_of(info, ni.inputs[1]);
         continue;
       }
       if ((ni.op != OpKind::Linear && ni.op != OpKind::Matmul) || ni.segment >= 0 || ni.inputs.size() < 2) continue;
@@ -607,37 +644,8 @@ Status pack_weights(const fb::Program& p, const Bundle& bundle, Program::Impl& i
         it = impl.packed.emplace(key, std::move(packed).value()).first;
       }
       ni.packed_b = &it->second;
+      prepared_copy_of(info, ni.inputs[1]);
     }
-  }
-  return Status::Ok();
-}
-
-// The mapped pages of conv weights that only prepared conv2d nodes read leave the resident
-// set (Bundle::release_pages): the prepared copy is what runs, so a process holds the
-// weights about once, not twice. A path that still reads the raw weight (the direct kernel
-// for some input shape) faults its pages back in from the file, once. Returns the bytes released.
-std::size_t release_prepared_constants(const fb::Program& p, const Bundle& bundle, const Program::Impl& impl) {
-  std::vector<std::uint32_t> uses(count(p.constants()), 0), covered(uses.size(), 0);
-  for (const GraphInfo& info : impl.graphs) {
-    for (const ValueInfo& v : info.values) {
-      if (v.kind == fb::ValueKind::Constant && v.graph_output && v.constant < uses.size()) ++uses[v.constant];
-    }
-    for (const NodeInfo& ni : info.nodes) {
-      for (std::size_t k = 0; k < ni.inputs.size(); ++k) {
-        const ValueInfo& v = info.values[ni.inputs[k]];
-        if (v.kind != fb::ValueKind::Constant || v.constant >= uses.size()) continue;
-        ++uses[v.constant];
-        if (k == 1 && ni.op == OpKind::Conv2d && ni.prepared != nullptr && ni.segment < 0) ++covered[v.constant];
-      }
-    }
-  }
-  for (std::uint32_t k = 0; k < count(p.signature()->states()); ++k) {  // initial values are read at reset
-    const std::uint32_t c = p.signature()->states()->Get(k)->initial();
-    if (c < uses.size()) ++uses[c];
-  }
-  std::size_t released = 0;
-  for (std::uint32_t c = 0; c < uses.size(); ++c) {
-    if (uses[c] > 0 && uses[c] == covered[c]) released += bundle.release_pages(bundle.constant_data(c));
   }
   return released;
 }
@@ -751,8 +759,7 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
     for (std::uint32_t g = 0; g < count(p.graphs()); ++g) plan_layouts(p, *bundle, g, impl.graphs[g]);
   }
   if (options.prepack_weights) {
-    KILN_RETURN_IF_ERROR(pack_weights(p, *bundle, impl));
-    impl.released_weight_bytes = release_prepared_constants(p, *bundle, impl);
+    KILN_ASSIGN_OR_RETURN(impl.released_weight_bytes, pack_weights(p, *bundle, impl));
   }
   if (options.fuse_activations) {
     for (std::uint32_t g = 0; g < count(p.graphs()); ++g) fuse_residual_adds(p, g, impl.graphs[g]);

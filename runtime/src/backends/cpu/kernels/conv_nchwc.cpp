@@ -30,7 +30,7 @@ namespace portable_impl {
 int preferred_width(std::int64_t out_blocks, std::int64_t) { return out_blocks >= 2 ? 2 : 1; }
 
 constexpr DenseKernels make_kernels() {
-  DenseKernels k{"baseline", {4, 2, 1, 1, 1, 1}, &preferred_width, {}};
+  DenseKernels k{"baseline", {4, 2, 1, 1, 1, 1}, &preferred_width, {}, &nchwc_winograd_input, &nchwc_winograd_output};
   nchwc_fill<1, 4>(k);
   nchwc_fill<2, 2>(k);
   nchwc_fill<3, 1>(k);
@@ -100,6 +100,8 @@ class PackedDense final : public DenseWeights {
   std::int64_t taps = 0;        // kh * kw
   std::int64_t group_floats = 0;
   std::unique_ptr<float, FreeDeleter> data;
+  /// The Winograd transform (winograd_prepare) of weights winograd_eligible takes, or null.
+  std::unique_ptr<DenseWeights> winograd;
 
   std::int64_t block_groups() const { return ceil_div(out_blocks, width); }
   const float* block_group(std::int64_t g, std::int64_t q) const {
@@ -536,6 +538,11 @@ Result<std::unique_ptr<DenseWeights>> prepare_dense_width(const float* w, const 
       }
     }
   }
+  if (winograd_eligible(s)) {
+    // Optional: without it (out of memory) the direct tiles run.
+    auto made = winograd_prepare(w, s);
+    if (made.ok()) packed->winograd = std::move(made).value();
+  }
   return std::unique_ptr<DenseWeights>(std::move(packed));
 }
 
@@ -551,7 +558,7 @@ Status conv2d_dense(const Act& x, const DenseWeights& w, const ConvShape& s, con
 }
 
 Status conv2d_dense_on(const DenseKernels& kernels, const Act& x, const DenseWeights& weights, const ConvShape& s,
-                       const Epilogue& e, const Act& y, ThreadPool& pool) {
+                       const Epilogue& e, const Act& y, ThreadPool& pool, DenseAlgorithm algorithm) {
   const auto& w = static_cast<const PackedDense&>(weights);
   KILN_RETURN_IF_ERROR(check(x, w, s, e, y));
   if (x.n == 0) return Status::Ok();
@@ -562,6 +569,9 @@ Status conv2d_dense_on(const DenseKernels& kernels, const Act& x, const DenseWei
   std::unique_ptr<float[]> bias(new (std::nothrow) float[static_cast<std::size_t>(blocks * kBlock)]());
   if (bias == nullptr) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory"));
   if (e.bias != nullptr) std::copy(e.bias, e.bias + s.out_channels, bias.get());
+  if (algorithm != DenseAlgorithm::kDirect && w.winograd != nullptr && winograd_applies(x, y, e)) {
+    return conv2d_winograd(kernels, x, *w.winograd, s, bias.get(), e, y, pool);
+  }
 
   // Units: bands of output pixels whose input rows fit in L2 next to the weights. With
   // several threads, a multiple of the thread count of equal bands per image (every thread

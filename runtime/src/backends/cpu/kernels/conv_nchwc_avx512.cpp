@@ -23,6 +23,11 @@
 namespace kiln::cpu::nchwc {
 namespace avx512_impl {
 
+// The Winograd transforms (8-lane vectors: one block) from the shared source.
+#define KILN_NCHWC_FMA8(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#include "backends/cpu/kernels/conv_nchwc_tile.inc"
+#undef KILN_NCHWC_FMA8
+
 // Accumulator sets (see conv_nchwc_tile.inc): 4 zmm chains in flight cover the latency.
 constexpr int sets(int accumulators) { return accumulators <= 1 ? 4 : accumulators <= 3 ? 2 : 1; }
 
@@ -218,7 +223,7 @@ int preferred_width(std::int64_t out_blocks, std::int64_t reduction) {
 }
 
 constexpr DenseKernels make_kernels() {
-  DenseKernels k{"avx512", {8, 8, 8, 8, 8, 8}, &preferred_width, {}};
+  DenseKernels k{"avx512", {8, 8, 8, 8, 8, 8}, &preferred_width, {}, &nchwc_winograd_input, &nchwc_winograd_output};
   fill<1, 8>(k);
   fill<2, 8>(k);
   fill<3, 8>(k);

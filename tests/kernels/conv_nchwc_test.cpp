@@ -410,6 +410,27 @@ TEST(NchwcDense, WinogradMatchesNaiveConvolution) {
   }
 }
 
+// The weights fix the kernel size only: prepared for a stride-1 call (with the Winograd
+// transform), run at stride 2 and dilation 2 they give what weights prepared for that call
+// give (the direct tiles).
+TEST(NchwcDense, WeightsPreparedForStrideOneRunOtherStrides) {
+  const Case c{1, 32, 32, 1, 12, 11, 3, 3, 2, 2, 1, 1, 2, 1};
+  Case unit = c;
+  unit.sh = unit.sw = unit.dh = unit.dw = 1;
+  ASSERT_TRUE(winograd_eligible(shape_of(unit)));
+  std::mt19937 rng(9);
+  const std::vector<float> x = uniform(rng, c.cin * c.h * c.w), w = uniform(rng, c.cout * c.cin * 9);
+  auto for_unit = prepare_dense(w.data(), shape_of(unit));
+  auto for_call = prepare_dense(w.data(), shape_of(c));
+  ASSERT_TRUE(for_unit.ok() && for_call.ok());
+  Stored xs(x, 1, c.cin, c.h, c.w, true);
+  const std::vector<float> y0(static_cast<std::size_t>(c.cout * out_h(c) * out_w(c)), 0.0f);
+  Stored a(y0, 1, c.cout, out_h(c), out_w(c), true), b(y0, 1, c.cout, out_h(c), out_w(c), true);
+  ASSERT_TRUE(conv2d_dense(xs.act(), **for_unit, shape_of(c), {}, a.act(), pool_for(1)).ok());
+  ASSERT_TRUE(conv2d_dense(xs.act(), **for_call, shape_of(c), {}, b.act(), pool_for(1)).ok());
+  for (std::int64_t i = 0; i < a.act().floats(); ++i) ASSERT_EQ(a.act().data[i], b.act().data[i]) << i;
+}
+
 // Blocked input whose padded lanes are not finite-but-zero: a kernel that let them reach
 // a real channel would show it (the padded weights are zero).
 TEST(NchwcDense, PaddedInputLanesDoNotReachTheOutput) {

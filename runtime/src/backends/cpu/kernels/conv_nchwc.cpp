@@ -478,6 +478,44 @@ bool run_unit(const Run& r, const Unit& u) {
   return true;
 }
 
+// How a call's work is cut into units (image, band of pixels, range of block groups).
+struct Split {
+  std::int64_t bands = 1;                // equal pixel bands per image
+  std::vector<std::int64_t> q_bounds;    // block-group ranges: [q_bounds[i], q_bounds[i + 1])
+};
+
+// Bands of output pixels whose input rows fit in L2 next to the weights. With several
+// threads and images that do not split evenly among them: a multiple of the thread count
+// of equal bands per image (every thread the same pixels of every block group), or, when an
+// image has too few pixels to share, the block groups split by their output blocks.
+Split split_work(const DenseKernels& kernels, const Act& x, const PackedDense& w, const ConvShape& s, const Plan& plan,
+                 std::int64_t threads) {
+  const std::int64_t pixels = plan.oh * plan.ow, qs = s.groups * w.block_groups();
+  const std::int64_t in_row_bytes = x.w * w.in_blocks * kBlock * 4;
+  const std::int64_t rows_per_band = std::max<std::int64_t>(1, (256 << 10) / in_row_bytes / s.stride_h);
+  Split split;
+  split.bands = ceil_div(plan.oh, rows_per_band);
+  split.q_bounds = {0, qs};
+  if (threads == 1 || x.n % threads == 0) return split;
+  if (pixels >= threads * kernels.max_pixels[w.width - 1]) {
+    split.bands = std::min(pixels, ceil_div(split.bands, threads) * threads);
+    return split;
+  }
+  // A share ends before the block group whose middle passes its end.
+  const std::int64_t shares = std::min(qs, threads), blocks = s.groups * w.out_blocks;
+  split.q_bounds.assign(1, 0);
+  for (std::int64_t q = 0, done = 0; q < qs; ++q) {
+    const std::int64_t width = std::min<std::int64_t>(w.width, w.out_blocks - q % w.block_groups() * w.width);
+    const auto share = static_cast<std::int64_t>(split.q_bounds.size());
+    if (share < shares && q > split.q_bounds.back() && (2 * done + width) * shares >= 2 * share * blocks) {
+      split.q_bounds.push_back(q);
+    }
+    done += width;
+  }
+  split.q_bounds.push_back(qs);
+  return split;
+}
+
 }  // namespace
 
 bool dense_supported(const ConvShape& s) {
@@ -562,60 +600,34 @@ Status conv2d_dense_on(const DenseKernels& kernels, const Act& x, const DenseWei
   const auto& w = static_cast<const PackedDense&>(weights);
   KILN_RETURN_IF_ERROR(check(x, w, s, e, y));
   if (x.n == 0) return Status::Ok();
-  const Plan plan = make_plan(x, s, y);
 
   // The bias, padded to whole blocks.
-  const std::int64_t blocks = s.groups * w.out_blocks;
-  std::unique_ptr<float[]> bias(new (std::nothrow) float[static_cast<std::size_t>(blocks * kBlock)]());
+  std::unique_ptr<float[]> bias(new (std::nothrow) float[static_cast<std::size_t>(s.groups * w.out_blocks * kBlock)]());
   if (bias == nullptr) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory"));
   if (e.bias != nullptr) std::copy(e.bias, e.bias + s.out_channels, bias.get());
-  if (algorithm != DenseAlgorithm::kDirect && w.winograd != nullptr && winograd_applies(x, y, e)) {
+  // The call's stride and dilation are checked again: the weights only fix the kernel size.
+  if (algorithm != DenseAlgorithm::kDirect && w.winograd != nullptr && winograd_eligible(s) &&
+      winograd_applies(x, y, e)) {
     return conv2d_winograd(kernels, x, *w.winograd, s, bias.get(), e, y, pool);
   }
 
-  // Units: bands of output pixels whose input rows fit in L2 next to the weights. With
-  // several threads, a multiple of the thread count of equal bands per image (every thread
-  // the same pixels of every block group), or, when an image has too few pixels to share,
-  // the block groups split by their output blocks.
-  const std::int64_t pixels = plan.oh * plan.ow, qs = s.groups * w.block_groups();
-  const std::int64_t in_row_bytes = x.w * w.in_blocks * kBlock * 4;
-  const std::int64_t rows_per_band =
-      std::max<std::int64_t>(1, (256 << 10) / std::max<std::int64_t>(in_row_bytes, 1) / s.stride_h);
-  std::int64_t bands = ceil_div(plan.oh, rows_per_band);
-  std::vector<std::int64_t> q_bounds{0, qs};
-  const std::int64_t threads = pool.num_threads();
-  if (threads > 1 && x.n % threads != 0) {
-    if (pixels >= threads * kernels.max_pixels[w.width - 1]) {
-      bands = std::min(pixels, ceil_div(bands, threads) * threads);
-    } else {
-      // Output blocks per share; block group q holds blocks [q * width, ...) of its group.
-      const std::int64_t shares = std::min(qs, threads), blocks = s.groups * w.out_blocks;
-      // A share ends before the block group whose middle passes its end.
-      q_bounds.assign(1, 0);
-      for (std::int64_t q = 0, done = 0; q < qs; ++q) {
-        const std::int64_t width = std::min<std::int64_t>(w.width, w.out_blocks - q % w.block_groups() * w.width);
-        const auto share = static_cast<std::int64_t>(q_bounds.size());
-        if (share < shares && q > q_bounds.back() && (2 * done + width) * shares >= 2 * share * blocks) {
-          q_bounds.push_back(q);
-        }
-        done += width;
-      }
-      q_bounds.push_back(qs);
-    }
-  }
-  const std::int64_t q_chunks = static_cast<std::int64_t>(q_bounds.size()) - 1;
-
+  const Plan plan = make_plan(x, s, y);
+  const Split split = split_work(kernels, x, w, s, plan, pool.num_threads());
   const Run run{x, w, s, e, y, plan, kernels, bias.get(),
                 y.blocked && (e.residual == nullptr || e.residual->blocked),
                 tile_activation(e.act), !tile_applies(e.act)};
+  const std::int64_t pixels = plan.oh * plan.ow, bands = split.bands;
+  const auto q_chunks = static_cast<std::int64_t>(split.q_bounds.size()) - 1;
   const std::int64_t units = x.n * bands * q_chunks;
-  const std::int64_t unit_cost = ceil_div(pixels, bands) * ceil_div(qs, q_chunks) * w.width * w.in_blocks * w.taps * 64;
+  const std::int64_t unit_cost =
+      ceil_div(pixels, bands) * ceil_div(s.groups * w.block_groups(), q_chunks) * w.width * w.in_blocks * w.taps * 64;
   std::atomic<bool> failed{false};
   pool.parallel_for(units, pool.even_grain(units, unit_cost, 1 << 18), [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t i = first; i < last; ++i) {
-      const std::int64_t n = i / (bands * q_chunks), band = i / q_chunks % bands, chunk = i % q_chunks;
-      const Unit u{n, band * pixels / bands, (band + 1) * pixels / bands, q_bounds[static_cast<std::size_t>(chunk)],
-                   q_bounds[static_cast<std::size_t>(chunk + 1)]};
+      const std::int64_t n = i / (bands * q_chunks), band = i / q_chunks % bands;
+      const auto chunk = static_cast<std::size_t>(i % q_chunks);
+      const Unit u{n, band * pixels / bands, (band + 1) * pixels / bands, split.q_bounds[chunk],
+                   split.q_bounds[chunk + 1]};
       if (!run_unit(run, u)) failed.store(true);
     }
   });

@@ -1,6 +1,17 @@
 // Dense and grouped convolution on NCHW8c activations (nchwc.h): weight packing, the
 // driver that cuts the output into tiles, and the portable tile kernels. The tile kernels
-// and the weight layout: conv_nchwc_kernels.h.
+// and the weight layout: conv_nchwc_kernels.h; Winograd: conv_nchwc_winograd.cpp.
+//
+// The driver groups output pixels into regions whose windows have the same kernel taps
+// inside the input (the interior, each border strip, each corner: make_plan), so a tile
+// runs one tap list with no bounds test and never reads padding; a tile may span rows of
+// its region, so narrow maps (7x7) still fill the register tile. Per unit of work (image,
+// band of pixels, range of block groups) it walks each region in chunks of 252 pixels and
+// runs every block group over a chunk before the next (the chunk's input stays in L1/L2
+// while the weights stream), from offset arrays or, for evenly spaced pixels (1x1 stride
+// 1, one row), from a base and a step. Tiles write blocked y directly with the epilogue;
+// a plain y or a plain residual goes through a blocked scratch per block group that
+// finish_scratch adds, activates and stores in y's layout.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -201,8 +212,9 @@ std::vector<AxisClass> axis_classes(std::int64_t in, std::int64_t out, std::int6
   return classes;
 }
 
-// Output rows [r0, r1) x columns [c0, c1), all with the kernel taps rows [i0, i1) x
-// columns [j0, j1) inside the input; `taps` of them from `tap` in the plan's lists.
+// Output rows [r0, r1) x columns [c0, c1) whose windows all have the same kernel taps inside
+// the input: rows from i0, columns from j0 (a pixel's offset is that of its tap (i0, j0));
+// `taps` of them from `tap` in the plan's lists (none when the window is all padding).
 struct Region {
   std::int64_t r0, r1, c0, c1, i0, j0;
   std::int64_t tap, taps;

@@ -7,6 +7,7 @@
 //   build/dev/bench/kiln_kv_decode_bench --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -74,9 +75,15 @@ HostValue tokens(std::int64_t n) {
 
 // One decode step at context N: the prompt of N tokens is prefilled once; every iteration
 // then runs the step for position N (rewriting that cache row, so the context stays N).
+// KILN_BENCH_THREADS=N: the Session's threads (default 1), for compare_kv_decode.py --threads.
+int bench_threads() {
+  const char* v = std::getenv("KILN_BENCH_THREADS");
+  return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 1;
+}
+
 void decode_step(benchmark::State& state, const Program& program) {
   const std::int64_t context = state.range(0);
-  Session session(program, {.threads = 1});
+  Session session(program, {.threads = bench_threads()});
   std::vector<HostValue> prefill{tokens(context), HostValue::integer(0)};
   RunResult result;
   if (Status s = session.run(prefill, result); !s.ok()) return state.SkipWithError(s.message().c_str());

@@ -598,8 +598,9 @@ Status write_text_file(const std::string& path, const std::string& text) {
 
 namespace {
 
-// Where every node runs once loaded for `backend`: the CPU or an accelerator segment, and
-// which activations were fused into the node before them.
+// Where every node runs once loaded for `backend`: the CPU or an accelerator segment,
+// which activations were fused into the node before them, and the layout of its tensors
+// (blank: plain NCHW; "nchw8c": blocked; "nchw -> nchw8c": a reorder inside the node).
 json placement_json(const Program& program) {
   json graphs = json::array();
   const fb::Program& p = program.bundle().program();
@@ -609,6 +610,7 @@ json placement_json(const Program& program) {
       json j{{"node", n.node}, {"op", n.op}, {"backend", n.backend}, {"where", n.where}};
       if (n.segment >= 0) j["segment"] = n.segment;
       if (n.fused_away) j["fused_away"] = true;
+      if (!n.layout.empty()) j["layout"] = n.layout;
       nodes.push_back(std::move(j));
     }
     graphs.push_back({{"graph", g}, {"name", str(p.graphs()->Get(g)->name())}, {"nodes", std::move(nodes)}});
@@ -632,8 +634,9 @@ void print_placement(std::ostream& os, const json& j) {
       if (n.contains("segment")) runs += " segment " + std::to_string(n["segment"].get<int>());
       if (n.contains("fused_away")) runs = "fused into node " + std::to_string(n["node"].get<int>() - 1);
       char line[160];
-      std::snprintf(line, sizeof line, "    %4d  %-22s %-22s", n["node"].get<int>(), n["op"].get<std::string>().c_str(),
-                    runs.c_str());
+      const std::string layout = n.contains("layout") ? n["layout"].get<std::string>() : "";
+      std::snprintf(line, sizeof line, "    %4d  %-22s %-22s %-16s ", n["node"].get<int>(), n["op"].get<std::string>().c_str(),
+                    runs.c_str(), layout.c_str());
       os << line << n["where"].get<std::string>() << "\n";
     }
   }

@@ -98,13 +98,15 @@ std::uint64_t Planner::headroom_bytes(std::size_t v) const {
   bool differs = false;
   for (std::uint32_t s : vi.symbols) differs |= !headroom.empty() && headroom[s] != symbols[s];
   if (!differs) return 0;
-  std::vector<std::int64_t> shape(count(vi.shape));
-  for (std::uint32_t d = 0; d < shape.size(); ++d) {
+  TensorView view;
+  view.rank = static_cast<int>(count(vi.shape));
+  for (std::uint32_t d = 0; d < static_cast<std::uint32_t>(view.rank); ++d) {
     auto size = evaluate_expr(p, vi.shape->Get(d), headroom);
-    if (!size.ok()) return 0;
-    shape[d] = *size;
+    if (!size.ok() || *size < 0) return 0;
+    view.shape[d] = *size;
   }
-  return checked_nbytes(vi.dtype, shape).value_or(0);
+  to_physical(vi, view);
+  return checked_nbytes(vi.dtype, view.dims()).value_or(0);
 }
 
 // Shapes: every tensor whose dims mention no symbol bound inside the graph.
@@ -135,6 +137,7 @@ Status Planner::plan_shapes() {
       }
       view.shape[static_cast<std::size_t>(d)] = *size;
     }
+    to_physical(vi, view);  // a blocked value's view (and bytes) are its physical [N, C/8, H, W, 8]
     bytes[v] = checked_nbytes(vi.dtype, view.dims()).value_or(std::numeric_limits<std::uint64_t>::max());
     reserve[v] = std::max(bytes[v], headroom_bytes(v));
     if (vi.kind == fb::ValueKind::Constant) {
@@ -318,8 +321,8 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const s
   };
   // The input buffer a reshape/identity output may share, or the external value it aliases.
   auto try_alias = [&](const NodeInfo& ni, std::uint32_t v, std::int32_t last) {
-    if (!ni.alias_ok || ni.inputs.empty() || ni.segment >= 0) return false;
-    const std::uint32_t u = ni.inputs[0];
+    if (!ni.alias_ok || ni.inputs.size() <= ni.alias_input || ni.segment >= 0) return false;
+    const std::uint32_t u = ni.inputs[ni.alias_input];
     if (plan.dynamic[u] || bytes[u] != bytes[v] || info.values[u].kind == fb::ValueKind::None) return false;
     if (buffer_of[u] >= 0) {
       buffer_of[v] = buffer_of[u];
@@ -471,11 +474,13 @@ bool update_plan(const Program& program, GraphPlan& plan, std::span<const std::i
     if (vi.kind != fb::ValueKind::Tensor && vi.kind != fb::ValueKind::Constant) continue;
     if (plan.dynamic[v] || !mentions_changed(vi.symbols)) continue;
     TensorView& view = plan.views[v];
+    view.rank = static_cast<int>(count(vi.shape));
     for (int d = 0; d < view.rank; ++d) {
       auto size = evaluate_expr(p, vi.shape->Get(static_cast<std::uint32_t>(d)), symbols);
       if (!size.ok() || *size < 0) return false;
       view.shape[static_cast<std::size_t>(d)] = *size;
     }
+    to_physical(vi, view);
     const std::optional<std::uint64_t> bytes = checked_nbytes(view.dtype, view.dims());
     if (!bytes || *bytes >= kUnplannableBytes) return false;
     if (plan.offset[v] >= 0 && *bytes > plan.reserved[v]) return false;

@@ -3,9 +3,15 @@
 // per-graph facts every run needs, and (with an accelerator) partition graphs into
 // segments of consecutive nodes the accelerator supports.
 #include <algorithm>
+#include <optional>
+#include <cstring>
+#include <cmath>
+#include <cstdlib>
 #include <map>
+#include <string_view>
 
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/kernels/nchwc.h"
 #include "executor/plan.h"
 #include "executor/program_impl.h"
 #include "kiln/format/kiln_generated.h"
@@ -13,6 +19,13 @@
 
 namespace kiln {
 namespace {
+
+// KILN_LAYOUT=plain: every value plain NCHW whatever ProgramOptions::blocked_layout says
+// (a before/after switch for benchmarks and triage, like the kernels' KILN_CONV_* ones).
+bool layout_switched_off() {
+  const char* v = std::getenv("KILN_LAYOUT");
+  return v != nullptr && std::string_view(v) == "plain";
+}
 
 bool attr_matches(fb::AttrKind kind, const AttrSpec& spec) {
   if (kind == fb::AttrKind::None) return spec.optional;
@@ -170,6 +183,33 @@ GraphInfo analyze(const fb::Program& p, const Program::Impl& impl, std::uint32_t
   return info;
 }
 
+// The activation node `n` (act) computes, as a fused activation; kNone for other nodes.
+cpu::FusedActivation activation_kind(const fb::Graph& graph, std::uint32_t n, const NodeInfo& act) {
+  cpu::FusedActivation kind = cpu::FusedActivation::kNone;
+  if (act.op == OpKind::Relu) kind = cpu::FusedActivation::kRelu;
+  if (act.op == OpKind::Silu) kind = cpu::FusedActivation::kSilu;
+  if (act.op == OpKind::Hardswish) kind = cpu::FusedActivation::kHardswish;
+  if (act.op == OpKind::Hardsigmoid) kind = cpu::FusedActivation::kHardsigmoid;
+  if (act.op == OpKind::Clamp) {  // ReLU6 (clamp or hardtanh to [0, 6]); clamp(min=0) is a relu
+    const auto* attrs = graph.nodes()->Get(n)->attrs();
+    auto bound = [&](std::uint32_t k) -> std::optional<double> {
+      if (count(attrs) <= k || attrs->Get(k)->kind() != fb::AttrKind::Float) return std::nullopt;
+      return attrs->Get(k)->f();
+    };
+    const auto lo = bound(0), hi = bound(1);
+    if (lo == 0.0 && hi == 6.0) kind = cpu::FusedActivation::kRelu6;
+    if (lo == 0.0 && !hi) kind = cpu::FusedActivation::kRelu;
+  }
+  if (act.op == OpKind::Gelu) {
+    const auto* attrs = graph.nodes()->Get(n)->attrs();
+    const auto* approx = count(attrs) > 0 ? attrs->Get(0)->s() : nullptr;
+    const std::string_view a = approx != nullptr ? approx->string_view() : std::string_view("none");
+    kind = a == "none" ? cpu::FusedActivation::kGeluErf : a == "tanh" ? cpu::FusedActivation::kGeluTanh
+                                                                     : cpu::FusedActivation::kNone;
+  }
+  return kind;
+}
+
 // A linear/conv2d on the CPU whose f32 result only the next node reads, an activation,
 // takes that activation into its kernel; the activation node then passes the bytes on.
 void fuse_activations(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
@@ -192,28 +232,7 @@ void fuse_activations(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
         vi.dtype != DType::kF32 || info.values[act.outputs[0]].dtype != DType::kF32) {
       continue;
     }
-    cpu::FusedActivation kind = cpu::FusedActivation::kNone;
-    if (act.op == OpKind::Relu) kind = cpu::FusedActivation::kRelu;
-    if (act.op == OpKind::Silu) kind = cpu::FusedActivation::kSilu;
-    if (act.op == OpKind::Hardswish) kind = cpu::FusedActivation::kHardswish;
-    if (act.op == OpKind::Hardsigmoid) kind = cpu::FusedActivation::kHardsigmoid;
-    if (act.op == OpKind::Clamp) {  // ReLU6 (clamp or hardtanh to [0, 6]); clamp(min=0) is a relu
-      const auto* attrs = graph->nodes()->Get(n + 1)->attrs();
-      auto bound = [&](std::uint32_t k) -> std::optional<double> {
-        if (count(attrs) <= k || attrs->Get(k)->kind() != fb::AttrKind::Float) return std::nullopt;
-        return attrs->Get(k)->f();
-      };
-      const auto lo = bound(0), hi = bound(1);
-      if (lo == 0.0 && hi == 6.0) kind = cpu::FusedActivation::kRelu6;
-      if (lo == 0.0 && !hi) kind = cpu::FusedActivation::kRelu;
-    }
-    if (act.op == OpKind::Gelu) {
-      const auto* attrs = graph->nodes()->Get(n + 1)->attrs();
-      const auto* approx = count(attrs) > 0 ? attrs->Get(0)->s() : nullptr;
-      const std::string_view a = approx != nullptr ? approx->string_view() : std::string_view("none");
-      kind = a == "none" ? cpu::FusedActivation::kGeluErf : a == "tanh" ? cpu::FusedActivation::kGeluTanh
-                                                                       : cpu::FusedActivation::kNone;
-    }
+    const cpu::FusedActivation kind = activation_kind(*graph, n + 1, act);
     if (!cpu::kernel_fuses(producer.op, kind)) continue;
     producer.fused_act = kind;
     act.fused_away = true;
@@ -221,6 +240,236 @@ void fuse_activations(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
     act.inplace_ok = false;
   }
 }
+
+// A conv2d run by a blocked kernel (weights prepared for NCHW8c) whose f32 result only an
+// add reads, the add's other operand computed before the conv and of the add's shape
+// (a residual connection), takes the add into its epilogue: y = act(conv + bias +
+// residual). An activation that alone reads the add's result follows it in. The add and
+// that activation then pass the conv's bytes on (fused_away).
+void fuse_residual_adds(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
+  const auto* graph = p.graphs()->Get(g);
+  std::vector<std::uint32_t> readers(info.values.size(), 0);
+  std::vector<std::int32_t> reader(info.values.size(), -1);
+  for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
+    for (std::uint32_t v : info.nodes[n].inputs) ++readers[v], reader[v] = static_cast<std::int32_t>(n);
+  }
+  auto same_shape = [&](std::uint32_t a, std::uint32_t b) {
+    const ValueInfo &x = info.values[a], &y = info.values[b];
+    return count(x.shape) == count(y.shape) && std::equal(x.shape->begin(), x.shape->end(), y.shape->begin());
+  };
+  auto plain_f32 = [&](std::uint32_t v) {
+    const ValueInfo& vi = info.values[v];
+    return vi.kind == fb::ValueKind::Tensor && vi.dtype == DType::kF32 && !vi.graph_output;
+  };
+  for (std::uint32_t m = 0; m < info.nodes.size(); ++m) {
+    NodeInfo& add = info.nodes[m];
+    if (add.op != OpKind::Add || add.segment >= 0 || add.inputs.size() != 2 || add.outputs.size() != 1 || add.fused_away ||
+        !info.bindings_of[m].empty() || add.inputs[0] == add.inputs[1]) {
+      continue;
+    }
+    // The operand produced last: the conv that can take the add.
+    const std::uint8_t k = info.values[add.inputs[1]].producer > info.values[add.inputs[0]].producer ? 1 : 0;
+    const std::uint32_t v = add.inputs[k], s = add.inputs[1 - k];
+    const std::int32_t n = info.values[v].producer;
+    if (n < 0) continue;
+    NodeInfo& conv = info.nodes[static_cast<std::size_t>(n)];
+    if (conv.op != OpKind::Conv2d || !conv.blocked_weights || conv.segment >= 0 || conv.residual >= 0 ||
+        conv.fused_act != cpu::FusedActivation::kNone || conv.outputs.size() != 1 || !info.bindings_of[static_cast<std::size_t>(n)].empty() ||
+        readers[v] != 1 || !plain_f32(v) || info.values[s].kind != fb::ValueKind::Tensor || info.values[s].dtype != DType::kF32 ||
+        info.values[s].producer >= n || !same_shape(v, add.outputs[0]) || !same_shape(s, add.outputs[0])) {
+      continue;
+    }
+    conv.residual = static_cast<std::int32_t>(s);
+    add.fused_away = true;
+    add.alias_ok = true;
+    add.inplace_ok = false;
+    add.alias_input = k;
+    const std::uint32_t w = add.outputs[0];
+    if (readers[w] != 1 || !plain_f32(w)) continue;
+    NodeInfo& act = info.nodes[static_cast<std::size_t>(reader[w])];
+    if (act.segment >= 0 || act.inputs.size() != 1 || act.outputs.size() != 1 || act.fused_away ||
+        !info.bindings_of[static_cast<std::size_t>(reader[w])].empty() || info.values[act.outputs[0]].dtype != DType::kF32) {
+      continue;
+    }
+    const cpu::FusedActivation kind = activation_kind(*graph, static_cast<std::uint32_t>(reader[w]), act);
+    if (kind == cpu::FusedActivation::kNone || !cpu::kernel_fuses(conv.op, kind)) continue;
+    conv.fused_act = kind;
+    act.fused_away = true;
+    act.alias_ok = true;
+    act.inplace_ok = false;
+  }
+}
+
+// Activations that the core ATen IR spells out in elementwise ops, recognized after a
+// linear/conv2d on the CPU whose f32 result x only the pattern reads, and taken into that
+// node's kernel like a single activation node (the pattern's nodes then pass its bytes on):
+//   silu         mul(x, sigmoid(x))
+//   hardsigmoid  div(clamp(add(x, 3), 0, 6), 6)   (clamp as one node or as min=0 then max=6;
+//   hardswish    div(mul(x, clamp(...)), 6), mul(x, div(clamp(...), 6))   div as mul by 1/6)
+class ActivationPatterns {
+ public:
+  ActivationPatterns(const fb::Program& p, const Bundle& bundle, std::uint32_t g, GraphInfo& info)
+      : p_(p), bundle_(bundle), graph_(*p.graphs()->Get(g)), info_(info), readers_(info.values.size()) {
+    for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
+      for (std::uint32_t v : info.nodes[n].inputs) readers_[v].push_back(n);
+    }
+  }
+
+  void run() {
+    for (std::uint32_t n = 0; n < info_.nodes.size(); ++n) {
+      NodeInfo& producer = info_.nodes[n];
+      if ((producer.op != OpKind::Conv2d && producer.op != OpKind::Linear) || producer.segment >= 0 ||
+          producer.outputs.size() != 1 || producer.fused_act != cpu::FusedActivation::kNone || producer.fused_away ||
+          !info_.bindings_of[n].empty() || !plain_tensor(producer.outputs[0])) {
+        continue;
+      }
+      std::vector<std::uint32_t> chain;
+      const cpu::FusedActivation kind = match(producer.outputs[0], chain);
+      if (kind == cpu::FusedActivation::kNone || !cpu::kernel_fuses(producer.op, kind)) continue;
+      producer.fused_act = kind;
+      for (std::uint32_t c : chain) {
+        NodeInfo& ni = info_.nodes[c];
+        ni.fused_away = true;
+        ni.alias_ok = true;
+        ni.inplace_ok = false;
+        // Alias the operand that is x or an earlier node of the pattern (all share x's bytes).
+        for (std::uint8_t k = 0; k < ni.inputs.size(); ++k) {
+          if (info_.values[ni.inputs[k]].kind != fb::ValueKind::Constant) {
+            ni.alias_input = k;
+            break;
+          }
+        }
+      }
+    }
+  }
+
+ private:
+  // An f32 tensor (the pattern's result may be a graph output)...
+  bool f32_tensor(std::uint32_t v) const {
+    const ValueInfo& vi = info_.values[v];
+    return vi.kind == fb::ValueKind::Tensor && vi.dtype == DType::kF32;
+  }
+  // ... its intermediate values may not.
+  bool plain_tensor(std::uint32_t v) const { return f32_tensor(v) && !info_.values[v].graph_output; }
+  // A one-element f32 constant's value.
+  std::optional<float> scalar(std::uint32_t v) const {
+    const ValueInfo& vi = info_.values[v];
+    if (vi.kind != fb::ValueKind::Constant || vi.dtype != DType::kF32) return std::nullopt;
+    const auto data = bundle_.constant_data(vi.constant);
+    if (data.size() != sizeof(float)) return std::nullopt;
+    float f;
+    std::memcpy(&f, data.data(), sizeof f);
+    return f;
+  }
+  bool near(std::optional<float> v, float want) const { return v && std::fabs(*v - want) <= 1e-6f * std::fabs(want); }
+  // The one CPU node reading v (an elementwise candidate), or -1.
+  std::int32_t only_reader(std::uint32_t v) const {
+    if (readers_[v].size() != 1 || !plain_tensor(v)) return -1;
+    const std::uint32_t n = readers_[v][0];
+    const NodeInfo& ni = info_.nodes[n];
+    if (ni.segment >= 0 || ni.outputs.size() != 1 || ni.fused_away || !info_.bindings_of[n].empty() ||
+        info_.values[ni.outputs[0]].dtype != DType::kF32) {
+      return -1;
+    }
+    return static_cast<std::int32_t>(n);
+  }
+  // Node n is op(a, constant ~ c) (or op(constant, a) when `commutes`) with a == v.
+  bool binary_with(std::uint32_t n, OpKind op, std::uint32_t v, float c, bool commutes) const {
+    const NodeInfo& ni = info_.nodes[n];
+    if (ni.op != op || ni.inputs.size() != 2) return false;
+    if (ni.inputs[0] == v && near(scalar(ni.inputs[1]), c)) return true;
+    return commutes && ni.inputs[1] == v && near(scalar(ni.inputs[0]), c);
+  }
+  // Node n is mul(a, b) with {a, b} == {u, v}.
+  bool mul_of(std::uint32_t n, std::uint32_t u, std::uint32_t v) const {
+    const NodeInfo& ni = info_.nodes[n];
+    return ni.op == OpKind::Mul && ni.inputs.size() == 2 &&
+           ((ni.inputs[0] == u && ni.inputs[1] == v) || (ni.inputs[0] == v && ni.inputs[1] == u));
+  }
+  // v / 6 (div by 6 or mul by 1/6) as its single reader: that node, else -1.
+  std::int32_t sixth(std::uint32_t v) const {
+    const std::int32_t n = only_reader(v);
+    if (n < 0) return -1;
+    const auto u = static_cast<std::uint32_t>(n);
+    return binary_with(u, OpKind::Div, v, 6.0f, false) || binary_with(u, OpKind::Mul, v, 1.0f / 6.0f, true) ? n : -1;
+  }
+  // The clamp(s) to [0, 6] reading v as a chain: the last one's output, appended to `chain`.
+  std::optional<std::uint32_t> relu6_of(std::uint32_t v, std::vector<std::uint32_t>& chain) const {
+    double lo = -INFINITY, hi = INFINITY;
+    std::uint32_t cur = v;
+    for (int steps = 0; steps < 2; ++steps) {
+      const std::int32_t n = only_reader(cur);
+      if (n < 0 || info_.nodes[static_cast<std::size_t>(n)].op != OpKind::Clamp) break;
+      const auto* attrs = graph_.nodes()->Get(static_cast<std::uint32_t>(n))->attrs();
+      for (std::uint32_t k = 0; k < 2 && k < count(attrs); ++k) {
+        if (attrs->Get(k)->kind() != fb::AttrKind::Float) continue;
+        if (k == 0) lo = std::max(lo, attrs->Get(k)->f());
+        if (k == 1) hi = std::min(hi, attrs->Get(k)->f());
+      }
+      chain.push_back(static_cast<std::uint32_t>(n));
+      cur = info_.nodes[static_cast<std::size_t>(n)].outputs[0];
+      if (lo == 0.0 && hi == 6.0) return cur;
+    }
+    return std::nullopt;
+  }
+
+  cpu::FusedActivation match(std::uint32_t x, std::vector<std::uint32_t>& chain) const {
+    const std::vector<std::uint32_t>& r = readers_[x];
+    // silu: sigmoid(x) read only by mul(x, sigmoid(x)).
+    if (r.size() == 2) {
+      for (int i = 0; i < 2; ++i) {
+        const std::uint32_t s = r[static_cast<std::size_t>(i)], m = r[static_cast<std::size_t>(1 - i)];
+        if (info_.nodes[s].op != OpKind::Sigmoid || info_.nodes[s].segment >= 0 || info_.nodes[s].outputs.size() != 1) continue;
+        const std::uint32_t sv = info_.nodes[s].outputs[0];
+        if (only_reader(sv) == static_cast<std::int32_t>(m) && mul_of(m, x, sv) && f32_tensor(info_.nodes[m].outputs[0]) &&
+            info_.nodes[m].segment < 0) {
+          chain = {s, m};
+          return cpu::FusedActivation::kSilu;
+        }
+      }
+    }
+    // hardsigmoid / hardswish: add(x, 3) first.
+    std::int32_t add = -1, mul = -1;
+    for (std::uint32_t n : r) {
+      if (binary_with(n, OpKind::Add, x, 3.0f, true) && add < 0) add = static_cast<std::int32_t>(n);
+      else if (info_.nodes[n].op == OpKind::Mul && mul < 0) mul = static_cast<std::int32_t>(n);
+      else return cpu::FusedActivation::kNone;
+    }
+    if (add < 0 || info_.nodes[static_cast<std::size_t>(add)].segment >= 0) return cpu::FusedActivation::kNone;
+    chain = {static_cast<std::uint32_t>(add)};
+    const auto h = relu6_of(info_.nodes[static_cast<std::size_t>(add)].outputs[0], chain);
+    if (!h) return cpu::FusedActivation::kNone;
+    if (mul < 0) {  // hardsigmoid: relu6(x + 3) / 6
+      const std::int32_t d = sixth(*h);
+      if (d < 0) return cpu::FusedActivation::kNone;
+      chain.push_back(static_cast<std::uint32_t>(d));
+      return cpu::FusedActivation::kHardsigmoid;
+    }
+    const auto m = static_cast<std::uint32_t>(mul);
+    if (info_.nodes[m].segment >= 0 || info_.nodes[m].outputs.size() != 1) return cpu::FusedActivation::kNone;
+    if (mul_of(m, x, *h) && only_reader(*h) == mul) {  // (x * relu6(x + 3)) / 6
+      const std::int32_t d = sixth(info_.nodes[m].outputs[0]);
+      if (d < 0) return cpu::FusedActivation::kNone;
+      chain.push_back(m);
+      chain.push_back(static_cast<std::uint32_t>(d));
+      return cpu::FusedActivation::kHardswish;
+    }
+    const std::int32_t d = sixth(*h);  // x * (relu6(x + 3) / 6)
+    if (d < 0 || !mul_of(m, x, info_.nodes[static_cast<std::size_t>(d)].outputs[0]) ||
+        only_reader(info_.nodes[static_cast<std::size_t>(d)].outputs[0]) != mul || !f32_tensor(info_.nodes[m].outputs[0])) {
+      return cpu::FusedActivation::kNone;
+    }
+    chain.push_back(static_cast<std::uint32_t>(d));
+    chain.push_back(m);
+    return cpu::FusedActivation::kHardswish;
+  }
+
+  const fb::Program& p_;
+  const Bundle& bundle_;
+  const fb::Graph& graph_;
+  GraphInfo& info_;
+  std::vector<std::vector<std::uint32_t>> readers_;
+};
 
 // A CPU slice with step 1 along one of the last two dims of an f32 tensor, whose only
 // reader is a CPU matmul's B operand (attention over the first N positions of a KV cache),
@@ -317,11 +566,12 @@ Status prepare_conv_weight(const fb::Program& p, const Bundle& bundle, Program::
   view.data = const_cast<std::uint8_t*>(reinterpret_cast<const std::uint8_t*>(data.data()));
   NodeAttrs attrs;
   KILN_RETURN_IF_ERROR(read_attrs(p, *p.graphs()->Get(g)->nodes()->Get(n), std::nullopt, attrs));
-  auto prepared = cpu::prepare_weights(ni.op, 1, view, attrs.values);
+  auto prepared = cpu::prepare_weights(ni.op, 1, view, attrs.values, ni.in_blocked != 0 || ni.out_blocked != 0);
   if (!prepared.ok()) return prepared.status().code() == StatusCode::kUnavailable ? Status::Ok() : prepared.status();
   if (*prepared == nullptr) return Status::Ok();
   impl.prepared.push_back(std::move(prepared).value());
   ni.prepared = impl.prepared.back().get();
+  ni.blocked_weights = ni.in_blocked != 0 || ni.out_blocked != 0;
   return Status::Ok();
 }
 
@@ -493,12 +743,19 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
   if (options.fuse_activations) {
     for (std::uint32_t g = 0; g < count(p.graphs()); ++g) {
       fuse_activations(p, g, impl.graphs[g]);
+      ActivationPatterns(p, *bundle, g, impl.graphs[g]).run();
       fold_slices(p, g, impl.graphs[g]);
     }
+  }
+  if (options.blocked_layout && !layout_switched_off() && cpu::nchwc::kernels_available()) {
+    for (std::uint32_t g = 0; g < count(p.graphs()); ++g) plan_layouts(p, *bundle, g, impl.graphs[g]);
   }
   if (options.prepack_weights) {
     KILN_RETURN_IF_ERROR(pack_weights(p, *bundle, impl));
     impl.released_weight_bytes = release_prepared_constants(p, *bundle, impl);
+  }
+  if (options.fuse_activations) {
+    for (std::uint32_t g = 0; g < count(p.graphs()); ++g) fuse_residual_adds(p, g, impl.graphs[g]);
   }
   program->bundle_ = std::move(bundle);
   return std::shared_ptr<const Program>(std::move(program));
@@ -520,6 +777,12 @@ std::vector<NodePlacement> Program::placement(std::uint32_t graph) const {
     pl.segment = ni.segment;
     pl.backend = ni.segment >= 0 && impl_->accelerator != nullptr ? backend_name() : "cpu";
     pl.fused_away = ni.fused_away;
+    if (ni.in_blocked != 0 || ni.out_blocked != 0) {
+      // The layout of input 0 and output 0 (a follower's operands share its output's).
+      const char* in = (ni.in_blocked & 1u) != 0 ? "nchw8c" : "nchw";
+      const char* out = (ni.out_blocked & 1u) != 0 ? "nchw8c" : "nchw";
+      pl.layout = std::string_view(in) == out ? std::string(in) : std::string(in) + " -> " + out;
+    }
     pl.where = debug_location(p, nodes->Get(n)->debug()).text();
     out.push_back(std::move(pl));
   }

@@ -36,21 +36,32 @@ struct NodeInfo {
   std::int32_t segment = -1;           // accelerator segment this node belongs to
   const cpu::PackedB* packed_b = nullptr;  // input 1 (a constant weight) packed at load
   const cpu::PreparedWeights* prepared = nullptr;  // input 1 prepared at load (cpu::prepare_weights)
+  bool blocked_weights = false;                     // `prepared` is for the blocked (NCHW8c) kernels
   // Activation fusion (CPU nodes): this node's kernel applies `fused_act` to its output,
   // and the activation node after it is `fused_away` (its output aliases this one's).
   cpu::FusedActivation fused_act = cpu::FusedActivation::kNone;
   bool fused_away = false;
+  // Residual fusion (fuse_residual_adds): this conv2d adds value `residual` to its output
+  // before the activation (y = act(conv + bias + residual)), and the add node after it is
+  // fused_away, its output sharing this node's bytes through its input `alias_input`.
+  std::int32_t residual = -1;
+  std::uint8_t alias_input = 0;  // alias_ok / fused_away: the input whose bytes the output shares
   // Slice folding (CPU, f32): a slice along one of the last two dims whose only reader is
   // a matmul's B is `folded` (it computes nothing); that matmul's `b_slice` is the slice
   // node, and it reads B as a window of the slice's input (OperandWindow), with no copy.
   bool folded = false;
   std::int32_t b_slice = -1;
+  // Layouts (executor/layout.cpp): bit k set when input/output k is stored blocked
+  // (NCHW8c). Its TensorView is then the physical [N, ceil(C/8), H, W, 8] (every plan and
+  // kernel sees that shape); the kernel learns the layout from KernelContext::blocked.
+  std::uint32_t in_blocked = 0, out_blocked = 0;
 };
 
 // The op's name, with "+relu" (etc.) when an activation was fused into it: how profiles
 // and Program::placement name a node.
 inline std::string op_label(const NodeInfo& ni) {
   std::string name(op_info(ni.op).name);
+  if (ni.residual >= 0) name += "+add";
   if (ni.fused_act != cpu::FusedActivation::kNone) name = name + "+" + cpu::activation_name(ni.fused_act);
   return name;
 }
@@ -65,8 +76,13 @@ struct ValueInfo {
   std::int32_t last_use = -1;  // last node reading it; nodes.size() for graph outputs
   bool graph_input = false;
   bool graph_output = false;
+  bool blocked = false;                // stored NCHW8c (layout.cpp): its planned view is the physical shape
   std::vector<std::uint32_t> symbols;  // symbols its shape mentions
 };
+
+/// A blocked value's physical view: logical [N, C, H, W] -> [N, ceil(C/8), H, W, 8].
+/// Leaves other views unchanged.
+void to_physical(const ValueInfo& vi, TensorView& view);
 
 struct Segment {
   std::uint32_t first = 0, last = 0;  // node range [first, last]
@@ -80,6 +96,11 @@ struct GraphInfo {
   std::vector<bool> bound_inside;                         // per symbol: bound by a node of this graph
   std::vector<Segment> segments;
 };
+
+/// Decides which values of graph `info` are stored NCHW8c (ValueInfo::blocked) and sets
+/// the nodes' in_blocked/out_blocked masks (executor/layout.cpp). Runs after the
+/// accelerator partition and activation fusion.
+void plan_layouts(const fb::Program& p, const Bundle& bundle, std::uint32_t g, GraphInfo& info);
 
 // A node's attributes as kernels take them (AttrValue), with storage for their spans.
 struct NodeAttrs {

@@ -44,7 +44,18 @@ class KernelCtx final : public KernelContext {
  public:
   using Alloc = cpu::FunctionRef<Result<void*>(int, std::size_t)>;
   KernelCtx(std::span<TensorView> outs, cpu::ThreadPool& pool, Alloc alloc, const NodeInfo& ni, const OperandWindow* window1 = nullptr)
-      : outs_(outs), pool_(pool), alloc_(alloc), packed_b1_(ni.packed_b), prepared1_(ni.prepared), act_(ni.fused_act), window1_(window1) {}
+      : outs_(outs), pool_(pool), alloc_(alloc), packed_b1_(ni.packed_b), prepared1_(ni.prepared), act_(ni.fused_act), window1_(window1),
+        in_blocked_(ni.in_blocked), out_blocked_(ni.out_blocked) {}
+  bool input_blocked(int index) const override { return index >= 0 && index < 32 && (in_blocked_ >> index & 1u) != 0; }
+  void set_residual(const TensorView* view, bool blocked) {
+    residual_ = view;
+    residual_blocked_ = blocked;
+  }
+  const TensorView* residual(bool* blocked) const override {
+    if (blocked != nullptr) *blocked = residual_blocked_;
+    return residual_;
+  }
+  bool output_blocked(int index) const override { return index >= 0 && index < 32 && (out_blocked_ >> index & 1u) != 0; }
   const OperandWindow* operand_window(int index) const override { return index == 1 ? window1_ : nullptr; }
   const cpu::PackedB* packed_b(int index) const override { return index == 1 ? packed_b1_ : nullptr; }
   const cpu::PreparedWeights* prepared_weights(int index) const override { return index == 1 ? prepared1_ : nullptr; }
@@ -68,6 +79,9 @@ class KernelCtx final : public KernelContext {
   const cpu::PreparedWeights* prepared1_;
   cpu::FusedActivation act_;
   const OperandWindow* window1_;
+  std::uint32_t in_blocked_, out_blocked_;
+  const TensorView* residual_ = nullptr;
+  bool residual_blocked_ = false;
 };
 
 }  // namespace
@@ -258,9 +272,11 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
     out[k] = f.views[v];
   }
   // A reshape sharing its input's bytes has nothing to do.
-  if (ni.alias_ok && out.size() == 1 && !ins.empty() && out[0].data == ins[0].data && out[0].data != nullptr) return Status::Ok();
-  if (ni.fused_away) {  // the node before applied this activation; unplanned bytes are copied
-    std::memcpy(out[0].data, ins[0].data, ins[0].nbytes());
+  if (ni.alias_ok && out.size() == 1 && ins.size() > ni.alias_input && out[0].data == ins[ni.alias_input].data && out[0].data != nullptr) {
+    return Status::Ok();
+  }
+  if (ni.fused_away) {  // the node before did this one's work; unplanned bytes are copied
+    std::memcpy(out[0].data, ins[ni.alias_input].data, ins[ni.alias_input].nbytes());
     return Status::Ok();
   }
   OperandWindow window;
@@ -275,6 +291,7 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
   if (!f.plan->node_state.empty() && f.plan->node_state[n] >= 0) KILN_RETURN_IF_ERROR(save_state_writes(f, n, ins, attrs->values));
   auto alloc = [&](int index, std::size_t bytes) { return heap_alloc(f, ni.outputs[static_cast<std::size_t>(index)], bytes); };
   KernelCtx ctx(out, pool, alloc, ni, windowed ? &window : nullptr);
+  if (ni.residual >= 0) ctx.set_residual(&f.views[static_cast<std::size_t>(ni.residual)], f.info->values[static_cast<std::size_t>(ni.residual)].blocked);
   const auto t0 = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const Status st = ni.kernel(ctx, ins, out, attrs->values);
   if (options.profile) {

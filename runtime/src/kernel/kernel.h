@@ -75,6 +75,25 @@ class KernelContext {
     (void)index;
     return nullptr;
   }
+  /// Whether input (or output) `index` is stored in the blocked NCHW8c layout
+  /// (backends/cpu/kernels/nchwc.h): its view is then the physical [N, ceil(C/8), H, W, 8].
+  /// Only kernels the layout pass (executor/layout.cpp) lets see blocked tensors are asked;
+  /// the elementwise ones among them never need to know.
+  virtual bool input_blocked(int index) const {
+    (void)index;
+    return false;
+  }
+  virtual bool output_blocked(int index) const {
+    (void)index;
+    return false;
+  }
+  /// conv2d with a residual add fused into it (executor: fuse_residual_adds): the tensor to
+  /// add to the output before the activation, y = act(conv + bias + residual), of the
+  /// output's shape; `blocked` says its layout. Null when nothing was fused.
+  virtual const TensorView* residual(bool* blocked) const {
+    if (blocked != nullptr) *blocked = false;
+    return nullptr;
+  }
 };
 
 using KernelFn = Status (*)(KernelContext& ctx, std::span<const TensorView> inputs,

@@ -79,6 +79,11 @@ struct ProgramOptions {
   /// SessionOptions::observer needs to see the pre-activation value of such a node (`kiln
   /// compare` loads with false). A Session with an observer computes folded slices anyway.
   bool fuse_activations = true;
+  /// CPU: keep 4-D f32 activations between convolutions, pools and the elementwise ops
+  /// between them in the blocked NCHW8c layout (8 channels per pixel side by side; the
+  /// layout pass, docs/ARCHITECTURE.md "Layouts"), reordering only where a node needs plain
+  /// NCHW. Off (or the environment variable KILN_LAYOUT=plain), every value is plain NCHW.
+  bool blocked_layout = true;
 };
 
 /// Where one node of a graph runs, as decided at load (Program::placement).
@@ -92,6 +97,10 @@ struct NodePlacement {
   std::int32_t segment = -1;
   /// An activation whose work the node before does: it only passes the bytes on.
   bool fused_away = false;
+  /// Where its tensors are blocked (the layout pass): "" when every input and output is
+  /// plain; else e.g. "nchw8c" (all of them), "nchw -> nchw8c" (a conv reading the plain
+  /// network input), "nchw8c -> nchw" (a pool feeding a flatten).
+  std::string layout;
   /// "model.cpp:41, fc" when the bundle has debug info.
   std::string where;
 };

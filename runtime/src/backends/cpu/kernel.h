@@ -43,9 +43,10 @@ class PreparedWeights {
 /// kernel. Null when the kernel has nothing to prepare for it (conv2d: the Winograd transform
 /// of 3x3 stride-1 ungrouped weights of at least 64 x 64 channels, and the packed GEMM
 /// operand of weights taking the GEMM paths; kernels/conv_prepared.h). Errors:
-/// kUnavailable when the memory cannot be had (the caller then runs unprepared).
+/// kUnavailable when the memory cannot be had (the caller then runs unprepared). `blocked`:
+/// the node's activations are NCHW8c (executor/layout.cpp), so prepare for those kernels.
 Result<std::unique_ptr<PreparedWeights>> prepare_weights(OpKind op, int index, const TensorView& weight,
-                                                         std::span<const AttrValue> attrs);
+                                                         std::span<const AttrValue> attrs, bool blocked = false);
 
 /// A run of `count` elements from element `offset` (C order) of a tensor.
 struct ElementRange {

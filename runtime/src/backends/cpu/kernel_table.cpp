@@ -71,8 +71,8 @@ const char* activation_name(FusedActivation act) {
 }
 
 Result<std::unique_ptr<PreparedWeights>> prepare_weights(OpKind op, int index, const TensorView& weight,
-                                                         std::span<const AttrValue> attrs) {
-  if (op == OpKind::Conv2d && index == 1) return kernels::conv2d_prepare(weight, attrs);
+                                                         std::span<const AttrValue> attrs, bool blocked) {
+  if (op == OpKind::Conv2d && index == 1) return kernels::conv2d_prepare(weight, attrs, blocked);
   return std::unique_ptr<PreparedWeights>();
 }
 

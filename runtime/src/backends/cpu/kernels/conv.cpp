@@ -41,6 +41,7 @@
 #include "backends/cpu/kernels/conv_prepared.h"
 #include "backends/cpu/kernels/conv_winograd.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/layout_kernels.h"
 #include "backends/cpu/kernels/simd.h"
 #include "backends/cpu/kernels/window.h"
 #include "backends/cpu/thread_pool.h"
@@ -689,19 +690,14 @@ Status conv_geometry(const TensorView& x, const TensorView& w, Attrs attrs, Conv
                             false, g.ow);
 }
 
-}  // namespace
-
-Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
-  KILN_RETURN_IF_ERROR(check_io("conv2d", in, out,
-                                {.min_inputs = 2, .max_inputs = 3, .num_outputs = 1, .optional_inputs = 0b100}));
-  if (has_half_views(in, out)) return run_via_f32(Conv2d, ctx, in, out, attrs);
+// The checks of conv2d (dtypes, shapes, attributes, bias, output size) on logical views.
+Status check_conv(Inputs in, const TensorView& out, Attrs attrs, ConvGeometry& g) {
   const TensorView& x = in[0];
   const TensorView& w = in[1];
   const TensorView* bias = in.size() == 3 && !is_absent(in[2]) ? &in[2] : nullptr;
   if (x.dtype != DType::kF32) return unsupported_dtype("conv2d", x.dtype, "x");
   KILN_RETURN_IF_ERROR(check_dtype("conv2d", "weight", w, x.dtype));
-  KILN_RETURN_IF_ERROR(check_dtype("conv2d", "out", out[0], x.dtype));
-  ConvGeometry g;
+  KILN_RETURN_IF_ERROR(check_dtype("conv2d", "out", out, x.dtype));
   KILN_RETURN_IF_ERROR(conv_geometry(x, w, attrs, g));
   if (bias != nullptr) {
     KILN_RETURN_IF_ERROR(check_dtype("conv2d", "bias", *bias, x.dtype));
@@ -710,7 +706,41 @@ Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
     }
   }
   const auto expected = planes_shape(x, g.out_channels, g.oh, g.ow);
-  KILN_RETURN_IF_ERROR(check_out_shape("conv2d", out[0], std::span<const std::int64_t>(expected.data(), x.rank)));
+  return check_out_shape("conv2d", out, std::span<const std::int64_t>(expected.data(), x.rank));
+}
+
+}  // namespace
+
+Status conv2d_check(Inputs in, const TensorView& out, Attrs attrs, ConvCheck& check) {
+  if (in.size() < 2) return invalid("conv2d", "expects x and weight");
+  ConvGeometry g;
+  KILN_RETURN_IF_ERROR(check_conv(in, out, attrs, g));
+  nchwc::ConvShape& s = check.shape;
+  s.in_channels = g.in.channels;
+  s.out_channels = g.out_channels;
+  s.groups = g.groups;
+  s.kh = g.kh;
+  s.kw = g.kw;
+  s.stride_h = g.stride[0];
+  s.stride_w = g.stride[1];
+  s.pad_h = g.padding[0];
+  s.pad_w = g.padding[1];
+  s.dilation_h = g.dilation[0];
+  s.dilation_w = g.dilation[1];
+  check.bias = in.size() == 3 && !is_absent(in[2]) ? in[2].as<float>() : nullptr;
+  return Status::Ok();
+}
+
+Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
+  KILN_RETURN_IF_ERROR(check_io("conv2d", in, out,
+                                {.min_inputs = 2, .max_inputs = 3, .num_outputs = 1, .optional_inputs = 0b100}));
+  if (ctx.input_blocked(0) || ctx.output_blocked(0)) return conv2d_blocked(ctx, in, out, attrs);
+  if (has_half_views(in, out)) return run_via_f32(Conv2d, ctx, in, out, attrs);
+  const TensorView& x = in[0];
+  const TensorView& w = in[1];
+  const TensorView* bias = in.size() == 3 && !is_absent(in[2]) ? &in[2] : nullptr;
+  ConvGeometry g;
+  KILN_RETURN_IF_ERROR(check_conv(in, out[0], attrs, g));
   if (out[0].numel() == 0) return Status::Ok();
   const float* bp = bias != nullptr ? bias->as<float>() : nullptr;
   const bool relu = ctx.fused_activation() == FusedActivation::kRelu;
@@ -774,7 +804,7 @@ const PackedB* ConvWeights::pointwise_for(const float* w) const {
   return pointwise.get();
 }
 
-Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight, Attrs attrs) {
+Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight, Attrs attrs, bool blocked) {
   std::unique_ptr<PreparedWeights> none;
   if (weight.dtype != DType::kF32 || weight.rank != 4) return none;
   // Attributes 0-3: stride, padding, dilation, groups (unevaluated expressions: not prepared).
@@ -782,6 +812,7 @@ Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight
   const std::int64_t groups = attrs[3].i;
   const std::int64_t k = weight.shape[0], c = weight.shape[1], kh = weight.shape[2], kw = weight.shape[3];
   if (groups < 1 || k % groups != 0 || k == 0 || c == 0 || kh == 0 || kw == 0) return none;
+  if (blocked) return conv2d_prepare_blocked(weight, attrs);
   auto all_ones = [&](std::size_t i) {
     if (attrs[i].type == AttrType::kNone) return true;
     if (attrs[i].type != AttrType::kInts || attrs[i].ints.empty()) return false;

@@ -111,8 +111,6 @@ class PackedDense final : public DenseWeights {
   std::int64_t taps = 0;        // kh * kw
   std::int64_t group_floats = 0;
   std::unique_ptr<float, FreeDeleter> data;
-  /// The Winograd transform (winograd_prepare) of weights winograd_eligible takes, or null.
-  std::unique_ptr<DenseWeights> winograd;
 
   std::int64_t block_groups() const { return ceil_div(out_blocks, width); }
   const float* block_group(std::int64_t g, std::int64_t q) const {
@@ -133,16 +131,19 @@ std::string dims(const Act& a) {
          std::to_string(a.w) + (a.blocked ? "] blocked" : "] plain");
 }
 
-Status invalid(const std::string& what) { return Status(StatusCode::kInvalidInput, kOp + what); }
-
-Status check_act(const Act& a, const char* name) {
+Status check_act(const Act& a, const char* name, const auto& invalid) {
   if (a.n < 0 || a.c < 1 || a.h < 1 || a.w < 1) return invalid(std::string(name) + " has extents " + dims(a));
   if (a.data == nullptr && a.n > 0) return invalid(std::string(name) + ".data is null");
   return Status::Ok();
 }
 
-Status check(const Act& x, const PackedDense& w, const ConvShape& s, const Epilogue& e, const Act& y) {
-  const ConvShape& p = w.shape;
+}  // namespace
+
+Status check_conv_call(const char* op, const Act& x, const ConvShape& p, bool supported, const ConvShape& s,
+                       const Epilogue& e, const Act& y) {
+  const auto invalid = [op](const std::string& what) {
+    return Status(StatusCode::kInvalidInput, "[" + std::string(op) + "] " + what);
+  };
   if (p.in_channels != s.in_channels || p.out_channels != s.out_channels || p.groups != s.groups || p.kh != s.kh ||
       p.kw != s.kw) {
     return invalid("weights prepared for in_channels=" + std::to_string(p.in_channels) +
@@ -152,9 +153,9 @@ Status check(const Act& x, const PackedDense& w, const ConvShape& s, const Epilo
                    " out_channels=" + std::to_string(s.out_channels) + " groups=" + std::to_string(s.groups) +
                    " kernel " + std::to_string(s.kh) + "x" + std::to_string(s.kw));
   }
-  if (!dense_supported(s)) return invalid("unsupported convolution shape");
-  KILN_RETURN_IF_ERROR(check_act(x, "x"));
-  KILN_RETURN_IF_ERROR(check_act(y, "y"));
+  if (!supported) return invalid("unsupported convolution shape");
+  KILN_RETURN_IF_ERROR(check_act(x, "x", invalid));
+  KILN_RETURN_IF_ERROR(check_act(y, "y", invalid));
   if (x.c != s.in_channels) {
     return invalid("x.c=" + std::to_string(x.c) + " != in_channels=" + std::to_string(s.in_channels));
   }
@@ -185,6 +186,8 @@ Status check(const Act& x, const PackedDense& w, const ConvShape& s, const Epilo
   }
   return Status::Ok();
 }
+
+namespace {
 
 // ---------------------------------------------------------------------------------------
 // The plan: output pixels grouped by the kernel taps their window has inside the input.
@@ -592,11 +595,6 @@ Result<std::unique_ptr<DenseWeights>> prepare_dense_width(const float* w, const 
       }
     }
   }
-  if (winograd_eligible(s)) {
-    // Optional: without it (out of memory) the direct tiles run.
-    auto made = winograd_prepare(w, s);
-    if (made.ok()) packed->winograd = std::move(made).value();
-  }
   return std::unique_ptr<DenseWeights>(std::move(packed));
 }
 
@@ -612,20 +610,15 @@ Status conv2d_dense(const Act& x, const DenseWeights& w, const ConvShape& s, con
 }
 
 Status conv2d_dense_on(const DenseKernels& kernels, const Act& x, const DenseWeights& weights, const ConvShape& s,
-                       const Epilogue& e, const Act& y, ThreadPool& pool, DenseAlgorithm algorithm) {
+                       const Epilogue& e, const Act& y, ThreadPool& pool) {
   const auto& w = static_cast<const PackedDense&>(weights);
-  KILN_RETURN_IF_ERROR(check(x, w, s, e, y));
+  KILN_RETURN_IF_ERROR(check_conv_call("conv2d_dense", x, w.shape, dense_supported(s), s, e, y));
   if (x.n == 0) return Status::Ok();
 
   // The bias, padded to whole blocks.
   std::unique_ptr<float[]> bias(new (std::nothrow) float[static_cast<std::size_t>(s.groups * w.out_blocks * kBlock)]());
   if (bias == nullptr) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory"));
   if (e.bias != nullptr) std::copy(e.bias, e.bias + s.out_channels, bias.get());
-  // The call's stride and dilation are checked again: the weights only fix the kernel size.
-  if (algorithm != DenseAlgorithm::kDirect && w.winograd != nullptr && winograd_eligible(s) &&
-      winograd_applies(x, y, e)) {
-    return conv2d_winograd(kernels, x, *w.winograd, s, bias.get(), e, y, pool);
-  }
 
   const Plan plan = make_plan(x, s, y);
   const Split split = split_work(kernels, x, w, s, plan, pool.num_threads());

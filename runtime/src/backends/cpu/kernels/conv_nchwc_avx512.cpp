@@ -114,6 +114,14 @@ void tiles(const DenseTileArgs& a, const std::int64_t* in_off, const std::int64_
   for (int z = 0; z < Z; ++z) bias_z[z] = _mm512_loadu_ps(a.bias + 16 * z);
   const __m256 bias_h = H ? _mm256_loadu_ps(a.bias + 16 * Z) : _mm256_setzero_ps();
   for (std::int64_t k = 0; k < count; ++k) {
+    std::int64_t io[P], oo[P];
+    if (in_off != nullptr) {
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) io[p] = in_off[k * P + p], oo[p] = out_off[k * P + p];
+    } else {
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) io[p] = a.run_in + (k * P + p) * a.run_in_step, oo[p] = a.run_out + (k * P + p) * 8;
+    }
     Acc<P, Z, H> acc[S];
 #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) {
@@ -128,14 +136,6 @@ void tiles(const DenseTileArgs& a, const std::int64_t* in_off, const std::int64_
 #pragma GCC unroll 4
         for (int s = 1; s < S; ++s) acc[s].h[p] = _mm256_setzero_ps();
       }
-    }
-    std::int64_t io[P], oo[P];
-    if (in_off != nullptr) {
-#pragma GCC unroll 16
-      for (int p = 0; p < P; ++p) io[p] = in_off[k * P + p], oo[p] = out_off[k * P + p];
-    } else {
-#pragma GCC unroll 16
-      for (int p = 0; p < P; ++p) io[p] = a.run_in + (k * P + p) * a.run_in_step, oo[p] = a.run_out + (k * P + p) * 8;
     }
     const float* px[P];
 #pragma GCC unroll 16

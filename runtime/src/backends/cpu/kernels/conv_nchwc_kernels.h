@@ -75,13 +75,14 @@ struct DenseKernels {
   /// and `reduction` = in_channels / groups * kh * kw terms per output.
   int (*preferred_width)(std::int64_t out_blocks, std::int64_t reduction);
   DenseTileFn fn[2][kMaxWidth][kMaxPixels];
-  /// Winograd F(4x4, 3x3) transforms of blocked images (conv_nchwc_winograd.cpp; the
-  /// layouts: conv_nchwc_tile.inc).
-  void (*winograd_input)(const float* x, std::int64_t h, std::int64_t w, std::int64_t in_blocks, std::int64_t pad_h,
-                         std::int64_t pad_w, std::int64_t tiles_w, std::int64_t t0, std::int64_t count, float* v);
+  /// Winograd F(4x4, 3x3) transforms (conv_nchwc_winograd.cpp; the layouts:
+  /// conv_nchwc_tile.inc).
+  void (*winograd_input)(const float* x, bool blocked, std::int64_t channels, std::int64_t h, std::int64_t w,
+                         std::int64_t in_blocks, std::int64_t pad_h, std::int64_t pad_w, std::int64_t tiles_w,
+                         std::int64_t t0, std::int64_t count, float* v);
   void (*winograd_output)(const float* m, std::int64_t out_blocks, std::int64_t tiles_w, std::int64_t t0,
                           std::int64_t count, const float* bias, const float* residual, float* y, std::int64_t oh,
-                          std::int64_t ow, TileActivation act);
+                          std::int64_t ow, TileActivation act, float* tiles_out);
 };
 
 /// The portable kernels (8-lane GCC vectors); the AVX2+FMA ones (null when the CPU lacks
@@ -93,38 +94,18 @@ const DenseKernels* dense_kernels_avx512();
 /// The kernels conv2d_dense runs: the best of the three this CPU (and KILN_CPU_ISA) allows.
 const DenseKernels& dense_kernels();
 
-/// How conv2d_dense computes: the direct tiles, or Winograd F(4x4, 3x3) where the weights
-/// have its transform (winograd_eligible) and the call its layouts (winograd_applies).
-enum class DenseAlgorithm { kAuto, kDirect, kWinograd };
-
-/// conv2d_dense on the kernels of a given ISA and with a given algorithm (tests compare
-/// every table the CPU runs and both algorithms; kWinograd falls back to kDirect where
-/// Winograd does not apply).
+/// conv2d_dense on the kernels of a given ISA (tests compare every table the CPU runs).
 Status conv2d_dense_on(const DenseKernels& kernels, const Act& x, const DenseWeights& w, const ConvShape& s,
-                       const Epilogue& e, const Act& y, ThreadPool& pool,
-                       DenseAlgorithm algorithm = DenseAlgorithm::kAuto);
+                       const Epilogue& e, const Act& y, ThreadPool& pool);
+/// conv2d_winograd on the kernels of a given ISA.
+Status conv2d_winograd_on(const DenseKernels& kernels, const Act& x, const WinogradWeights& w, const ConvShape& s,
+                          const Epilogue& e, const Act& y, ThreadPool& pool);
 
-// ---------------------------------------------------------------------------------------
-// Winograd F(4x4, 3x3) on blocks (conv_nchwc_winograd.cpp). Per chunk of 4x4 output tiles:
-// the input transform V = B^T d B of every 6x6 input tile (36 vectors per input block), 36
-// products M[xi] = V[xi] U[xi] run as one grouped 1x1 convolution (36 groups) on the tile
-// kernels, and the output transform Y = A^T M A with the epilogue. 36 multiplies per 4x4
-// outputs and channel pair instead of 144; the error grows with the transforms (see
-// conv_winograd.h, the plain path's version of the same arithmetic).
-
-/// 3x3, stride 1, dilation 1, one group, 16..256 channels each side (the transformed
-/// weights are 4x the direct ones: resnet18's 512-channel layers would hold 36 MB each).
-bool winograd_eligible(const ConvShape& s);
-/// U = G g G^T of w [out][in][3][3], packed as the weights of the grouped 1x1 convolution
-/// that computes the 36 products. Errors: kUnavailable when memory fails.
-Result<std::unique_ptr<DenseWeights>> winograd_prepare(const float* w, const ConvShape& s);
-/// Whether a call runs Winograd with these activations: blocked x and y (and residual),
-/// an activation the output transform applies, and at least 4 tiles (16 output pixels)
-/// per image.
-bool winograd_applies(const Act& x, const Act& y, const Epilogue& e);
-/// The convolution through Winograd; u from winograd_prepare, bias padded to whole blocks.
-Status conv2d_winograd(const DenseKernels& kernels, const Act& x, const DenseWeights& u, const ConvShape& s,
-                       const float* bias, const Epilogue& e, const Act& y, ThreadPool& pool);
+/// The checks both convolutions make (messages "[op] ..."): weights `prepared` for the
+/// same channels, groups and kernel as `s`, a shape the kernel `supported`, x and y (and
+/// the residual) of the extents `s` gives.
+Status check_conv_call(const char* op, const Act& x, const ConvShape& prepared, bool supported, const ConvShape& s,
+                       const Epilogue& e, const Act& y);
 
 /// prepare_dense with the block-group width chosen by the caller (1..kMaxWidth; tests and
 /// benchmarks), instead of dense_kernels().preferred_width.

@@ -9,6 +9,7 @@
 #include "backends/cpu/gemm/gemm_packed_a.h"
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/kernels/conv_winograd.h"
+#include "backends/cpu/kernels/nchwc.h"
 
 namespace kiln::cpu::kernels {
 
@@ -42,6 +43,14 @@ struct ConvWeights final : PreparedWeights {
   const PackedB* pointwise_for(const float* w) const;
   mutable std::unique_ptr<PackedB> pointwise;
   mutable std::once_flag pointwise_once;
+  /// A conv2d whose activations are NCHW8c (executor/layout.cpp): the blocked kernels'
+  /// weights (nchwc.h), one of the two, made at load for `nchwc_shape`; nothing else is.
+  std::unique_ptr<nchwc::DenseWeights> nchwc_dense;
+  std::unique_ptr<nchwc::DepthwiseWeights> nchwc_depthwise;
+  /// With nchwc_dense, for a 3x3 stride-1 weight: Winograd's transform, which the cost rule
+  /// (nchwc::winograd_preferred) picks per input size.
+  std::unique_ptr<nchwc::WinogradWeights> nchwc_winograd;
+  nchwc::ConvShape nchwc_shape;
 };
 
 }  // namespace kiln::cpu::kernels

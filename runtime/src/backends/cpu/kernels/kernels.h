@@ -162,7 +162,11 @@ KILN_DECLARE_KERNEL(Conv2d);
 // conv2d's prepare_weights (backends/cpu/kernel.h): a ConvWeights (conv_prepared.h) with
 // the Winograd-transformed weights of a 3x3 stride-1 ungrouped weight with >= 64 x 64
 // channels and/or the weights of the GEMM paths packed as the SGEMM's A; else null.
-Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight, std::span<const AttrValue> attrs);
+Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight, std::span<const AttrValue> attrs,
+                                                        bool blocked = false);
+// With `blocked` (a conv2d the layout pass keeps NCHW8c): a ConvWeights holding only the
+// blocked kernels' weights (layout_kernels.cpp).
+Result<std::unique_ptr<PreparedWeights>> conv2d_prepare_blocked(const TensorView& weight, std::span<const AttrValue> attrs);
 
 // Normalizations (norm.cpp): f32 f64.
 //   batch_norm(x[N, C, ...], weight?, bias?, running_mean, running_var): inference only

@@ -17,6 +17,7 @@
 // reads or writes outside the extents its Acts describe):
 // - reorders: to_blocked / to_plain (nchwc.cpp);
 // - dense and grouped convolution (conv_nchwc.cpp): conv2d_dense;
+// - Winograd for 3x3 stride-1 convolutions (conv_nchwc_winograd.cpp): conv2d_winograd;
 // - depthwise convolution (conv_nchwc_dw.cpp): conv2d_depthwise;
 // - pools (pool_nchwc.cpp): max_pool2d, avg_pool2d, adaptive_avg_pool2d, mean_hw.
 #pragma once
@@ -31,6 +32,9 @@
 namespace kiln::cpu::nchwc {
 
 inline constexpr std::int64_t kBlock = 8;
+
+/// Whether this build has the blocked kernels (the layout pass blocks nothing without them).
+bool kernels_available();
 
 /// Channels rounded up to a whole block.
 inline constexpr std::int64_t padded_channels(std::int64_t c) { return (c + kBlock - 1) / kBlock * kBlock; }
@@ -118,6 +122,25 @@ struct Epilogue {
 /// s.in_channels. Either layout on either side.
 Status conv2d_dense(const Act& x, const DenseWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,
                     ThreadPool& pool);
+
+/// Winograd for 3x3 stride-1 convolutions on NCHW8c (conv_nchwc_winograd.cpp derives its
+/// weights class from this one).
+class WinogradWeights {
+ public:
+  virtual ~WinogradWeights() = default;
+};
+/// Whether conv2d_winograd runs `s`: 3x3, stride 1, dilation 1, groups 1, padding <= 2,
+/// at most 256 input and output channels (the transformed weights are 4x the direct ones:
+/// 36 MB for a 512 x 512 layer).
+bool winograd_supported(const ConvShape& s);
+/// The cost rule: whether conv2d_winograd beats conv2d_dense for `s` on an input of n
+/// images with an oh x ow output, on `threads` threads.
+bool winograd_preferred(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads);
+/// The transformed weights (w as for prepare_dense). kUnavailable without memory.
+Result<std::unique_ptr<WinogradWeights>> prepare_winograd(const float* w, const ConvShape& s);
+/// Same contract as conv2d_dense.
+Status conv2d_winograd(const Act& x, const WinogradWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,
+                       ThreadPool& pool);
 Status conv2d_depthwise(const Act& x, const DepthwiseWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,
                         ThreadPool& pool);
 

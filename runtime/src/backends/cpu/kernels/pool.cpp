@@ -10,6 +10,7 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/layout_kernels.h"
 #include "backends/cpu/thread_pool.h"
 #include "backends/cpu/kernels/window.h"
 #include "kernel/attrs.h"
@@ -238,6 +239,7 @@ Status adaptive_op(std::string_view op, KernelFn self, KernelContext& ctx, Input
 
 Status MaxPool2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_io("max_pool2d", in, out, kPoolIo));
+  if (ctx.input_blocked(0) || ctx.output_blocked(0)) return pool_blocked(OpKind::MaxPool2d, MaxPool2d, ctx, in, out, attrs);
   KILN_ASSIGN_OR_RETURN(bool ceil_mode, attr_bool("max_pool2d", attrs, 4, "ceil_mode"));
   const TensorView& x = in[0];
   PoolGeometry g;
@@ -252,6 +254,7 @@ Status MaxPool2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
 
 Status AvgPool2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_io("avg_pool2d", in, out, kPoolIo));
+  if (ctx.input_blocked(0) || ctx.output_blocked(0)) return pool_blocked(OpKind::AvgPool2d, AvgPool2d, ctx, in, out, attrs);
   KILN_ASSIGN_OR_RETURN(bool ceil_mode, attr_bool("avg_pool2d", attrs, 3, "ceil_mode"));
   KILN_ASSIGN_OR_RETURN(bool count_include_pad, attr_bool("avg_pool2d", attrs, 4, "count_include_pad"));
   const TensorView& x = in[0];
@@ -265,7 +268,42 @@ Status AvgPool2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   return ok ? Status::Ok() : unsupported_dtype("avg_pool2d", x.dtype, "x");
 }
 
+Status pool2d_check(OpKind op, const TensorView& x, const TensorView& out, Attrs attrs, nchwc::PoolShape& s) {
+  const std::string_view name = op_info(op).name;
+  PoolGeometry g;
+  if (op == OpKind::AdaptiveAvgPool2d) {
+    KILN_RETURN_IF_ERROR(split_planes(name, x, g.in));
+    std::array<std::int64_t, 2> size{};
+    KILN_RETURN_IF_ERROR(read_pair(name, attrs, 0, "output_size", 0, size));
+    if ((g.in.height == 0 && size[0] > 0) || (g.in.width == 0 && size[1] > 0)) {
+      return invalid(name, "cannot pool x.shape=", shape_text(x), " with an empty spatial dim");
+    }
+    g.oh = size[0];
+    g.ow = size[1];
+    return check_pool_out(name, x, out, g);
+  }
+  const bool max = op == OpKind::MaxPool2d;
+  KILN_ASSIGN_OR_RETURN(const bool ceil_mode, attr_bool(name, attrs, max ? 4 : 3, "ceil_mode"));
+  KILN_RETURN_IF_ERROR(pool_geometry(name, x, attrs, max, ceil_mode, g));
+  KILN_RETURN_IF_ERROR(check_pool_out(name, x, out, g));
+  if (!max) {
+    KILN_ASSIGN_OR_RETURN(s.count_include_pad, attr_bool(name, attrs, 4, "count_include_pad"));
+  }
+  s.kh = g.kernel[0];
+  s.kw = g.kernel[1];
+  s.stride_h = g.stride[0];
+  s.stride_w = g.stride[1];
+  s.pad_h = g.padding[0];
+  s.pad_w = g.padding[1];
+  s.dilation_h = g.dilation[0];
+  s.dilation_w = g.dilation[1];
+  return Status::Ok();
+}
+
 Status AdaptiveAvgPool2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
+  if (ctx.input_blocked(0) || ctx.output_blocked(0)) {
+    return pool_blocked(OpKind::AdaptiveAvgPool2d, AdaptiveAvgPool2d, ctx, in, out, attrs);
+  }
   return adaptive_op<false>("adaptive_avg_pool2d", AdaptiveAvgPool2d, ctx, in, out, attrs);
 }
 Status AdaptiveMaxPool2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {

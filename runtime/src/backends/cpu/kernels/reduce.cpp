@@ -11,6 +11,7 @@
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/convert.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/layout_kernels.h"
 #include "backends/cpu/kernels/reduce.h"
 #include "backends/cpu/kernels/simd.h"
 #include "backends/cpu/thread_pool.h"
@@ -245,6 +246,7 @@ Status Prod(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   return accumulate_op<ProdReducer>("prod", Prod, ctx, in, out, attrs, false);
 }
 Status Mean(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
+  if (ctx.input_blocked(0) || ctx.output_blocked(0)) return pool_blocked(OpKind::Mean, Mean, ctx, in, out, attrs);
   return accumulate_op<MeanReducer>("mean", Mean, ctx, in, out, attrs, true);
 }
 Status Amax(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {

@@ -1,0 +1,44 @@
+"""torchvision CNNs at 224x224 as torch.export archives for bench/compare_ort.py (issue 14's
+model list beyond ../shared/fixtures/torch_export_perf): core ATen IR in the PT2 layout
+(model.core.pt2, which bench/pt2_weights.py reads for the ONNX side), random init with a
+fixed seed, eval mode, batch 1, plus one input and PyTorch's output as the golden case.
+Needs PyTorch 2.6 (../shared/tools/torch26.sh); a benchmark tool, never used by the build.
+
+    mkdir -p /var/tmp/kiln-torch26/script && cp tests/fixtures/torch_zoo/{make_archives,generate}.py /var/tmp/kiln-torch26/script/
+    bash ../shared/tools/torch26.sh run /work/perf/cnn bench/make_cnn_archives.py /io [MODEL ...]
+"""
+import json, os, sys
+
+import numpy as np
+import torch
+import torchvision.models as tvm
+
+sys.path.insert(0, "/script")
+from make_archives import write_archive  # noqa: E402  (tests/fixtures/torch_zoo/make_archives.py, copied next to this script)
+
+MODELS = ["squeezenet1_1", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "shufflenet_v2_x1_0",
+          "regnet_y_400mf", "resnet50", "mnasnet1_0", "densenet121"]
+
+
+def main(out, names):
+    for name in names or MODELS:
+        torch.manual_seed(0)
+        m = getattr(tvm, name)().eval()
+        x = torch.randn(1, 3, 224, 224)
+        d = os.path.join(out, name)
+        os.makedirs(os.path.join(d, "cases"), exist_ok=True)
+        with torch.no_grad():
+            core = torch.export.export(m, (x,)).run_decompositions()
+            write_archive(core, os.path.join(d, "model.core.pt2"))
+            y = m(x)
+        np.save(os.path.join(d, "cases/valid0.in.x.npy"), x.numpy())
+        np.save(os.path.join(d, "cases/valid0.out.0.npy"), y.numpy())
+        case = {"name": "valid0", "inputs": {"x": "cases/valid0.in.x.npy"}, "outputs": ["cases/valid0.out.0.npy"]}
+        with open(os.path.join(d, "manifest.json"), "w") as f:
+            json.dump({"model": name, "inputs": ["x"], "torch": torch.__version__, "valid": [case], "invalid": [],
+                       "files": {"core_pt2": "model.core.pt2"}}, f, indent=1)
+        print("WROTE", name, flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])

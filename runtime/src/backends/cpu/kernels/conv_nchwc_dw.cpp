@@ -1,0 +1,179 @@
+// Depthwise convolution on NCHW8c activations (nchwc.h): the prepared weights, the driver
+// that threads over (image, channel block, output row), and the portable build of the row
+// kernel (conv_nchwc_dw.inc; the AVX2 build is conv_nchwc_dw_avx2.cpp).
+//
+// The rows go in bands of one (image, block): a plain input's rows a band reads are
+// packed into pixel vectors, likewise a plain residual's band, and a plain output band is
+// computed into pixel vectors and unpacked into its channel planes, each while in cache.
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <new>
+
+#include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/nchwc.h"
+#include "backends/cpu/kernels/nchwc_impl.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"  // 8-lane vectors in internal functions only
+#endif
+
+namespace kiln::cpu::nchwc {
+namespace detail {
+namespace dw_portable {
+
+#define NCHWC_FMA8(a, b, c) ((a) * (b) + (c))
+#include "backends/cpu/kernels/nchwc_vec.inc"
+#include "backends/cpu/kernels/conv_nchwc_dw.inc"
+#undef NCHWC_FMA8
+
+constexpr DepthwiseKernels kTable{depthwise_rows};
+
+}  // namespace dw_portable
+
+const DepthwiseKernels& depthwise_kernels_portable() { return dw_portable::kTable; }
+
+const DepthwiseKernels& depthwise_kernels() {
+  return use_avx2() ? depthwise_kernels_avx2() : depthwise_kernels_portable();
+}
+
+}  // namespace detail
+
+namespace {
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+// [blocks][kh * kw][8] taps, zeros in the padded lanes.
+class PreparedDepthwise final : public DepthwiseWeights {
+ public:
+  PreparedDepthwise(std::unique_ptr<float, FreeDeleter> data, std::int64_t taps) : data_(std::move(data)), taps_(taps) {}
+  const float* block(std::int64_t b) const { return data_.get() + b * taps_ * kBlock; }
+
+ private:
+  std::unique_ptr<float, FreeDeleter> data_;
+  std::int64_t taps_;
+};
+
+// The row kernel's clamp and in-register activation for `act`; true when `act` runs over
+// the stored row instead (silu, gelu).
+bool in_register(FusedActivation act, detail::DepthwiseRows& a) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  a.lo = -kInf;
+  a.hi = kInf;
+  a.act = detail::InRegister::kClamp;
+  switch (act) {
+    case FusedActivation::kNone: return true;
+    case FusedActivation::kRelu: a.lo = 0.0f; return true;
+    case FusedActivation::kRelu6: a.lo = 0.0f; a.hi = 6.0f; return true;
+    case FusedActivation::kHardswish: a.act = detail::InRegister::kHardswish; return true;
+    case FusedActivation::kHardsigmoid: a.act = detail::InRegister::kHardsigmoid; return true;
+    case FusedActivation::kSilu:
+    case FusedActivation::kGeluErf:
+    case FusedActivation::kGeluTanh: return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool depthwise_supported(const ConvShape& s) {
+  return s.groups >= 1 && s.groups == s.in_channels && s.in_channels == s.out_channels && s.kh >= 1 && s.kw >= 1 &&
+         s.stride_h >= 1 && s.stride_w >= 1 && s.dilation_h >= 1 && s.dilation_w >= 1 && s.pad_h >= 0 && s.pad_w >= 0;
+}
+
+Result<std::unique_ptr<DepthwiseWeights>> prepare_depthwise(const float* w, const ConvShape& s) {
+  const std::int64_t channels = s.out_channels, taps = s.kh * s.kw, blocks = (channels + kBlock - 1) / kBlock;
+  const std::size_t bytes = static_cast<std::size_t>((blocks * taps * kBlock * 4 + 63) / 64 * 64);
+  std::unique_ptr<float, FreeDeleter> data(static_cast<float*>(std::aligned_alloc(64, bytes)));
+  if (data == nullptr) {
+    return kernels::op_error(StatusCode::kUnavailable, "conv2d_depthwise", "cannot allocate ", bytes,
+                             " bytes of prepared weights");
+  }
+  float* d = data.get();
+  for (std::int64_t i = 0; i < blocks * taps * kBlock; ++i) d[i] = 0.0f;
+  for (std::int64_t c = 0; c < channels; ++c) {
+    for (std::int64_t t = 0; t < taps; ++t) d[((c / kBlock) * taps + t) * kBlock + c % kBlock] = w[c * taps + t];
+  }
+  std::unique_ptr<DepthwiseWeights> prepared(new (std::nothrow) PreparedDepthwise(std::move(data), taps));
+  if (prepared == nullptr) {
+    return kernels::op_error(StatusCode::kUnavailable, "conv2d_depthwise", "cannot allocate prepared weights");
+  }
+  return prepared;
+}
+
+Status conv2d_depthwise(const Act& x, const DepthwiseWeights& weights, const ConvShape& s, const Epilogue& e,
+                        const Act& y, ThreadPool& pool) {
+  const auto& w = static_cast<const PreparedDepthwise&>(weights);
+  const std::int64_t channels = y.c, blocks = (channels + kBlock - 1) / kBlock, oh = y.h, ow = y.w;
+  const Act* res = e.residual;
+  const bool plain_in = !x.blocked, plain_out = !y.blocked, plain_res = res != nullptr && !res->blocked;
+  const std::int64_t span_h = (s.kh - 1) * s.dilation_h + 1;
+  // Bands of ~2K output pixels (and input rows of at most 2K pixels): a plain side's band
+  // is packed or unpacked in one pass, in cache.
+  const std::int64_t band = detail::band_rows(2048, ow, x.w, s.stride_h, span_h);
+  const std::int64_t in_floats = plain_in ? std::min((band - 1) * s.stride_h + span_h, x.h) * x.w * kBlock : 0;
+  const std::int64_t out_floats = plain_out ? band * ow * kBlock : 0, res_floats = plain_res ? band * ow * kBlock : 0;
+  const auto rows_kernel = detail::depthwise_kernels().rows;
+  const detail::TileKernels& tiles = detail::tile_kernels();
+
+  detail::DepthwiseRows proto{};
+  const bool fused = in_register(e.act, proto);
+  proto.h = x.h;
+  proto.w = x.w;
+  proto.kh = s.kh;
+  proto.kw = s.kw;
+  proto.stride_h = s.stride_h;
+  proto.stride_w = s.stride_w;
+  proto.pad_h = s.pad_h;
+  proto.pad_w = s.pad_w;
+  proto.dilation_h = s.dilation_h;
+  proto.dilation_w = s.dilation_w;
+  proto.ow = ow;
+  detail::plan_depthwise_columns(proto);
+
+  const bool ok = detail::for_each_band(
+      pool, y.n, blocks, oh, band, ow * s.kh * s.kw, in_floats + out_floats + res_floats,
+      [&](std::int64_t image, std::int64_t block, std::int64_t oy0, std::int64_t oy1, float* scratch) {
+        float* in_buf = scratch;
+        float* out_buf = in_buf + in_floats;
+        float* res_buf = out_buf + out_floats;
+        const std::int64_t lanes = detail::block_channels(channels, block), count = (oy1 - oy0) * ow;
+        alignas(32) float bias[kBlock];
+        for (std::int64_t l = 0; l < kBlock; ++l) bias[l] = e.bias != nullptr && l < lanes ? e.bias[block * kBlock + l] : 0.0f;
+        detail::DepthwiseRows a = proto;
+        a.bias = bias;
+        a.weights = w.block(block);
+        a.lanes = lanes;
+        const std::int64_t r0 = std::max<std::int64_t>(0, oy0 * s.stride_h - s.pad_h);
+        const std::int64_t r1 = std::max(r0, std::min(x.h, (oy1 - 1) * s.stride_h - s.pad_h + span_h));
+        a.input = detail::block_rows(x, image, block, r0, r1, in_buf);
+        if (res == nullptr) {
+          a.residual = nullptr;
+        } else if (res->blocked) {
+          a.residual = res->data + image * res->image_floats() + (block * oh + oy0) * ow * kBlock;
+        } else {
+          tiles.pack(res->data + image * res->image_floats() + block * kBlock * oh * ow + oy0 * ow, oh * ow, lanes, count,
+                     res_buf);
+          a.residual = res_buf;
+        }
+        a.output = plain_out ? out_buf : y.data + image * y.image_floats() + (block * oh + oy0) * ow * kBlock;
+        rows_kernel(a, oy0, oy1);
+        if (!fused) apply_activation(e.act, a.output, count * kBlock);
+        if (plain_out) {
+          tiles.unpack(out_buf, count, y.data + image * y.image_floats() + block * kBlock * oh * ow + oy0 * ow, oh * ow,
+                       lanes);
+        }
+      });
+  if (!ok) {
+    return kernels::op_error(StatusCode::kUnavailable, "conv2d_depthwise", "cannot allocate ",
+                             in_floats + out_floats + res_floats, " floats of scratch");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kiln::cpu::nchwc

@@ -1,0 +1,247 @@
+// The blocked side of the layout kernels (executor/layout.cpp decides which tensors are
+// NCHW8c): conv2d, max/avg/adaptive-avg pools and mean over H and W, called by those ops'
+// kernels when KernelContext says an input or output is blocked. A blocked view arrives
+// physical, [N, ceil(C/8), H, W, 8]; its logical channel count comes from the weight
+// (conv2d) or from the plain side. What no blocked kernel runs goes through the op's plain
+// kernel on plain copies (run_plain): correct for every shape, one reorder each way.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/conv_prepared.h"
+#include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/layout_kernels.h"
+#include "backends/cpu/kernels/nchwc.h"
+#include "backends/cpu/thread_pool.h"
+
+namespace kiln::cpu::nchwc {
+bool kernels_available() { return true; }
+}  // namespace kiln::cpu::nchwc
+
+namespace kiln::cpu::kernels {
+namespace {
+
+namespace nc = cpu::nchwc;
+
+// The context a plain kernel gets inside run_plain: the node's, but every tensor plain
+// (and, with `no_activation`, nothing fused: the caller applies it after the residual).
+class PlainContext final : public KernelContext {
+ public:
+  explicit PlainContext(KernelContext& base, bool no_activation = false) : base_(base), no_activation_(no_activation) {}
+  Result<TensorView> allocate_output(int index, DType dtype, std::span<const std::int64_t> shape) override {
+    return base_.allocate_output(index, dtype, shape);
+  }
+  ThreadPool& pool() override { return base_.pool(); }
+  const PackedB* packed_b(int index) const override { return base_.packed_b(index); }
+  const PreparedWeights* prepared_weights(int index) const override { return base_.prepared_weights(index); }
+  FusedActivation fused_activation() const override { return no_activation_ ? FusedActivation::kNone : base_.fused_activation(); }
+  const OperandWindow* operand_window(int index) const override { return base_.operand_window(index); }
+
+ private:
+  KernelContext& base_;
+  bool no_activation_;
+};
+
+struct FloatBuffer {
+  std::unique_ptr<float[]> data;
+  bool alloc(std::int64_t n) {
+    data.reset(new (std::nothrow) float[static_cast<std::size_t>(std::max<std::int64_t>(n, 1))]);
+    return data != nullptr;
+  }
+};
+
+}  // namespace
+
+Result<BlockedOperand> blocked_operand(const char* op, const char* what, const TensorView& v, bool blocked,
+                                       std::int64_t channels) {
+  BlockedOperand b;
+  if (!blocked) {
+    if (v.rank != 4) return invalid(op, what, " must be 4-D, got shape ", shape_text(v));
+    b.act = {v.as<float>(), v.shape[0], v.shape[1], v.shape[2], v.shape[3], false};
+    b.logical = v;
+    return b;
+  }
+  if (v.dtype != DType::kF32 || v.rank != 5 || v.shape[4] != nc::kBlock) {
+    return invalid(op, what, " is blocked NCHW8c but its view is ", shape_text(v), " (expected [N, C/8, H, W, 8] f32)");
+  }
+  if (channels < 0) channels = v.shape[1] * nc::kBlock;  // unknown: every lane counts
+  if (nc::padded_channels(channels) != v.shape[1] * nc::kBlock) {
+    return invalid(op, what, " holds ", v.shape[1], " channel blocks, not the ", nc::padded_channels(channels) / nc::kBlock,
+                   " of ", channels, " channels");
+  }
+  b.act = {v.as<float>(), v.shape[0], channels, v.shape[2], v.shape[3], true};
+  b.logical = v;
+  b.logical.rank = 4;
+  b.logical.shape[1] = channels;
+  b.logical.shape[4] = 0;
+  return b;
+}
+
+Status run_plain(KernelFn plain, KernelContext& ctx, std::span<const TensorView> in, std::span<TensorView> out,
+                 std::span<const AttrValue> attrs, const BlockedOperand& x, const BlockedOperand& y,
+                 const BlockedOperand* residual) {
+  std::vector<TensorView> ins(in.begin(), in.end());
+  TensorView outs[1] = {y.logical};
+  FloatBuffer xs, ys;
+  if (x.act.blocked) {
+    if (!xs.alloc(x.act.n * x.act.c * x.act.h * x.act.w)) return op_error(StatusCode::kUnavailable, "layout", "cannot allocate a plain copy");
+    nc::to_plain(x.act.data, xs.data.get(), x.act.n, x.act.c, x.act.h * x.act.w, ctx.pool());
+    ins[0] = x.logical;
+    ins[0].data = xs.data.get();
+  }
+  if (y.act.blocked) {
+    if (!ys.alloc(y.act.n * y.act.c * y.act.h * y.act.w)) return op_error(StatusCode::kUnavailable, "layout", "cannot allocate a plain copy");
+    outs[0].data = ys.data.get();
+  }
+  PlainContext plain_ctx(ctx, residual != nullptr);
+  KILN_RETURN_IF_ERROR(plain(plain_ctx, ins, std::span<TensorView>(outs, 1), attrs));
+  if (residual != nullptr) {  // y = act(y + residual), on the plain result
+    float* yp = outs[0].as<float>();
+    const nc::Act& r = residual->act;
+    const std::int64_t hw = y.act.h * y.act.w;
+    for (std::int64_t i = 0; i < y.act.n; ++i) {
+      for (std::int64_t c = 0; c < y.act.c; ++c) {
+        float* row = yp + (i * y.act.c + c) * hw;
+        const float* rimg = r.data + i * r.image_floats();
+        for (std::int64_t p = 0; p < hw; ++p) row[p] += rimg[r.offset(c, p / y.act.w, p % y.act.w)];
+        apply_activation(ctx.fused_activation(), row, hw);
+      }
+    }
+  }
+  if (y.act.blocked) nc::to_blocked(ys.data.get(), out[0].as<float>(), y.act.n, y.act.c, y.act.h * y.act.w, ctx.pool());
+  return Status::Ok();
+}
+
+Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in, std::span<TensorView> out,
+                      std::span<const AttrValue> attrs) {
+  const TensorView& w = in[1];
+  if (w.rank != 4 || w.dtype != DType::kF32 || attrs.size() < 4 || attrs[3].type != AttrType::kInt) {
+    return invalid("conv2d", "a blocked conv2d needs a 4-D f32 weight and an int groups attribute");
+  }
+  const std::int64_t groups = attrs[3].i;
+  KILN_ASSIGN_OR_RETURN(const BlockedOperand x, blocked_operand("conv2d", "x", in[0], ctx.input_blocked(0), w.shape[1] * groups));
+  KILN_ASSIGN_OR_RETURN(const BlockedOperand y, blocked_operand("conv2d", "out", out[0], ctx.output_blocked(0), w.shape[0]));
+  bool residual_blocked = false;
+  const TensorView* rv = ctx.residual(&residual_blocked);
+  BlockedOperand residual;
+  if (rv != nullptr) {
+    KILN_ASSIGN_OR_RETURN(residual, blocked_operand("conv2d", "residual", *rv, residual_blocked, w.shape[0]));
+    if (residual.logical.dtype != DType::kF32 || residual.act.n != y.act.n || residual.act.c != y.act.c ||
+        residual.act.h != y.act.h || residual.act.w != y.act.w) {
+      return invalid("conv2d", "residual.shape=", shape_text(residual.logical), " but out.shape=", shape_text(y.logical));
+    }
+  }
+  const auto* prepared = static_cast<const ConvWeights*>(ctx.prepared_weights(1));
+  if (prepared != nullptr && (prepared->nchwc_dense != nullptr || prepared->nchwc_depthwise != nullptr)) {
+    // The plain kernel's checks (shapes, attributes, the output size) first: a blocked run
+    // accepts exactly what the plain one does.
+    ConvCheck check;
+    std::vector<TensorView> logical(in.begin(), in.end());
+    logical[0] = x.logical;
+    KILN_RETURN_IF_ERROR(conv2d_check(logical, y.logical, attrs, check));
+    const nc::ConvShape& s = check.shape;
+    if (s.in_channels == prepared->nchwc_shape.in_channels && s.out_channels == prepared->nchwc_shape.out_channels &&
+        s.groups == prepared->nchwc_shape.groups && s.kh == prepared->nchwc_shape.kh && s.kw == prepared->nchwc_shape.kw) {
+      if (y.act.n * y.act.c * y.act.h * y.act.w == 0) return Status::Ok();
+      nc::Epilogue e;
+      e.bias = check.bias;
+      e.act = ctx.fused_activation();
+      e.residual = rv != nullptr ? &residual.act : nullptr;
+      nc::Act xa = x.act, ya = y.act;
+      Status st;
+      if (prepared->nchwc_winograd != nullptr && nc::winograd_supported(s) &&
+          nc::winograd_preferred(s, ya.n, ya.h, ya.w, ctx.pool().num_threads())) {
+        st = nc::conv2d_winograd(xa, *prepared->nchwc_winograd, s, e, ya, ctx.pool());
+      } else if (prepared->nchwc_dense != nullptr) {
+        st = nc::conv2d_dense(xa, *prepared->nchwc_dense, s, e, ya, ctx.pool());
+      } else {
+        st = nc::conv2d_depthwise(xa, *prepared->nchwc_depthwise, s, e, ya, ctx.pool());
+      }
+      if (st.code() != StatusCode::kUnsupported) return st;
+    }
+  }
+  return run_plain(Conv2d, ctx, in, out, attrs, x, y, rv != nullptr ? &residual : nullptr);
+}
+
+Result<std::unique_ptr<PreparedWeights>> conv2d_prepare_blocked(const TensorView& weight, std::span<const AttrValue> attrs) {
+  std::unique_ptr<PreparedWeights> none;
+  if (weight.dtype != DType::kF32 || weight.rank != 4 || attrs.size() < 4 || attrs[3].type != AttrType::kInt) return none;
+  nc::ConvShape s;
+  s.groups = attrs[3].i;
+  s.out_channels = weight.shape[0];
+  s.in_channels = weight.shape[1] * s.groups;
+  s.kh = weight.shape[2];
+  s.kw = weight.shape[3];
+  auto prepared = std::unique_ptr<ConvWeights>(new (std::nothrow) ConvWeights());
+  if (prepared == nullptr) return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate prepared weights");
+  prepared->nchwc_shape = s;
+  if (nc::depthwise_supported(s)) {
+    KILN_ASSIGN_OR_RETURN(prepared->nchwc_depthwise, nc::prepare_depthwise(weight.as<float>(), s));
+  } else if (nc::dense_supported(s)) {
+    KILN_ASSIGN_OR_RETURN(prepared->nchwc_dense, nc::prepare_dense(weight.as<float>(), s));
+    if (nc::winograd_supported(s)) {
+      auto winograd = nc::prepare_winograd(weight.as<float>(), s);
+      if (winograd.ok()) prepared->nchwc_winograd = std::move(winograd).value();  // else the direct kernel only
+    }
+  } else {
+    return none;
+  }
+  return std::unique_ptr<PreparedWeights>(std::move(prepared));
+}
+
+namespace {
+
+// mean over H and W of a 4-D x: dims {2, 3} (either order; export normalizes negative
+// dims), keepdim giving [N, C, 1, 1] or [N, C].
+Status mean_hw_check(const BlockedOperand& x, const BlockedOperand& y, std::span<const AttrValue> attrs) {
+  if (attrs.size() < 2 || attrs[0].type != AttrType::kInts || attrs[0].ints.size() != 2 || attrs[1].type != AttrType::kBool) {
+    return invalid("mean", "a blocked mean needs dims {2, 3} and keepdim");
+  }
+  const std::int64_t a = attrs[0].ints[0], b = attrs[0].ints[1];
+  if (std::min(a, b) != 2 || std::max(a, b) != 3) return invalid("mean", "a blocked mean reduces dims 2 and 3, not ", a, " and ", b);
+  const TensorView& v = y.logical;
+  const bool keep = attrs[1].i != 0;
+  const bool ok = keep ? v.rank == 4 && v.shape[0] == x.act.n && v.shape[1] == x.act.c && v.shape[2] == 1 && v.shape[3] == 1
+                       : v.rank == 2 && v.shape[0] == x.act.n && v.shape[1] == x.act.c;
+  if (!ok || v.dtype != DType::kF32) return invalid("mean", "out.shape=", shape_text(v), " for x.shape=", shape_text(x.logical));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status pool_blocked(OpKind op, KernelFn plain, KernelContext& ctx, std::span<const TensorView> in,
+                    std::span<TensorView> out, std::span<const AttrValue> attrs) {
+  const char* name = op_info(op).name.data();
+  if (in.size() != 1 || out.size() != 1) return invalid(name, "expects one input and one output");
+  // The channel count: the plain side's, else every lane (pools keep channels apart).
+  std::int64_t channels = -1;
+  if (!ctx.input_blocked(0) && in[0].rank == 4) channels = in[0].shape[1];
+  if (!ctx.output_blocked(0) && out[0].rank >= 2) channels = out[0].shape[1];
+  KILN_ASSIGN_OR_RETURN(const BlockedOperand x, blocked_operand(name, "x", in[0], ctx.input_blocked(0), channels));
+  TensorView yv = out[0];
+  BlockedOperand y;
+  if (!ctx.output_blocked(0) && yv.rank == 2) {  // mean(keepdim=False): [N, C]
+    y.act = {yv.as<float>(), yv.shape[0], yv.shape[1], 1, 1, false};
+    y.logical = yv;
+  } else {
+    KILN_ASSIGN_OR_RETURN(y, blocked_operand(name, "out", yv, ctx.output_blocked(0), x.act.c));
+  }
+  if (x.logical.dtype != DType::kF32) return run_plain(plain, ctx, in, out, attrs, x, y, nullptr);
+  Status st = Status(StatusCode::kUnsupported, "no blocked kernel");
+  if (op == OpKind::Mean) {
+    KILN_RETURN_IF_ERROR(mean_hw_check(x, y, attrs));
+    st = nc::mean_hw(x.act, y.act, ctx.pool());
+  } else {
+    nc::PoolShape s;
+    KILN_RETURN_IF_ERROR(pool2d_check(op, x.logical, y.logical, attrs, s));
+    if (op == OpKind::MaxPool2d) st = nc::max_pool2d(x.act, s, y.act, ctx.pool());
+    if (op == OpKind::AvgPool2d) st = nc::avg_pool2d(x.act, s, y.act, ctx.pool());
+    if (op == OpKind::AdaptiveAvgPool2d) st = nc::adaptive_avg_pool2d(x.act, y.act, ctx.pool());
+  }
+  if (st.code() != StatusCode::kUnsupported) return st;
+  return run_plain(plain, ctx, in, out, attrs, x, y, nullptr);
+}
+
+}  // namespace kiln::cpu::kernels

@@ -1,0 +1,224 @@
+// The layout pass (executor/layout.cpp): which values the CPU keeps NCHW8c, where the
+// reorders land (only inside the layout kernels at a region's edges, never between two
+// blocked ops), and that a run with blocked tensors gives what the plain run and eager
+// execution give: outputs, observed intermediates, several batch sizes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/exported.h"
+#include "kiln/export/ops.h"
+#include "kiln/format/kiln_generated.h"
+#include "kiln/runtime/program.h"
+#include "backends/cpu/kernels/nchwc.h"
+
+namespace kiln {
+namespace {
+
+std::vector<float> floats_of(const HostTensor& t) {
+  std::vector<float> v(t.data.size() / sizeof(float));
+  std::memcpy(v.data(), t.data.data(), v.size() * sizeof(float));
+  return v;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, float tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tol * (1.0f + std::fabs(want[i]))) << what << ", element " << i;
+  }
+}
+
+// A small CNN with every kind of node the pass handles: a stem conv on the plain input, a
+// fused relu, a max pool, a depthwise conv + ReLU6, 1x1 convs, a residual add, hardswish,
+// cat along channels (24 + 24), an average pool, mean over H and W, then a flatten and a
+// linear layer (plain).
+struct Cnn {
+  Tensor w1 = Tensor::randn({16, 3, 3, 3}, 1) * 0.3, b1 = Tensor::randn({16}, 2);
+  Tensor w2 = Tensor::randn({16, 1, 3, 3}, 3) * 0.3;
+  Tensor w3 = Tensor::randn({24, 16, 1, 1}, 4) * 0.2, b3 = Tensor::randn({24}, 5);
+  Tensor w4 = Tensor::randn({24, 16, 1, 1}, 6) * 0.2;
+  Tensor w5 = Tensor::randn({10, 48}, 7) * 0.1;
+  Tensor operator()(Tensor x) const {
+    Tensor a = relu(conv2d(x, w1, b1, {2, 2}, {1, 1}));
+    Tensor p = max_pool2d(a, {3, 3}, {2, 2}, {1, 1});
+    Tensor d = clamp(conv2d(p, w2, Tensor(), {1, 1}, {1, 1}, {1, 1}, 16), 0.0, 6.0);
+    Tensor r = conv2d(d, w3, b3) + conv2d(p, w4);
+    Tensor h = hardswish(r);
+    Tensor c = cat({h, r}, 1);
+    Tensor q = avg_pool2d(c, {2, 2}, {2, 2});
+    Tensor m = mean(q, {2, 3}, true);
+    return linear(flatten(m, 1), w5);
+  }
+};
+
+std::map<std::string, std::string> layouts_by_op(const Program& program) {
+  std::map<std::string, std::string> out;
+  for (const NodePlacement& n : program.placement(program.bundle().program().entry_graph())) {
+    out[n.op] += (out[n.op].empty() ? "" : "|") + (n.layout.empty() ? std::string("nchw") : n.layout);
+  }
+  return out;
+}
+
+TEST(LayoutPass, BlockedRegionRunsFromTheStemToTheGlobalPoolAndMatchesPlainAndEager) {
+  if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
+  const Cnn model;
+  const Tensor x = Tensor::randn({2, 3, 33, 31}, 9);
+  auto ep = export_program([&](Tensor t) { return model(t); }, {input("x", x, {Dim("batch", 1, 16)})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const auto blocked = testing::load_exported(*ep);
+  const auto plain = testing::load_exported(*ep, {.blocked_layout = false});
+  ASSERT_NE(blocked, nullptr);
+  ASSERT_NE(plain, nullptr);
+
+  const auto l = layouts_by_op(*blocked);
+  EXPECT_EQ(l.at("conv2d+relu"), "nchw -> nchw8c");  // the stem reads the plain input
+  EXPECT_EQ(l.at("relu"), "nchw8c");                   // fused into the stem: passes its bytes on
+  EXPECT_EQ(l.at("max_pool2d"), "nchw8c");
+  EXPECT_EQ(l.at("conv2d+clamp"), "nchw8c");
+  EXPECT_EQ(l.at("conv2d"), "nchw8c");
+  EXPECT_EQ(l.at("conv2d+add"), "nchw8c");  // the residual add, in the conv produced last
+  EXPECT_EQ(l.at("add"), "nchw8c");         // fused: passes the conv's bytes on
+  EXPECT_EQ(l.at("hardswish"), "nchw8c");
+  EXPECT_EQ(l.at("cat"), "nchw8c");
+  EXPECT_EQ(l.at("avg_pool2d"), "nchw8c");
+  EXPECT_EQ(l.at("mean"), "nchw8c -> nchw");  // the flatten needs plain NCHW
+  EXPECT_EQ(l.at("reshape"), "nchw");
+  EXPECT_EQ(l.at("linear"), "nchw");
+  for (const NodePlacement& n : plain->placement(plain->bundle().program().entry_graph())) EXPECT_EQ(n.layout, "") << n.op;
+
+  for (std::int64_t batch : {2, 1, 5}) {
+    const Tensor xb = Tensor::randn({batch, 3, 33, 31}, 10 + static_cast<std::uint64_t>(batch));
+    const std::vector<float> want = model(xb).to_vector<float>();
+    for (int threads : {1, 2}) {
+      Session sb(*blocked, {.threads = threads}), sp(*plain, {.threads = threads});
+      auto rb = sb.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(xb))});
+      auto rp = sp.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(xb))});
+      ASSERT_TRUE(rb.ok()) << rb.status().message();
+      ASSERT_TRUE(rp.ok()) << rp.status().message();
+      EXPECT_EQ(rb->outputs[0].tensor.shape, (std::vector<std::int64_t>{batch, 10}));
+      expect_close(floats_of(rb->outputs[0].tensor), want, 1e-4f, "blocked vs eager, batch " + std::to_string(batch));
+      expect_close(floats_of(rb->outputs[0].tensor), floats_of(rp->outputs[0].tensor), 1e-4f, "blocked vs plain");
+    }
+  }
+}
+
+TEST(LayoutPass, ValuesLeavingTheRegionArePlain) {
+  if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
+  // A conv result that is a graph output, one read by softmax over channels, and one read by
+  // a reshape: all plain, so no layout kernel writes them blocked.
+  const Tensor w = Tensor::randn({8, 8, 3, 3}, 11) * 0.2;
+  auto model = [&](Tensor x) {
+    Tensor a = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
+    Tensor s = softmax(conv2d(a, w, Tensor(), {1, 1}, {1, 1}), 1);
+    Tensor f = flatten(conv2d(s, w, Tensor(), {1, 1}, {1, 1}), 1);
+    return std::vector<Tensor>{a, f};
+  };
+  const Tensor x = Tensor::randn({1, 8, 6, 6}, 12);
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const auto program = testing::load_exported(*ep);
+  ASSERT_NE(program, nullptr);
+  for (const NodePlacement& n : program->placement(program->bundle().program().entry_graph())) {
+    EXPECT_EQ(n.layout, "") << n.op << " at node " << n.node;
+  }
+}
+
+TEST(LayoutPass, AFollowerWithAPlainOperandKeepsItsWholeGroupPlain) {
+  if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
+  // add(conv(x), x): x is the graph input (plain), so the add is plain and so is the conv's
+  // output; the relu after the add follows it. A mul by a [1, C, 1, 1] constant is not a
+  // follower either (constants stay plain).
+  const Tensor w = Tensor::randn({8, 8, 1, 1}, 13) * 0.2, scale = Tensor::randn({1, 8, 1, 1}, 14);
+  auto model = [&](Tensor x) {
+    Tensor r = relu(conv2d(x, w) + x);
+    return conv2d(conv2d(r, w) * scale, w);
+  };
+  const Tensor x = Tensor::randn({1, 8, 5, 5}, 15);
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const auto program = testing::load_exported(*ep);
+  ASSERT_NE(program, nullptr);
+  for (const NodePlacement& n : program->placement(program->bundle().program().entry_graph())) {
+    EXPECT_EQ(n.layout, "") << n.op << " at node " << n.node;
+  }
+  Session s(*program, {.threads = 2});
+  auto r = s.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  expect_close(floats_of(r->outputs[0].tensor), model(x).to_vector<float>(), 1e-5f, "plain group");
+}
+
+TEST(LayoutPass, AnObserverSeesBlockedValuesAsPlainTensors) {
+  if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
+  const Cnn model;
+  const Tensor x = Tensor::randn({2, 3, 17, 19}, 16);
+  auto ep = export_program([&](Tensor t) { return model(t); }, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  std::map<bool, std::map<std::uint32_t, std::pair<std::vector<std::int64_t>, std::vector<float>>>> seen;
+  for (bool blocked : {true, false}) {
+    const auto program = testing::load_exported(*ep, {.fuse_activations = false, .blocked_layout = blocked});
+    ASSERT_NE(program, nullptr);
+    SessionOptions o;
+    o.observer = [&](const NodeObservation& obs) {
+      if (obs.outputs.empty() || obs.outputs[0].kind != ObservedValue::Kind::kTensor || obs.outputs[0].dtype != DType::kF32) return;
+      const ObservedValue& v = obs.outputs[0];
+      std::vector<float> f(v.data.size() / sizeof(float));
+      std::memcpy(f.data(), v.data.data(), v.data.size());
+      seen[blocked][obs.node] = {std::vector<std::int64_t>(v.shape.begin(), v.shape.end()), f};
+    };
+    Session s(*program, o);
+    auto r = s.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+  }
+  ASSERT_EQ(seen[true].size(), seen[false].size());
+  for (const auto& [node, value] : seen[false]) {
+    ASSERT_TRUE(seen[true].count(node)) << node;
+    EXPECT_EQ(seen[true][node].first, value.first) << "node " << node;
+    expect_close(seen[true][node].second, value.second, 1e-4f, "observed node " + std::to_string(node));
+  }
+}
+
+TEST(LayoutPass, ResidualAddsAndTheirActivationRunInTheConvEpilogue) {
+  if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
+  // Two resnet basic blocks: one whose skip is a strided 1x1 downsample (exported after the
+  // block's second conv, so the add goes into the downsample conv), one with an identity
+  // skip (into the second conv). Each add and the relu after it leave the profile.
+  const Tensor stem = Tensor::randn({16, 3, 3, 3}, 21) * 0.3;
+  const Tensor a1 = Tensor::randn({24, 16, 3, 3}, 22) * 0.1, a2 = Tensor::randn({24, 24, 3, 3}, 23) * 0.1;
+  const Tensor ds = Tensor::randn({24, 16, 1, 1}, 24) * 0.2, db = Tensor::randn({24}, 25);
+  const Tensor c1 = Tensor::randn({24, 24, 3, 3}, 26) * 0.1, c2 = Tensor::randn({24, 24, 3, 3}, 27) * 0.1;
+  auto model = [&](Tensor x) {
+    Tensor s = relu(conv2d(x, stem, Tensor(), {1, 1}, {1, 1}));
+    Tensor b = conv2d(relu(conv2d(s, a1, Tensor(), {2, 2}, {1, 1})), a2, Tensor(), {1, 1}, {1, 1});
+    Tensor o = relu(b + conv2d(s, ds, db, {2, 2}));
+    Tensor b2 = conv2d(relu(conv2d(o, c1, Tensor(), {1, 1}, {1, 1})), c2, Tensor(), {1, 1}, {1, 1});
+    return mean(relu(o + b2), {2, 3}, false);
+  };
+  const Tensor x = Tensor::randn({2, 3, 15, 17}, 28);
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const auto program = testing::load_exported(*ep);
+  ASSERT_NE(program, nullptr);
+  Session s(*program, {.threads = 2, .profile = true});
+  auto r = s.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  expect_close(floats_of(r->outputs[0].tensor), model(x).to_vector<float>(), 1e-4f, "residual blocks");
+  std::map<std::string, int> ops;
+  for (const RunStats::Op& op : s.last_stats().ops) ++ops[op.op];
+  EXPECT_EQ(ops["conv2d+add+relu"], 2);
+  EXPECT_EQ(ops["add"], 0);
+  EXPECT_EQ(ops["conv2d+relu"], 3);
+  EXPECT_EQ(ops["conv2d"], 1);  // the first block's second conv: its add went into the downsample
+  const auto unfused = testing::load_exported(*ep, {.fuse_activations = false});
+  Session su(*unfused, {.threads = 1, .profile = true});
+  auto ru = su.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
+  ASSERT_TRUE(ru.ok()) << ru.status().message();
+  expect_close(floats_of(ru->outputs[0].tensor), floats_of(r->outputs[0].tensor), 1e-4f, "unfused");
+}
+
+}  // namespace
+}  // namespace kiln

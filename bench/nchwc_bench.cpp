@@ -8,8 +8,10 @@
 // BM_Nchwc: blocked input and output (plain input for the stems, whose input is the
 // network's; plain output where the name says so); BM_Plain: the NCHW kernel (conv.cpp: Winograd, direct, GEMM, whatever it
 // picks). Both add the bias and fuse nothing else. Reports GFLOP/s as "GFLOP=x/s"
-// (2 * O * OH * OW * C/groups * KH * KW per call, wall-clock). Range `width`: the block
-// group width (0: prepare_dense's choice).
+// (2 * O * OH * OW * C/groups * KH * KW per call, wall-clock; for Winograd the direct
+// convolution's count, an effective rate). Range `width`: the block group width (0:
+// prepare_dense's choice); `algo`: 0 the executor's choice (conv2d_winograd where
+// winograd_preferred: resnet18's stride-1 3x3 layers), 1 conv2d_dense (BM_NchwcDirect).
 #include <benchmark/benchmark.h>
 
 #include <array>
@@ -34,7 +36,7 @@ struct Layer {
   std::int64_t groups = 1;
 };
 
-constexpr std::array<Layer, 29> kLayers = {{
+constexpr std::array<Layer, 35> kLayers = {{
     // mobilenet_v2 pointwise
     {"mbv2 1x1 16->96 @112", 16, 112, 112, 96, 1, 1, 0},
     {"mbv2 1x1 32->16 @112", 32, 112, 112, 16, 1, 1, 0},
@@ -71,6 +73,14 @@ constexpr std::array<Layer, 29> kLayers = {{
     {"3x3 64 @56 plain out", 64, 56, 56, 64, 3, 1, 1, false, true},
     {"regnet 3x3 g4 64 @28", 64, 28, 28, 64, 3, 1, 1, false, false, 4},
     {"regnet 3x3 g24 384 @7", 384, 7, 7, 384, 3, 1, 1, false, false, 24},
+    // 29-: narrow 3x3 stride-1 layers (Winograd's lower channel bound)
+    {"3x3 16 @112", 16, 112, 112, 16, 3, 1, 1},
+    {"3x3 32 @56", 32, 56, 56, 32, 3, 1, 1},
+    // 31-: small maps (Winograd's cost rule)
+    {"3x3 256 @7", 256, 7, 7, 256, 3, 1, 1},
+    {"3x3 128 @7", 128, 7, 7, 128, 3, 1, 1},
+    {"3x3 64 @14", 64, 14, 14, 64, 3, 1, 1},
+    {"3x3 32 @8", 32, 8, 8, 32, 3, 1, 1},
 }};
 
 std::int64_t out_size(std::int64_t in, const Layer& l) { return (in + 2 * l.pad - l.k) / l.stride + 1; }
@@ -101,6 +111,7 @@ void set_label(benchmark::State& state, const Layer& l) {
 void BM_Nchwc(benchmark::State& state) {
   const Layer& l = kLayers[static_cast<std::size_t>(state.range(0))];
   const int threads = static_cast<int>(state.range(1)), width = static_cast<int>(state.range(2));
+  const auto algorithm = state.range(3);
   const std::int64_t oh = out_size(l.h, l), ow = out_size(l.w, l);
   nchwc::ConvShape s;
   s.in_channels = l.c;
@@ -115,13 +126,25 @@ void BM_Nchwc(benchmark::State& state) {
     state.SkipWithError(prepared.status().message().c_str());
     return;
   }
+  // As the executor picks (layout_kernels.cpp): Winograd where supported and preferred.
+  std::unique_ptr<nchwc::WinogradWeights> winograd;
+  if (algorithm == 0 && nchwc::winograd_supported(s) &&
+      nchwc::winograd_preferred(s, 1, out_size(l.h, l), out_size(l.w, l), threads)) {
+    auto made = nchwc::prepare_winograd(w.data(), s);
+    if (!made.ok()) {
+      state.SkipWithError(made.status().message().c_str());
+      return;
+    }
+    winograd = std::move(made).value();
+  }
   std::vector<float> x = random_floats(nchwc::blocked_floats(1, l.c, l.h, l.w), 1);
   std::vector<float> y(static_cast<std::size_t>(nchwc::blocked_floats(1, l.o, oh, ow)));
   const nchwc::Act xa{x.data(), 1, l.c, l.h, l.w, !l.plain_input}, ya{y.data(), 1, l.o, oh, ow, !l.plain_output};
   nchwc::Epilogue e;
   e.bias = b.data();
   for (auto _ : state) {
-    const Status st = nchwc::conv2d_dense(xa, **prepared, s, e, ya, pool_for(threads));
+    const Status st = winograd != nullptr ? nchwc::conv2d_winograd(xa, *winograd, s, e, ya, pool_for(threads))
+                                          : nchwc::conv2d_dense(xa, **prepared, s, e, ya, pool_for(threads));
     if (!st.ok()) {
       state.SkipWithError(st.message().c_str());
       return;
@@ -191,17 +214,25 @@ void BM_Plain(benchmark::State& state) {
 
 void NchwcArgs(benchmark::internal::Benchmark* b) {
   for (int i = 0; i < static_cast<int>(kLayers.size()); ++i) {
-    for (int t : {1, 2}) b->Args({i, t, 0});
+    for (int t : {1, 2}) b->Args({i, t, 0, 0});
   }
-  b->ArgNames({"layer", "threads", "width"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+  b->ArgNames({"layer", "threads", "width", "algo"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+
+// The direct tiles where conv2d_dense would take Winograd (resnet18's stride-1 3x3 layers).
+void DirectArgs(benchmark::internal::Benchmark* b) {
+  for (int i : {10, 11, 12, 13, 29, 30, 31, 32, 33, 34}) {
+    for (int t : {1, 2}) b->Args({i, t, 0, 1});
+  }
+  b->ArgNames({"layer", "threads", "width", "algo"})->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
 // Every width on one thread (tile choice experiments).
 void WidthArgs(benchmark::internal::Benchmark* b) {
   for (int i = 0; i < static_cast<int>(kLayers.size()); ++i) {
-    for (int width = 1; width <= nchwc::kMaxWidth; ++width) b->Args({i, 1, width});
+    for (int width = 1; width <= nchwc::kMaxWidth; ++width) b->Args({i, 1, width, 0});
   }
-  b->ArgNames({"layer", "threads", "width"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+  b->ArgNames({"layer", "threads", "width", "algo"})->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
 void PlainArgs(benchmark::internal::Benchmark* b) {
@@ -213,6 +244,7 @@ void PlainArgs(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_Nchwc)->Apply(NchwcArgs);
 BENCHMARK(BM_Nchwc)->Name("BM_NchwcWidth")->Apply(WidthArgs);
+BENCHMARK(BM_Nchwc)->Name("BM_NchwcDirect")->Apply(DirectArgs);
 BENCHMARK(BM_Plain)->Apply(PlainArgs);
 
 }  // namespace

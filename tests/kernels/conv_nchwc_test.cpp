@@ -122,6 +122,10 @@ class Stored {
 
 enum class Residual { kNone, kPlain, kBlocked, kOutput };
 
+// Winograd's error bound per unit of sum |w| + |bias| + |residual|, with inputs in [-1, 1]
+// (the plain path's test allows 1.7e-6; here the direct tolerance alone has held so far).
+constexpr double kWinogradTolerance = 2e-6;
+
 struct Options {
   bool in_blocked = true, out_blocked = true, bias = true;
   Residual residual = Residual::kNone;
@@ -165,8 +169,9 @@ void check_conv(const Case& c, const Options& o, std::uint32_t seed) {
   const std::vector<float> res = uniform(rng, c.n * c.cout * oh * ow);
   const std::vector<float> y_init(static_cast<std::size_t>(c.n * c.cout * oh * ow), std::nanf(""));
 
-  // The reference, and the magnitude of its terms (the tolerance).
-  std::vector<double> want(y_init.size()), mag(y_init.size());
+  // The reference, and the magnitude of its terms (the tolerance); Winograd's error scales
+  // with the weights and the bias rather than the products (conv_winograd.h): wide.
+  std::vector<double> want(y_init.size()), mag(y_init.size()), wide(y_init.size());
   for (std::int64_t img = 0; img < c.n; ++img) {
     for (std::int64_t oc = 0; oc < c.cout; ++oc) {
       const std::int64_t g = oc / cout_g;
@@ -188,22 +193,34 @@ void check_conv(const Case& c, const Options& o, std::uint32_t seed) {
             }
           }
           const std::size_t at = static_cast<std::size_t>(((img * c.cout + oc) * oh + oy) * ow + ox);
+          double wsum = o.bias ? std::abs(bias[static_cast<std::size_t>(oc)]) : 0.0;
+          for (std::int64_t k = 0; k < cin_g * c.kh * c.kw; ++k) wsum += std::abs(w[static_cast<std::size_t>(oc * cin_g * c.kh * c.kw + k)]);
           if (o.residual != Residual::kNone) {
             sum += res[at];
             m += std::abs(res[at]);
+            wsum += std::abs(res[at]);
           }
           want[at] = activate(o.act, sum);
           mag[at] = m;
+          wide[at] = wsum;
         }
       }
     }
   }
 
   const ConvShape s = shape_of(c);
+  auto dense = o.width == 0 ? prepare_dense(w.data(), s) : prepare_dense_width(w.data(), s, o.width);
+  ASSERT_TRUE(dense.ok()) << dense.status().message();
+  const bool winograd = winograd_supported(s);
+  Result<std::unique_ptr<WinogradWeights>> transformed = Status(StatusCode::kUnsupported, "");
+  if (winograd) {
+    transformed = prepare_winograd(w.data(), s);
+    ASSERT_TRUE(transformed.ok()) << transformed.status().message();
+  }
   for (const DenseKernels* kernels : kernel_tables()) {
-    SCOPED_TRACE(kernels->name);
-    auto prepared = o.width == 0 ? prepare_dense(w.data(), s) : prepare_dense_width(w.data(), s, o.width);
-    ASSERT_TRUE(prepared.ok()) << prepared.status().message();
+   for (bool use_winograd : {false, true}) {
+    if (use_winograd && !winograd) continue;
+    SCOPED_TRACE(std::string(kernels->name) + (use_winograd ? " winograd" : " direct"));
     Stored xs(x, c.n, c.cin, c.h, c.w, o.in_blocked);
     const bool res_in_y = o.residual == Residual::kOutput;
     Stored ys(res_in_y ? res : y_init, c.n, c.cout, oh, ow, o.out_blocked, res_in_y ? -3.0f : std::nanf(""));
@@ -212,7 +229,9 @@ void check_conv(const Case& c, const Options& o, std::uint32_t seed) {
     e.bias = o.bias ? bias.data() : nullptr;
     e.residual = o.residual == Residual::kNone ? nullptr : res_in_y ? &ys.act() : &rs.act();
     e.act = o.act;
-    const Status st = conv2d_dense_on(*kernels, xs.act(), **prepared, s, e, ys.act(), pool_for(o.threads));
+    const Status st =
+        use_winograd ? conv2d_winograd_on(*kernels, xs.act(), **transformed, s, e, ys.act(), pool_for(o.threads))
+                     : conv2d_dense_on(*kernels, xs.act(), **dense, s, e, ys.act(), pool_for(o.threads));
     ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_TRUE(ys.guards_intact());
     EXPECT_TRUE(ys.all_finite());
@@ -223,7 +242,8 @@ void check_conv(const Case& c, const Options& o, std::uint32_t seed) {
           for (std::int64_t ox = 0; ox < ow; ++ox) {
             const std::size_t at = static_cast<std::size_t>(((img * c.cout + oc) * oh + oy) * ow + ox);
             const double got = ys.at(img, oc, oy, ox);
-            const double tol = 1e-5 + 1e-5 * std::abs(want[at]) + 3e-6 * mag[at];
+            const double tol = 1e-5 + 1e-5 * std::abs(want[at]) + 3e-6 * mag[at] +
+                               (use_winograd ? kWinogradTolerance * wide[at] : 0.0);
             if (!(std::abs(got - want[at]) <= tol) && bad++ < 5) {
               ADD_FAILURE() << "y[" << img << "," << oc << "," << oy << "," << ox << "] = " << got << ", want "
                             << want[at];
@@ -233,6 +253,7 @@ void check_conv(const Case& c, const Options& o, std::uint32_t seed) {
       }
     }
     EXPECT_EQ(bad, 0);
+   }
   }
 }
 
@@ -369,6 +390,79 @@ TEST(NchwcDense, MatchesNaiveConvolutionOnNetworkShapes) {
       check_conv(c, o, seed++);
     }
   }
+}
+
+// Winograd F(4x4, 3x3): odd sizes (partial edge tiles), padding 0..2, channel counts that
+// are not multiples of 8, batch 3, every layout pair, residuals, activations (check_conv
+// runs the direct path too, and Winograd wherever winograd_supported: these and every other
+// 3x3 stride-1 case of the suite).
+TEST(NchwcDense, WinogradMatchesNaiveConvolution) {
+  const Case cases[] = {
+      {1, 16, 16, 1, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1},    {1, 17, 20, 1, 9, 13, 3, 3, 1, 1, 1, 1, 1, 1},
+      {3, 32, 24, 1, 10, 7, 3, 3, 1, 1, 0, 0, 1, 1},   {1, 24, 40, 1, 15, 11, 3, 3, 1, 1, 2, 2, 1, 1},
+      {1, 64, 64, 1, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1},  {2, 48, 72, 1, 21, 19, 3, 3, 1, 1, 1, 0, 1, 1},
+      {1, 256, 32, 1, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1},   {1, 20, 16, 1, 4, 3, 3, 3, 1, 1, 1, 2, 1, 1},
+      {1, 3, 16, 1, 9, 9, 3, 3, 1, 1, 1, 1, 1, 1},     {2, 5, 3, 1, 2, 2, 3, 3, 1, 1, 2, 1, 1, 1},
+  };
+  std::uint32_t seed = 300;
+  int variant = 0;
+  for (const Case& c : cases) {
+    ASSERT_TRUE(winograd_supported(shape_of(c)));
+    for (int layout = 0; layout < 4; ++layout) {
+      Options o;
+      o.in_blocked = layout & 1;
+      o.out_blocked = layout & 2;
+      o.threads = 1 + variant % 2;
+      o.residual = static_cast<Residual>(variant % 4);
+      o.act = kActivations[variant % 8];
+      o.bias = variant % 3 != 2;
+      ++variant;
+      check_conv(c, o, seed++);
+    }
+  }
+}
+
+// Winograd's shapes: 3x3, stride 1, dilation 1, one group, padding up to 2, at most 256
+// channels a side; its cost rule never prefers what it does not support.
+TEST(NchwcDense, WinogradSupportsThreeByThreeStrideOne) {
+  ConvShape s;
+  s.in_channels = s.out_channels = 64;
+  s.kh = s.kw = 3;
+  s.pad_h = s.pad_w = 1;
+  EXPECT_TRUE(winograd_supported(s));
+  EXPECT_TRUE(winograd_preferred(s, 1, 56, 56, 1));
+  ConvShape t = s;
+  t.stride_w = 2;
+  EXPECT_FALSE(winograd_supported(t));
+  t = s, t.dilation_h = 2;
+  EXPECT_FALSE(winograd_supported(t));
+  t = s, t.groups = 2;
+  EXPECT_FALSE(winograd_supported(t));
+  t = s, t.pad_w = 3;
+  EXPECT_FALSE(winograd_supported(t));
+  t = s, t.kw = 5;
+  EXPECT_FALSE(winograd_supported(t));
+  t = s, t.in_channels = 512;
+  EXPECT_FALSE(winograd_supported(t));
+  EXPECT_FALSE(winograd_preferred(t, 1, 56, 56, 1));
+  t = s, t.in_channels = 8;  // supported, too narrow to win
+  EXPECT_TRUE(winograd_supported(t));
+  EXPECT_FALSE(winograd_preferred(t, 1, 56, 56, 1));
+  const std::vector<float> w(64 * 64 * 25, 0.0f);
+  t = s, t.kw = 5;
+  const auto refused = prepare_winograd(w.data(), t);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            "[prepare_winograd] unsupported convolution: in_channels=64 out_channels=64 groups=1 kernel 3x5");
+  // The weights fix the kernel only: a stride-2 call is refused, not run as stride 1.
+  auto prepared = prepare_winograd(w.data(), s);
+  ASSERT_TRUE(prepared.ok());
+  std::vector<float> xbuf(64 * 8 * 8, 1.0f), ybuf(64 * 4 * 4, 0.0f);
+  t = s, t.stride_h = t.stride_w = 2;
+  const Act x{xbuf.data(), 1, 64, 8, 8, true}, y{ybuf.data(), 1, 64, 4, 4, true};
+  const Status st = conv2d_winograd(x, **prepared, t, {}, y, pool_for(1));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidInput);
+  EXPECT_EQ(st.message(), "[conv2d_winograd] unsupported convolution shape");
 }
 
 // Blocked input whose padded lanes are not finite-but-zero: a kernel that let them reach

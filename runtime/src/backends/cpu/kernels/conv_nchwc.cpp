@@ -1,6 +1,17 @@
 // Dense and grouped convolution on NCHW8c activations (nchwc.h): weight packing, the
 // driver that cuts the output into tiles, and the portable tile kernels. The tile kernels
-// and the weight layout: conv_nchwc_kernels.h.
+// and the weight layout: conv_nchwc_kernels.h; Winograd: conv_nchwc_winograd.cpp.
+//
+// The driver groups output pixels into regions whose windows have the same kernel taps
+// inside the input (the interior, each border strip, each corner: make_plan), so a tile
+// runs one tap list with no bounds test and never reads padding; a tile may span rows of
+// its region, so narrow maps (7x7) still fill the register tile. Per unit of work (image,
+// band of pixels, range of block groups) it walks each region in chunks of 252 pixels and
+// runs every block group over a chunk before the next (the chunk's input stays in L1/L2
+// while the weights stream), from offset arrays or, for evenly spaced pixels (1x1 stride
+// 1, one row), from a base and a step. Tiles write blocked y directly with the epilogue;
+// a plain y or a plain residual goes through a blocked scratch per block group that
+// finish_scratch adds, activates and stores in y's layout.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -30,7 +41,7 @@ namespace portable_impl {
 int preferred_width(std::int64_t out_blocks, std::int64_t) { return out_blocks >= 2 ? 2 : 1; }
 
 constexpr DenseKernels make_kernels() {
-  DenseKernels k{"baseline", {4, 2, 1, 1, 1, 1}, &preferred_width, {}};
+  DenseKernels k{"baseline", {4, 2, 1, 1, 1, 1}, &preferred_width, {}, &nchwc_winograd_input, &nchwc_winograd_output};
   nchwc_fill<1, 4>(k);
   nchwc_fill<2, 2>(k);
   nchwc_fill<3, 1>(k);
@@ -120,16 +131,19 @@ std::string dims(const Act& a) {
          std::to_string(a.w) + (a.blocked ? "] blocked" : "] plain");
 }
 
-Status invalid(const std::string& what) { return Status(StatusCode::kInvalidInput, kOp + what); }
-
-Status check_act(const Act& a, const char* name) {
+Status check_act(const Act& a, const char* name, const auto& invalid) {
   if (a.n < 0 || a.c < 1 || a.h < 1 || a.w < 1) return invalid(std::string(name) + " has extents " + dims(a));
   if (a.data == nullptr && a.n > 0) return invalid(std::string(name) + ".data is null");
   return Status::Ok();
 }
 
-Status check(const Act& x, const PackedDense& w, const ConvShape& s, const Epilogue& e, const Act& y) {
-  const ConvShape& p = w.shape;
+}  // namespace
+
+Status check_conv_call(const char* op, const Act& x, const ConvShape& p, bool supported, const ConvShape& s,
+                       const Epilogue& e, const Act& y) {
+  const auto invalid = [op](const std::string& what) {
+    return Status(StatusCode::kInvalidInput, "[" + std::string(op) + "] " + what);
+  };
   if (p.in_channels != s.in_channels || p.out_channels != s.out_channels || p.groups != s.groups || p.kh != s.kh ||
       p.kw != s.kw) {
     return invalid("weights prepared for in_channels=" + std::to_string(p.in_channels) +
@@ -139,9 +153,9 @@ Status check(const Act& x, const PackedDense& w, const ConvShape& s, const Epilo
                    " out_channels=" + std::to_string(s.out_channels) + " groups=" + std::to_string(s.groups) +
                    " kernel " + std::to_string(s.kh) + "x" + std::to_string(s.kw));
   }
-  if (!dense_supported(s)) return invalid("unsupported convolution shape");
-  KILN_RETURN_IF_ERROR(check_act(x, "x"));
-  KILN_RETURN_IF_ERROR(check_act(y, "y"));
+  if (!supported) return invalid("unsupported convolution shape");
+  KILN_RETURN_IF_ERROR(check_act(x, "x", invalid));
+  KILN_RETURN_IF_ERROR(check_act(y, "y", invalid));
   if (x.c != s.in_channels) {
     return invalid("x.c=" + std::to_string(x.c) + " != in_channels=" + std::to_string(s.in_channels));
   }
@@ -173,6 +187,8 @@ Status check(const Act& x, const PackedDense& w, const ConvShape& s, const Epilo
   return Status::Ok();
 }
 
+namespace {
+
 // ---------------------------------------------------------------------------------------
 // The plan: output pixels grouped by the kernel taps their window has inside the input.
 
@@ -199,8 +215,9 @@ std::vector<AxisClass> axis_classes(std::int64_t in, std::int64_t out, std::int6
   return classes;
 }
 
-// Output rows [r0, r1) x columns [c0, c1), all with the kernel taps rows [i0, i1) x
-// columns [j0, j1) inside the input; `taps` of them from `tap` in the plan's lists.
+// Output rows [r0, r1) x columns [c0, c1) whose windows all have the same kernel taps inside
+// the input: rows from i0, columns from j0 (a pixel's offset is that of its tap (i0, j0));
+// `taps` of them from `tap` in the plan's lists (none when the window is all padding).
 struct Region {
   std::int64_t r0, r1, c0, c1, i0, j0;
   std::int64_t tap, taps;
@@ -476,6 +493,48 @@ bool run_unit(const Run& r, const Unit& u) {
   return true;
 }
 
+// How a call's work is cut into units (image, band of pixels, range of block groups).
+struct Split {
+  std::int64_t bands = 1;                // equal pixel bands per image
+  std::vector<std::int64_t> q_bounds;    // block-group ranges: [q_bounds[i], q_bounds[i + 1])
+};
+
+// Bands of output pixels whose input rows fit in L2 next to the weights. With several
+// threads and images that do not split evenly among them: a multiple of the thread count
+// of equal bands per image (every thread the same pixels of every block group), or, when an
+// image has too few pixels to share, the block groups split by their output blocks.
+Split split_work(const DenseKernels& kernels, const Act& x, const PackedDense& w, const ConvShape& s, const Plan& plan,
+                 std::int64_t threads) {
+  const std::int64_t pixels = plan.oh * plan.ow, qs = s.groups * w.block_groups();
+  const std::int64_t in_row_bytes = x.w * w.in_blocks * kBlock * 4;
+  const std::int64_t rows_per_band = std::max<std::int64_t>(1, (256 << 10) / in_row_bytes / s.stride_h);
+  Split split;
+  split.bands = ceil_div(plan.oh, rows_per_band);
+  split.q_bounds = {0, qs};
+  if (threads == 1 || x.n % threads == 0) return split;
+  // Pixel bands make every thread stream all the weights: worse than sharing them out when
+  // they outweigh the activations (resnet18's 512-channel 7x7 layers: 9.4 MB against 0.2).
+  const std::int64_t weight_bytes = s.groups * w.group_floats * 4;
+  const std::int64_t act_bytes = (x.h * x.w * w.in_blocks * s.groups + pixels * w.out_blocks * s.groups) * kBlock * 4;
+  if (pixels >= threads * kernels.max_pixels[w.width - 1] && (weight_bytes <= 8 * act_bytes || qs < threads)) {
+    split.bands = std::min(pixels, ceil_div(split.bands, threads) * threads);
+    return split;
+  }
+  // A share ends before the block group whose middle passes its end.
+  const std::int64_t shares = std::min(qs, threads), blocks = s.groups * w.out_blocks;
+  split.q_bounds.assign(1, 0);
+  for (std::int64_t q = 0, done = 0; q < qs; ++q) {
+    const std::int64_t width = std::min<std::int64_t>(w.width, w.out_blocks - q % w.block_groups() * w.width);
+    const auto share = static_cast<std::int64_t>(split.q_bounds.size());
+    if (share < shares && q > split.q_bounds.back() && (2 * done + width) * shares >= 2 * share * blocks) {
+      split.q_bounds.push_back(q);
+    }
+    done += width;
+  }
+  split.q_bounds.push_back(qs);
+  return split;
+}
+
 }  // namespace
 
 bool dense_supported(const ConvShape& s) {
@@ -553,59 +612,31 @@ Status conv2d_dense(const Act& x, const DenseWeights& w, const ConvShape& s, con
 Status conv2d_dense_on(const DenseKernels& kernels, const Act& x, const DenseWeights& weights, const ConvShape& s,
                        const Epilogue& e, const Act& y, ThreadPool& pool) {
   const auto& w = static_cast<const PackedDense&>(weights);
-  KILN_RETURN_IF_ERROR(check(x, w, s, e, y));
+  KILN_RETURN_IF_ERROR(check_conv_call("conv2d_dense", x, w.shape, dense_supported(s), s, e, y));
   if (x.n == 0) return Status::Ok();
-  const Plan plan = make_plan(x, s, y);
 
   // The bias, padded to whole blocks.
-  const std::int64_t blocks = s.groups * w.out_blocks;
-  std::unique_ptr<float[]> bias(new (std::nothrow) float[static_cast<std::size_t>(blocks * kBlock)]());
+  std::unique_ptr<float[]> bias(new (std::nothrow) float[static_cast<std::size_t>(s.groups * w.out_blocks * kBlock)]());
   if (bias == nullptr) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory"));
   if (e.bias != nullptr) std::copy(e.bias, e.bias + s.out_channels, bias.get());
 
-  // Units: bands of output pixels whose input rows fit in L2 next to the weights. With
-  // several threads, a multiple of the thread count of equal bands per image (every thread
-  // the same pixels of every block group), or, when an image has too few pixels to share,
-  // the block groups split by their output blocks.
-  const std::int64_t pixels = plan.oh * plan.ow, qs = s.groups * w.block_groups();
-  const std::int64_t in_row_bytes = x.w * w.in_blocks * kBlock * 4;
-  const std::int64_t rows_per_band =
-      std::max<std::int64_t>(1, (256 << 10) / std::max<std::int64_t>(in_row_bytes, 1) / s.stride_h);
-  std::int64_t bands = ceil_div(plan.oh, rows_per_band);
-  std::vector<std::int64_t> q_bounds{0, qs};
-  const std::int64_t threads = pool.num_threads();
-  if (threads > 1 && x.n % threads != 0) {
-    if (pixels >= threads * kernels.max_pixels[w.width - 1]) {
-      bands = std::min(pixels, ceil_div(bands, threads) * threads);
-    } else {
-      // Output blocks per share; block group q holds blocks [q * width, ...) of its group.
-      const std::int64_t shares = std::min(qs, threads), blocks = s.groups * w.out_blocks;
-      // A share ends before the block group whose middle passes its end.
-      q_bounds.assign(1, 0);
-      for (std::int64_t q = 0, done = 0; q < qs; ++q) {
-        const std::int64_t width = std::min<std::int64_t>(w.width, w.out_blocks - q % w.block_groups() * w.width);
-        const auto share = static_cast<std::int64_t>(q_bounds.size());
-        if (share < shares && q > q_bounds.back() && (2 * done + width) * shares >= 2 * share * blocks) {
-          q_bounds.push_back(q);
-        }
-        done += width;
-      }
-      q_bounds.push_back(qs);
-    }
-  }
-  const std::int64_t q_chunks = static_cast<std::int64_t>(q_bounds.size()) - 1;
-
+  const Plan plan = make_plan(x, s, y);
+  const Split split = split_work(kernels, x, w, s, plan, pool.num_threads());
   const Run run{x, w, s, e, y, plan, kernels, bias.get(),
                 y.blocked && (e.residual == nullptr || e.residual->blocked),
                 tile_activation(e.act), !tile_applies(e.act)};
+  const std::int64_t pixels = plan.oh * plan.ow, bands = split.bands;
+  const auto q_chunks = static_cast<std::int64_t>(split.q_bounds.size()) - 1;
   const std::int64_t units = x.n * bands * q_chunks;
-  const std::int64_t unit_cost = ceil_div(pixels, bands) * ceil_div(qs, q_chunks) * w.width * w.in_blocks * w.taps * 64;
+  const std::int64_t unit_cost =
+      ceil_div(pixels, bands) * ceil_div(s.groups * w.block_groups(), q_chunks) * w.width * w.in_blocks * w.taps * 64;
   std::atomic<bool> failed{false};
   pool.parallel_for(units, pool.even_grain(units, unit_cost, 1 << 18), [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t i = first; i < last; ++i) {
-      const std::int64_t n = i / (bands * q_chunks), band = i / q_chunks % bands, chunk = i % q_chunks;
-      const Unit u{n, band * pixels / bands, (band + 1) * pixels / bands, q_bounds[static_cast<std::size_t>(chunk)],
-                   q_bounds[static_cast<std::size_t>(chunk + 1)]};
+      const std::int64_t n = i / (bands * q_chunks), band = i / q_chunks % bands;
+      const auto chunk = static_cast<std::size_t>(i % q_chunks);
+      const Unit u{n, band * pixels / bands, (band + 1) * pixels / bands, split.q_bounds[chunk],
+                   split.q_bounds[chunk + 1]};
       if (!run_unit(run, u)) failed.store(true);
     }
   });

@@ -33,7 +33,7 @@ int preferred_width(std::int64_t out_blocks, std::int64_t) {
 
 constexpr DenseKernels make_kernels() {
   // Widths 5 and 6 (AVX-512's) only for weights packed for them: one pixel at a time.
-  DenseKernels k{"avx2", {12, 6, 4, 3, 1, 1}, &preferred_width, {}};
+  DenseKernels k{"avx2", {12, 6, 4, 3, 1, 1}, &preferred_width, {}, &nchwc_winograd_input, &nchwc_winograd_output};
   nchwc_fill<1, 12>(k);
   nchwc_fill<2, 6>(k);
   nchwc_fill<3, 4>(k);

@@ -23,6 +23,11 @@
 namespace kiln::cpu::nchwc {
 namespace avx512_impl {
 
+// The Winograd transforms (8-lane vectors: one block) from the shared source.
+#define KILN_NCHWC_FMA8(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#include "backends/cpu/kernels/conv_nchwc_tile.inc"
+#undef KILN_NCHWC_FMA8
+
 // Accumulator sets (see conv_nchwc_tile.inc): 4 zmm chains in flight cover the latency.
 constexpr int sets(int accumulators) { return accumulators <= 1 ? 4 : accumulators <= 3 ? 2 : 1; }
 
@@ -109,6 +114,14 @@ void tiles(const DenseTileArgs& a, const std::int64_t* in_off, const std::int64_
   for (int z = 0; z < Z; ++z) bias_z[z] = _mm512_loadu_ps(a.bias + 16 * z);
   const __m256 bias_h = H ? _mm256_loadu_ps(a.bias + 16 * Z) : _mm256_setzero_ps();
   for (std::int64_t k = 0; k < count; ++k) {
+    std::int64_t io[P], oo[P];
+    if (in_off != nullptr) {
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) io[p] = in_off[k * P + p], oo[p] = out_off[k * P + p];
+    } else {
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) io[p] = a.run_in + (k * P + p) * a.run_in_step, oo[p] = a.run_out + (k * P + p) * 8;
+    }
     Acc<P, Z, H> acc[S];
 #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) {
@@ -123,14 +136,6 @@ void tiles(const DenseTileArgs& a, const std::int64_t* in_off, const std::int64_
 #pragma GCC unroll 4
         for (int s = 1; s < S; ++s) acc[s].h[p] = _mm256_setzero_ps();
       }
-    }
-    std::int64_t io[P], oo[P];
-    if (in_off != nullptr) {
-#pragma GCC unroll 16
-      for (int p = 0; p < P; ++p) io[p] = in_off[k * P + p], oo[p] = out_off[k * P + p];
-    } else {
-#pragma GCC unroll 16
-      for (int p = 0; p < P; ++p) io[p] = a.run_in + (k * P + p) * a.run_in_step, oo[p] = a.run_out + (k * P + p) * 8;
     }
     const float* px[P];
 #pragma GCC unroll 16
@@ -218,7 +223,7 @@ int preferred_width(std::int64_t out_blocks, std::int64_t reduction) {
 }
 
 constexpr DenseKernels make_kernels() {
-  DenseKernels k{"avx512", {8, 8, 8, 8, 8, 8}, &preferred_width, {}};
+  DenseKernels k{"avx512", {8, 8, 8, 8, 8, 8}, &preferred_width, {}, &nchwc_winograd_input, &nchwc_winograd_output};
   fill<1, 8>(k);
   fill<2, 8>(k);
   fill<3, 8>(k);

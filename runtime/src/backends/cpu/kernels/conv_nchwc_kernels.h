@@ -75,6 +75,14 @@ struct DenseKernels {
   /// and `reduction` = in_channels / groups * kh * kw terms per output.
   int (*preferred_width)(std::int64_t out_blocks, std::int64_t reduction);
   DenseTileFn fn[2][kMaxWidth][kMaxPixels];
+  /// Winograd F(4x4, 3x3) transforms (conv_nchwc_winograd.cpp; the layouts:
+  /// conv_nchwc_tile.inc).
+  void (*winograd_input)(const float* x, bool blocked, std::int64_t channels, std::int64_t h, std::int64_t w,
+                         std::int64_t in_blocks, std::int64_t pad_h, std::int64_t pad_w, std::int64_t tiles_w,
+                         std::int64_t t0, std::int64_t count, float* v);
+  void (*winograd_output)(const float* m, std::int64_t out_blocks, std::int64_t tiles_w, std::int64_t t0,
+                          std::int64_t count, const float* bias, const float* residual, float* y, std::int64_t oh,
+                          std::int64_t ow, TileActivation act, float* tiles_out);
 };
 
 /// The portable kernels (8-lane GCC vectors); the AVX2+FMA ones (null when the CPU lacks
@@ -89,6 +97,15 @@ const DenseKernels& dense_kernels();
 /// conv2d_dense on the kernels of a given ISA (tests compare every table the CPU runs).
 Status conv2d_dense_on(const DenseKernels& kernels, const Act& x, const DenseWeights& w, const ConvShape& s,
                        const Epilogue& e, const Act& y, ThreadPool& pool);
+/// conv2d_winograd on the kernels of a given ISA.
+Status conv2d_winograd_on(const DenseKernels& kernels, const Act& x, const WinogradWeights& w, const ConvShape& s,
+                          const Epilogue& e, const Act& y, ThreadPool& pool);
+
+/// The checks both convolutions make (messages "[op] ..."): weights `prepared` for the
+/// same channels, groups and kernel as `s`, a shape the kernel `supported`, x and y (and
+/// the residual) of the extents `s` gives.
+Status check_conv_call(const char* op, const Act& x, const ConvShape& prepared, bool supported, const ConvShape& s,
+                       const Epilogue& e, const Act& y);
 
 /// prepare_dense with the block-group width chosen by the caller (1..kMaxWidth; tests and
 /// benchmarks), instead of dense_kernels().preferred_width.

@@ -129,7 +129,9 @@ class WinogradWeights {
  public:
   virtual ~WinogradWeights() = default;
 };
-/// Whether conv2d_winograd runs `s`: 3x3, stride 1, dilation 1, groups 1, padding <= 2.
+/// Whether conv2d_winograd runs `s`: 3x3, stride 1, dilation 1, groups 1, padding <= 2,
+/// at most 256 input and output channels (the transformed weights are 4x the direct ones:
+/// 36 MB for a 512 x 512 layer).
 bool winograd_supported(const ConvShape& s);
 /// The cost rule: whether conv2d_winograd beats conv2d_dense for `s` on an input of n
 /// images with an oh x ow output, on `threads` threads.

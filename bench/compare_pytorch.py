@@ -6,7 +6,8 @@ the same inputs and weights. The PyTorch model is the original nn.Module from th
 fixtures' generate.py with the exported state_dict loaded (true eager), or, for models
 whose class is not known, `ExportedProgram.module()`. With an older PyTorch (Debian 12's
 1.13, no torch.export) the weights are read from the archive itself and only the models with
-a known class (mlp, convnet, decoder) run.
+a known class run: mlp, convnet, decoder, and torchvision models named by the manifest's
+"model" (../shared/fixtures/torch_export_perf, bench/make_cnn_archives.py).
 
     python3 bench/compare_pytorch.py --kiln build/dev/bin/kiln --threads 2 --rounds 5 \
         --generate tests/fixtures/torch_export/generate.py \
@@ -69,16 +70,29 @@ for d in args.fixtures:
     name = os.path.basename(os.path.normpath(d))
     man = json.load(open(os.path.join(d, "manifest.json")))
     bundle = os.path.join(tmp, name + ".kiln")
+    archive = os.path.join(d, "model.pt2")
+    if not os.path.exists(archive):
+        archive = os.path.join(d, "model.core.pt2")  # the 224x224 CNNs: core IR only
     t0 = time.perf_counter()
-    subprocess.run([args.kiln, "import", os.path.join(d, "model.pt2"), "-o", bundle], check=True, capture_output=True)
+    subprocess.run([args.kiln, "import", archive, "-o", bundle], check=True, capture_output=True)
     import_ms = (time.perf_counter() - t0) * 1000
+    tv_name = man.get("model")
     if hasattr(torch, "export") and hasattr(torch.export, "load"):
-        ep = torch.export.load(os.path.join(d, "model.pt2"))
+        ep = torch.export.load(archive)
         mod, kind = torch_module(name, ep)
     elif name in classes:
         mod = classes[name]()
-        missing = mod.load_state_dict(archive_state(os.path.join(d, "model.pt2")), strict=False)
+        missing = mod.load_state_dict(archive_state(archive), strict=False)
         mod, kind = mod.eval(), "nn.Module (weights from the archive)"
+    elif tv_name and hasattr(__import__("torchvision").models, tv_name):
+        # A torchvision model (manifest "model"): its own nn.Module with the archive's weights.
+        mod = getattr(__import__("torchvision").models, tv_name)()
+        state = archive_state(archive)
+        if tv_name.startswith("mnasnet"):  # its loader insists on the state dict's version metadata
+            state = __import__("collections").OrderedDict(state)
+            state._metadata = {"": {"version": 2}}
+        mod.load_state_dict(state, strict=True)
+        mod, kind = mod.eval(), f"torchvision {tv_name} (weights from the archive)"
     else:
         print(f"{name}: skipped (PyTorch {torch.__version__} has no torch.export and the class is unknown)")
         continue

@@ -82,7 +82,9 @@ TEST(ActivationPatterns, DecomposedActivationsRunInTheConvOrLinearBeforeThem) {
     // linear, then the activation (a graph output: the fusion does not need a blocked region).
     auto linear_model = [&](Tensor t) { return c.act(linear(slice(flatten(t, 1), 1, 0, 16), lw)); };
     const auto lops = run_and_count(linear_model, x, c.name + " after linear");
-    if (!c.fused.empty()) EXPECT_EQ(lops.count("linear" + c.fused), 1u) << c.name;
+    if (!c.fused.empty()) {
+      EXPECT_EQ(lops.count("linear" + c.fused), 1u) << c.name;
+    }
   }
 }
 

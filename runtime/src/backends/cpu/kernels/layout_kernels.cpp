@@ -6,9 +6,11 @@
 // kernel on plain copies (run_plain): correct for every shape, one reorder each way.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <string_view>
 #include <vector>
 
 #include "backends/cpu/kernels/common.h"
@@ -225,6 +227,16 @@ Status batch_norm_blocked(KernelContext& ctx, std::span<const TensorView> in, st
   return Status::Ok();
 }
 
+namespace {
+bool winograd_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("KILN_CONV_WINOGRAD");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return allowed;
+}
+}  // namespace
+
 Result<std::unique_ptr<PreparedWeights>> conv2d_prepare_blocked(const TensorView& weight, std::span<const AttrValue> attrs) {
   std::unique_ptr<PreparedWeights> none;
   if (weight.dtype != DType::kF32 || weight.rank != 4 || attrs.size() < 4 || attrs[3].type != AttrType::kInt) return none;
@@ -241,7 +253,8 @@ Result<std::unique_ptr<PreparedWeights>> conv2d_prepare_blocked(const TensorView
     KILN_ASSIGN_OR_RETURN(prepared->nchwc_depthwise, nc::prepare_depthwise(weight.as<float>(), s));
   } else if (nc::dense_supported(s)) {
     KILN_ASSIGN_OR_RETURN(prepared->nchwc_dense, nc::prepare_dense(weight.as<float>(), s));
-    if (nc::winograd_supported(s)) {
+    // KILN_CONV_WINOGRAD=0: no Winograd (its transforms hold 4x the weights they replace).
+    if (nc::winograd_supported(s) && winograd_allowed()) {
       auto winograd = nc::prepare_winograd(weight.as<float>(), s);
       if (winograd.ok()) prepared->nchwc_winograd = std::move(winograd).value();  // else the direct kernel only
     }

@@ -33,10 +33,11 @@ for f in counter kv_decoder; do
 done
 cp $F/mlp/cases/valid0.in.x.npy $D/b/mlp.x.npy
 $B/samples/kiln_sample_transformer $D/b/tr.kiln.s > /dev/null && mv $D/b/tr.kiln.s.ids.npy $D/b/tr.ids.npy
-$B/samples/kiln_sample_kv_decode $D/b/kv.kiln.s > /dev/null
+$B/samples/kiln_sample_kv_decode $D/b/kv.kiln.s > /dev/null && rm -f $D/b/kv.kiln.s.full.kiln
 python3 -c "
 import struct; h=\"{'descr': '<i8', 'fortran_order': False, 'shape': (1, 1), }\"; h=h+' '*(64-10-len(h)-1)+'\n'
 open('$D/b/ids1.npy','wb').write(b'\x93NUMPY\x01\x00'+struct.pack('<H',len(h))+h.encode()+struct.pack('<q',7))"
+(cd $D && tar cJf bin.tar.xz bin lib && rm -rf bin lib)  # the tree that travels is capped at 64 MiB
 cp bench/device/run.sh bench/device/torch_side.py bench/device/compare_out.py $D/
 o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
 mkdir -p /tmp/amd64/partial && apt-get $o update > /dev/null

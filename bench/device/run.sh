@@ -6,7 +6,7 @@
 set -u
 R=$PWD; D=$R/.dev; W=/tmp/kw; mkdir -p $W
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
-(cd $D && tar xf layer.tar.xz)
+(cd $D && tar xf layer.tar.xz && tar xf bin.tar.xz)
 export LD_LIBRARY_PATH=$D/lib VK_LAYER_PATH=$D/layer PATH=$D/bin:$PATH
 py() { env -u LD_LIBRARY_PATH python3 "$@"; }
 nvidia-smi -L; nproc; uname -r

@@ -1,6 +1,6 @@
 # Device side, PyTorch half: export torchvision CNNs with torch.export (random init, eval),
 # save one input and PyTorch's CPU output, and time PyTorch CUDA eager (fp32, batch 1).
-import json, os, sys, time
+import copy, json, os, sys, time
 import numpy as np
 import torch, torchvision
 
@@ -22,7 +22,7 @@ for name in names:
     np.save(os.path.join(work, name + ".ref.npy"), ref.numpy())
     r = {"export_s": round(time.time() - t0, 2)}
     if torch.cuda.is_available():
-        mc, xc = m.cuda(), x.cuda()
+        mc, xc = copy.deepcopy(m).cuda(), x.cuda()  # m itself stays on the CPU
         for tf32 in (False,):
             torch.backends.cuda.matmul.allow_tf32 = tf32
             torch.backends.cudnn.allow_tf32 = tf32

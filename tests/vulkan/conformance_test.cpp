@@ -99,6 +99,8 @@ std::vector<Case> all_cases() {
   c.push_back(binary_case(OpKind::Pow, DType::kF32, DType::kF32, {}, "_positive_base", 0.2, 2.5));
   for (OpKind op : {OpKind::Eq, OpKind::Ne, OpKind::Lt, OpKind::Le, OpKind::Gt, OpKind::Ge}) {
     c.push_back(binary_case(op, DType::kF32, DType::kBool));
+    c.push_back(binary_case(op, DType::kI64, DType::kBool, {}, "_i64", -4, 4));  // masks from arange vs positions
+    c.push_back(binary_case(op, DType::kI32, DType::kBool, {}, "_i32", -4, 4));
   }
   for (OpKind op : {OpKind::LogicalAnd, OpKind::LogicalOr, OpKind::LogicalXor}) {
     c.push_back(binary_case(op, DType::kBool, DType::kBool));

@@ -48,6 +48,8 @@ Status Lowerer::binary(std::string_view variant, int code) {
     else if (!mode.empty()) return invalid("rounding_mode='", mode, "'");
   }
   KILN_RETURN_IF_ERROR(expect_inputs(2, 2));
+  // Integer comparisons (i32/i64, held as 32-bit words on the device) compare as ints.
+  if (variant == "compare_f32" && in(0)->dtype != DType::kF32) variant = "compare_i32";
   const Shape& a = in(0)->shape;
   const Shape& b = in(1)->shape;
   const Shape& os = out().shape;

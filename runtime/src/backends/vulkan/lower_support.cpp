@@ -36,8 +36,10 @@ bool f32_io(DTypes in, DTypes out) { return all_are(in, DType::kF32) && all_are(
 
 bool f32_elementwise(DTypes in, DTypes out, Attrs) { return f32_io(in, out) && !out.empty(); }
 bool f32_op(DTypes in, DTypes out, Attrs) { return f32_io(in, out) && !in.empty(); }
+// f32 against f32, or integer against integer (both i32/i64: 32-bit words on the device).
 bool f32_compare(DTypes in, DTypes out, Attrs) {
-  return in.size() == 2 && all_are(in, DType::kF32) && all_are(out, DType::kBool);
+  if (in.size() != 2 || !all_are(out, DType::kBool)) return false;
+  return all_are(in, DType::kF32) || (is_index(in[0]) && is_index(in[1]));
 }
 bool bool_logical(DTypes in, DTypes out, Attrs) { return all_are(in, DType::kBool) && all_are(out, DType::kBool); }
 bool logical_not_dtypes(DTypes in, DTypes out, Attrs) {

@@ -1,6 +1,7 @@
 // out = a (op) b with numpy broadcasting over up to KILN_MAX_DIMS dims (a/b strides are 0
 // on broadcast dims). Variants: OUT_BOOL (comparisons COMPARE_*: uint 0/1 out), LOGICAL
-// (LOGICAL_*: uint in, uint out), else BINARY_* on f32. Push constants: PC_BINARY_*
+// (LOGICAL_*: uint in, uint out), INT_IN with OUT_BOOL (comparisons of i32/i64 held as
+// 32-bit ints), else BINARY_* on f32. Push constants: PC_BINARY_*
 // (PC_BINARY_CONTIGUOUS: a, b and out have the same layout; no index math).
 #version 450
 #include "common.glsl"
@@ -8,6 +9,9 @@ layout(local_size_x = 256) in;
 #ifdef LOGICAL
 layout(std430, binding = 0) readonly buffer A { uint a[]; };
 layout(std430, binding = 1) readonly buffer B { uint b[]; };
+#elif defined(INT_IN)
+layout(std430, binding = 0) readonly buffer A { int a[]; };
+layout(std430, binding = 1) readonly buffer B { int b[]; };
 #else
 layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
@@ -70,7 +74,11 @@ void main() {
   }
   o[i] = r ? 1u : 0u;
 #elif defined(OUT_BOOL)
+#ifdef INT_IN
+  int x = a[ia], y = b[ib];
+#else
   float x = a[ia], y = b[ib];
+#endif
   bool r;
   switch (P(PC_BINARY_OP)) {
     case COMPARE_EQ: r = x == y; break;

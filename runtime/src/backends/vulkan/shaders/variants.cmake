@@ -7,6 +7,7 @@
 kiln_shader(unary_f32            unary.comp)
 kiln_shader(binary_f32           binary.comp)
 kiln_shader(compare_f32          binary.comp       OUT_BOOL=1)
+kiln_shader(compare_i32          binary.comp       OUT_BOOL=1 INT_IN=1)
 kiln_shader(logical_b32          binary.comp       LOGICAL=1)
 kiln_shader(where_x32            where.comp)
 kiln_shader(copy_x32             copy.comp)

@@ -1,16 +1,629 @@
-// Winograd F(4x4, 3x3) on NCHW8c: not yet written (see nchwc.h). Until it is,
-// winograd_supported() says no, so the layout kernels run conv2d_dense.
-#include "backends/cpu/kernels/nchwc.h"
+// Winograd F(4x4, 3x3) on NCHW8c (nchwc.h): the weights, the driver that cuts the batch
+// into tile groups, the cost rule and the portable kernels. The algorithm, the buffers'
+// layouts and the kernel table: conv_nchwc_winograd.h.
+#include "backends/cpu/kernels/conv_nchwc_winograd.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "backends/cpu/kernels/nchwc_impl.h"
+
+// 8-lane vectors in a non-AVX build: every function using them is internal (static or
+// always inlined), so the ABI note about passing them in registers does not apply.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
 namespace kiln::cpu::nchwc {
 
-bool winograd_supported(const ConvShape&) { return false; }
-bool winograd_preferred(const ConvShape&, std::int64_t, std::int64_t, std::int64_t, int) { return false; }
-Result<std::unique_ptr<WinogradWeights>> prepare_winograd(const float*, const ConvShape&) {
-  return Status(StatusCode::kUnsupported, "Winograd on NCHW8c is not built yet");
+namespace portable_impl {
+#define KILN_WINO_FMA8(a, b, c) ((a) * (b) + (c))
+#include "backends/cpu/kernels/conv_nchwc_winograd.inc"
+#undef KILN_WINO_FMA8
+
+int winograd_width(std::int64_t out_blocks) { return out_blocks >= 2 ? 2 : 1; }
+
+constexpr WinogradKernels make_winograd_kernels() {
+  WinogradKernels k{"baseline", {4, 2, 1, 1, 1, 1}, &winograd_width, &wino_input, &wino_output, {}};
+  wino_fill<1, 4>(k);
+  wino_fill<2, 2>(k);
+  wino_fill<3, 1>(k);
+  wino_fill<4, 1>(k);
+  wino_fill<5, 1>(k);
+  wino_fill<6, 1>(k);
+  return k;
 }
-Status conv2d_winograd(const Act&, const WinogradWeights&, const ConvShape&, const Epilogue&, const Act&, ThreadPool&) {
-  return Status(StatusCode::kUnsupported, "Winograd on NCHW8c is not built yet");
+constexpr WinogradKernels kWinogradKernels = make_winograd_kernels();
+}  // namespace portable_impl
+
+#if defined(__x86_64__) || defined(__i386__)
+// conv_nchwc_winograd_avx2.cpp, conv_nchwc_winograd_avx512.cpp.
+const WinogradKernels& winograd_kernels_avx2_table();
+const WinogradKernels& winograd_kernels_avx512_table();
+#endif
+
+const WinogradKernels& winograd_kernels_portable() { return portable_impl::kWinogradKernels; }
+
+// The same CPU and KILN_CPU_ISA checks as the dense kernels'.
+const WinogradKernels* winograd_kernels_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  return dense_kernels_avx2() != nullptr ? &winograd_kernels_avx2_table() : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
+const WinogradKernels* winograd_kernels_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  return dense_kernels_avx512() != nullptr ? &winograd_kernels_avx512_table() : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
+const WinogradKernels& winograd_kernels() {
+  static const WinogradKernels* const best = winograd_kernels_avx512() != nullptr ? winograd_kernels_avx512()
+                                             : winograd_kernels_avx2() != nullptr ? winograd_kernels_avx2()
+                                                                                  : &winograd_kernels_portable();
+  return *best;
+}
+
+namespace {
+
+constexpr const char* kOp = "[conv2d_winograd] ";
+constexpr int kXi = kWinogradTransformed;
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// The distance between two of the 36 matrices of a buffer holding `floats` each: whole
+// cache lines, an odd number of them, so that the transforms' 36 streams do not fall into
+// the same cache sets (conv_winograd.cpp's matrix_stride).
+std::int64_t xi_stride(std::int64_t floats) {
+  std::int64_t stride = (floats + 15) / 16 * 16;
+  if ((stride / 16) % 2 == 0) stride += 16;
+  return stride;
+}
+
+// The weights: a copy of the raw 3x3 kernels until the first run, which transforms them
+// (U, 4x the raw size) and drops the copy. A layer whose input sizes never pick Winograd
+// (resnet18's 7x7 layer4 at batch 1) never holds the transform.
+class PackedWinograd final : public WinogradWeights {
+ public:
+  ConvShape shape;
+  int width = 1;
+  std::int64_t in_blocks = 0, out_blocks = 0;
+  std::int64_t u_stride = 0;  // floats between the xi matrices of U
+
+  std::int64_t block_groups() const { return ceil_div(out_blocks, width); }
+  // U[xi] of block group q: [input channel][width_q blocks][8].
+  const float* u(std::int64_t xi, std::int64_t q) const { return u_.get() + xi * u_stride + q * width * 64 * in_blocks; }
+
+  // The transform, made once by the first caller; false when it could not be allocated.
+  bool transformed() const {
+    std::call_once(once_, [this] { transform(); });
+    return u_ != nullptr;
+  }
+  std::int64_t bytes() const {
+    const std::int64_t raw = raw_ != nullptr ? shape.out_channels * shape.in_channels * 9 * 4 : 0;
+    return raw + (u_ != nullptr ? kXi * u_stride * 4 : 0);
+  }
+  mutable std::unique_ptr<float[]> raw_;  // until transform()
+
+ private:
+  void transform() const;
+
+  mutable std::once_flag once_;
+  mutable std::unique_ptr<float, FreeDeleter> u_;
+};
+
+// U = G g G^T per (output, input) channel pair, in double, then rounded:
+//   G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1].
+void transform_kernel(const float* g, double (&u)[36]) {
+  static constexpr double G[6][3] = {{0.25, 0.0, 0.0},
+                                     {-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0},
+                                     {-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0},
+                                     {1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0},
+                                     {1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0},
+                                     {0.0, 0.0, 1.0}};
+  double gg[6][3];
+  for (int i = 0; i < 6; ++i) {
+    for (int c = 0; c < 3; ++c) gg[i][c] = G[i][0] * g[c] + G[i][1] * g[3 + c] + G[i][2] * g[6 + c];
+  }
+  for (int i = 0; i < 6; ++i) {
+    for (int j = 0; j < 6; ++j) u[6 * i + j] = gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2];
+  }
+}
+
+void PackedWinograd::transform() const {
+  const std::int64_t cin = shape.in_channels, cout = shape.out_channels;
+  const auto bytes = static_cast<std::size_t>((kXi * u_stride * 4 + 63) / 64 * 64);
+  u_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+  if (u_ == nullptr) return;
+  const float* w = raw_.get();
+  // In U's order (every xi matrix written front to back).
+  for (std::int64_t q = 0; q < block_groups(); ++q) {
+    const std::int64_t width_q = std::min<std::int64_t>(width, out_blocks - q * width);
+    for (std::int64_t c = 0; c < in_blocks * kBlock; ++c) {
+      for (std::int64_t b = 0; b < width_q; ++b) {
+        for (std::int64_t lane = 0; lane < kBlock; ++lane) {
+          const std::int64_t o = (q * width + b) * kBlock + lane;
+          double u[36] = {};
+          if (o < cout && c < cin) transform_kernel(w + (o * cin + c) * 9, u);
+          const std::int64_t at = q * width * 64 * in_blocks + (c * width_q + b) * kBlock + lane;
+          for (int xi = 0; xi < kXi; ++xi) u_.get()[xi * u_stride + at] = static_cast<float>(u[xi]);
+        }
+      }
+    }
+  }
+  raw_.reset();
+}
+
+std::string dims(const Act& a) {
+  return "[" + std::to_string(a.n) + ", " + std::to_string(a.c) + ", " + std::to_string(a.h) + ", " +
+         std::to_string(a.w) + (a.blocked ? "] blocked" : "] plain");
+}
+
+Status invalid(const std::string& what) { return Status(StatusCode::kInvalidInput, kOp + what); }
+
+Status check_act(const Act& a, const char* name) {
+  if (a.n < 0 || a.c < 1 || a.h < 1 || a.w < 1) return invalid(std::string(name) + " has extents " + dims(a));
+  if (a.data == nullptr && a.n > 0) return invalid(std::string(name) + ".data is null");
+  return Status::Ok();
+}
+
+std::int64_t out_extent(std::int64_t in, std::int64_t pad) { return in + 2 * pad - 2 < 1 ? -1 : in + 2 * pad - 2; }
+
+Status check(const Act& x, const PackedWinograd& w, const ConvShape& s, const Epilogue& e, const Act& y) {
+  const ConvShape& p = w.shape;
+  if (p.in_channels != s.in_channels || p.out_channels != s.out_channels) {
+    return invalid("weights prepared for in_channels=" + std::to_string(p.in_channels) +
+                   " out_channels=" + std::to_string(p.out_channels) + ", called with in_channels=" +
+                   std::to_string(s.in_channels) + " out_channels=" + std::to_string(s.out_channels));
+  }
+  if (!winograd_supported(s)) {
+    return invalid("unsupported convolution: kernel " + std::to_string(s.kh) + "x" + std::to_string(s.kw) +
+                   " stride " + std::to_string(s.stride_h) + "," + std::to_string(s.stride_w) + " dilation " +
+                   std::to_string(s.dilation_h) + "," + std::to_string(s.dilation_w) + " groups " +
+                   std::to_string(s.groups) + " padding " + std::to_string(s.pad_h) + "," + std::to_string(s.pad_w) +
+                   " (3x3, stride 1, dilation 1, groups 1, padding <= 2 only)");
+  }
+  KILN_RETURN_IF_ERROR(check_act(x, "x"));
+  KILN_RETURN_IF_ERROR(check_act(y, "y"));
+  if (x.c != s.in_channels) {
+    return invalid("x.c=" + std::to_string(x.c) + " != in_channels=" + std::to_string(s.in_channels));
+  }
+  if (y.c != s.out_channels) {
+    return invalid("y.c=" + std::to_string(y.c) + " != out_channels=" + std::to_string(s.out_channels));
+  }
+  if (y.n != x.n) return invalid("y.n=" + std::to_string(y.n) + " != x.n=" + std::to_string(x.n));
+  const std::int64_t oh = out_extent(x.h, s.pad_h), ow = out_extent(x.w, s.pad_w);
+  if (y.h != oh) {
+    return invalid("y.h=" + std::to_string(y.h) + " != output height " + std::to_string(oh) + " (x.h=" +
+                   std::to_string(x.h) + ", pad_h=" + std::to_string(s.pad_h) + ")");
+  }
+  if (y.w != ow) {
+    return invalid("y.w=" + std::to_string(y.w) + " != output width " + std::to_string(ow) + " (x.w=" +
+                   std::to_string(x.w) + ", pad_w=" + std::to_string(s.pad_w) + ")");
+  }
+  if (x.n > 0 && x.data == y.data) return invalid("x and y share their data");
+  if (e.residual != nullptr) {
+    const Act& r = *e.residual;
+    if (r.n != y.n || r.c != y.c || r.h != y.h || r.w != y.w) {
+      return invalid("residual " + dims(r) + " != y " + dims(y));
+    }
+    if (r.data == nullptr && r.n > 0) return invalid("residual.data is null");
+    if (r.data == y.data && r.blocked != y.blocked) return invalid("residual shares y's data in another layout");
+  }
+  return Status::Ok();
+}
+
+TileActivation tile_activation(FusedActivation act) {
+  switch (act) {
+    case FusedActivation::kRelu: return TileActivation::kRelu;
+    case FusedActivation::kRelu6: return TileActivation::kRelu6;
+    case FusedActivation::kHardswish: return TileActivation::kHardswish;
+    case FusedActivation::kHardsigmoid: return TileActivation::kHardsigmoid;
+    default: return TileActivation::kNone;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The schedule: tile groups x chunks of output block groups.
+
+// V and M of a group (both in L2 with room for the streamed weights).
+constexpr std::int64_t kGroupBytes = 640 << 10;
+
+struct Schedule {
+  std::int64_t tiles = 0;        // of the batch
+  std::int64_t groups = 1;       // tile groups (balanced)
+  std::int64_t chunks = 1;       // chunks of block groups per tile group
+  std::int64_t group_tiles = 0;  // the largest group
+  std::int64_t group_begin(std::int64_t g) const { return g * tiles / groups; }
+};
+
+Schedule make_schedule(std::int64_t cin, std::int64_t cout, std::int64_t tiles, std::int64_t block_groups, int rows,
+                       int threads) {
+  Schedule s;
+  s.tiles = tiles;
+  const std::int64_t per_tile = kXi * 4 * (padded_channels(cin) + padded_channels(cout));
+  const std::int64_t most = std::max<std::int64_t>(kGroupBytes / per_tile, std::min<std::int64_t>(tiles, 2 * rows));
+  s.groups = ceil_div(tiles, std::max<std::int64_t>(most, 1));
+  if (threads > 1) {
+    if (s.groups < threads) {
+      if (tiles >= threads * 2 * rows) {
+        s.groups = threads;
+      } else {
+        s.chunks = std::min<std::int64_t>(block_groups, ceil_div(threads, s.groups));
+      }
+    } else if (s.groups % threads != 0 && s.groups < 4 * threads) {
+      s.groups = ceil_div(s.groups, threads) * threads;
+    }
+  }
+  s.groups = std::min(s.groups, tiles);
+  s.group_tiles = ceil_div(tiles, s.groups);
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------
+// The run.
+
+struct Run {
+  const Act& x;
+  const PackedWinograd& w;
+  const Epilogue& e;
+  const Act& y;
+  const WinogradKernels& k;
+  const Schedule& sched;
+  const float* bias;  // out_blocks * 8 (zeros past out_channels)
+  std::int64_t pad_h, pad_w;
+  std::int64_t tiles_h, tiles_w;
+  int rows;      // tiles per row block (V's layout)
+  bool direct;   // the output transform writes y itself (blocked y, no plain residual)
+  TileActivation tile_act;
+  bool late_act;  // an activation applied over the output after the tile stores
+};
+
+// A thread's buffers, grown on demand (64-byte aligned).
+struct Buffer {
+  float* data = nullptr;
+  std::size_t capacity = 0;
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { std::free(data); }
+  float* get(std::int64_t floats) {
+    const auto needed = static_cast<std::size_t>(std::max<std::int64_t>(floats, 16));
+    if (needed > capacity) {
+      std::free(data);
+      const std::size_t bytes = (needed * sizeof(float) + 63) / 64 * 64;
+      data = static_cast<float*>(std::aligned_alloc(64, bytes));
+      capacity = data != nullptr ? bytes / sizeof(float) : 0;
+    }
+    return data;
+  }
+};
+thread_local Buffer t_buffer;
+
+// Row blocks of a group of `tiles` tiles: `count` even blocks of at most `rows`.
+struct RowBlocks {
+  std::int64_t count, small, big;  // `big` blocks of small + 1 tiles, then blocks of small
+  RowBlocks(std::int64_t tiles, std::int64_t rows)
+      : count(ceil_div(tiles, rows)), small(tiles / count), big(tiles % count) {}
+  std::int64_t first(std::int64_t r) const { return r * small + std::min(r, big); }
+  std::int64_t size(std::int64_t r) const { return small + (r < big ? 1 : 0); }
+};
+
+// Calls fn(image, ty, tx, count, t) for the runs of tiles [t0, t1) (batch order) along tile
+// rows; t: the run's first tile.
+template <typename Fn>
+void for_each_run(const Run& r, std::int64_t t0, std::int64_t t1, const Fn& fn) {
+  const std::int64_t per_image = r.tiles_h * r.tiles_w;
+  for (std::int64_t t = t0; t < t1;) {
+    const std::int64_t image = t / per_image, rem = t % per_image, ty = rem / r.tiles_w, tx = rem % r.tiles_w;
+    const std::int64_t count = std::min(t1 - t, r.tiles_w - tx);
+    fn(image, ty, tx, count, t);
+    t += count;
+  }
+}
+
+// 1. V of the group's tiles [g0, g1): [xi][row block][input block][row][8].
+void input_transform(const Run& r, std::int64_t g0, std::int64_t g1, float* v, std::int64_t v_xi, float* rows_buf) {
+  const Act& x = r.x;
+  const std::int64_t in_blocks = r.w.in_blocks, cpad = in_blocks * kBlock;
+  const RowBlocks rb(g1 - g0, r.rows);
+  for (std::int64_t cb = 0; cb < in_blocks; ++cb) {
+    for (std::int64_t b = 0; b < rb.count; ++b) {
+      const std::int64_t first = rb.first(b), size = rb.size(b);
+      float* block = v + first * cpad + cb * size * kBlock;
+      for_each_run(r, g0 + first, g0 + first + size, [&](std::int64_t image, std::int64_t ty, std::int64_t tx,
+                                                         std::int64_t count, std::int64_t t) {
+        WinogradInputRun a;
+        const std::int64_t y0 = 4 * ty - r.pad_h;
+        const std::int64_t r0 = std::max<std::int64_t>(y0, 0), r1 = std::min<std::int64_t>(y0 + 6, x.h);
+        const detail::PlaneRows plane = detail::block_rows(x, image, cb, r0, r1, rows_buf);
+        for (int i = 0; i < 6; ++i) {
+          const std::int64_t yy = y0 + i;
+          a.rows[i] = yy >= 0 && yy < x.h ? plane.data + (yy - plane.first_row) * x.w * kBlock : nullptr;
+        }
+        a.w = x.w;
+        a.x0 = 4 * tx - r.pad_w;
+        a.count = count;
+        a.lanes = detail::block_channels(x.c, cb);
+        a.dst = block + (t - g0 - first) * kBlock;
+        a.xi_stride = v_xi;
+        r.k.input(a);
+      });
+    }
+  }
+}
+
+// 2. M of output block groups [q0, q1) (blocks from q0 * width): [xi][block][tile][8].
+void multiply(const Run& r, std::int64_t tiles, std::int64_t q0, std::int64_t q1, const float* v, std::int64_t v_xi,
+              float* m, std::int64_t m_xi) {
+  const PackedWinograd& w = r.w;
+  const std::int64_t cpad = w.in_blocks * kBlock;
+  const RowBlocks rb(tiles, r.rows);
+  for (int xi = 0; xi < kXi; ++xi) {
+    for (std::int64_t q = q0; q < q1; ++q) {
+      const int width = static_cast<int>(std::min<std::int64_t>(w.width, w.out_blocks - q * w.width));
+      const int most = r.k.max_rows[width - 1];
+      WinogradGemmArgs a;
+      a.in_blocks = w.in_blocks;
+      a.u = w.u(xi, q);
+      a.m_block_stride = tiles * kBlock;
+      for (std::int64_t b = 0; b < rb.count; ++b) {
+        const std::int64_t first = rb.first(b), size = rb.size(b);
+        a.v_block_stride = size * kBlock;
+        // The row block in register tiles of at most `most` rows (even).
+        const RowBlocks parts(size, most);
+        for (std::int64_t p = 0; p < parts.count; ++p) {
+          const std::int64_t p0 = parts.first(p);
+          a.v = v + xi * v_xi + first * cpad + p0 * kBlock;
+          a.m = m + xi * m_xi + (q - q0) * w.width * tiles * kBlock + (first + p0) * kBlock;
+          r.k.gemm[width - 1][parts.size(p) - 1](a);
+        }
+      }
+    }
+  }
+}
+
+// The tile values of a run (bias added, in `scratch` [4][cols][8]) -> y, for a plain y or
+// a plain residual: + residual, activation, stored in y's layout (zeros in padded lanes).
+void finish_scratch(const Run& r, const float* scratch, std::int64_t image, std::int64_t block, std::int64_t oy0,
+                    std::int64_t ox0, std::int64_t rows, std::int64_t cols, float* row_buf) {
+  const Act& y = r.y;
+  const std::int64_t lanes = detail::block_channels(y.c, block);
+  float* yimg = y.data + image * y.image_floats();
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const float* src = scratch + i * cols * kBlock;
+    std::copy(src, src + cols * kBlock, row_buf);
+    if (r.e.residual != nullptr) {
+      const Act& res = *r.e.residual;
+      const float* rimg = res.data + image * res.image_floats();
+      for (std::int64_t j = 0; j < cols; ++j) {
+        for (std::int64_t l = 0; l < lanes; ++l) row_buf[j * kBlock + l] += rimg[res.offset(block * kBlock + l, oy0 + i, ox0 + j)];
+      }
+    }
+    apply_activation(r.e.act, row_buf, cols * kBlock);
+    for (std::int64_t j = 0; j < cols; ++j) {
+      if (y.blocked) {
+        float* dst = yimg + y.offset(block * kBlock, oy0 + i, ox0 + j);
+        for (std::int64_t l = 0; l < kBlock; ++l) dst[l] = l < lanes ? row_buf[j * kBlock + l] : 0.0f;
+      } else {
+        for (std::int64_t l = 0; l < lanes; ++l) yimg[y.offset(block * kBlock + l, oy0 + i, ox0 + j)] = row_buf[j * kBlock + l];
+      }
+    }
+  }
+}
+
+// 3. The output transform of the group's tiles [g0, g1) for output blocks [b0, b1).
+void output_transform(const Run& r, std::int64_t g0, std::int64_t g1, std::int64_t b0, std::int64_t b1,
+                      const float* m, std::int64_t m_xi, float* scratch) {
+  const Act& y = r.y;
+  const std::int64_t tiles = g1 - g0, plane = y.h * y.w;
+  for (std::int64_t block = b0; block < b1; ++block) {
+    const float* mb = m + (block - b0) * tiles * kBlock;
+    for_each_run(r, g0, g1, [&](std::int64_t image, std::int64_t ty, std::int64_t tx, std::int64_t count, std::int64_t t) {
+      WinogradOutputRun a;
+      a.m = mb + (t - g0) * kBlock;
+      a.xi_stride = m_xi;
+      a.count = count;
+      const std::int64_t oy0 = 4 * ty, ox0 = 4 * tx;
+      a.rows = std::min<std::int64_t>(4, y.h - oy0);
+      a.cols = std::min<std::int64_t>(4 * count, y.w - ox0);
+      a.bias = r.bias + block * kBlock;
+      if (r.direct) {
+        const std::int64_t at = (block * plane + oy0 * y.w + ox0) * kBlock;
+        a.out = y.data + image * y.image_floats() + at;
+        a.out_row = y.w * kBlock;
+        if (r.e.residual != nullptr) {
+          a.residual = r.e.residual->data + image * r.e.residual->image_floats() + at;
+          a.residual_row = a.out_row;
+        }
+        a.act = r.tile_act;
+        a.lanes = detail::block_channels(y.c, block);
+        r.k.output(a);
+        if (r.late_act) {
+          for (std::int64_t i = 0; i < a.rows; ++i) apply_activation(r.e.act, a.out + i * a.out_row, a.cols * kBlock);
+        }
+      } else {
+        a.out = scratch;
+        a.out_row = a.cols * kBlock;
+        r.k.output(a);
+        finish_scratch(r, scratch, image, block, oy0, ox0, a.rows, a.cols, scratch + 4 * a.out_row);
+      }
+    });
+  }
+}
+
+// One unit: tile group g, block groups of chunk `chunk`. False without memory.
+bool run_unit(const Run& r, std::int64_t g, std::int64_t chunk) {
+  const PackedWinograd& w = r.w;
+  const std::int64_t g0 = r.sched.group_begin(g), g1 = r.sched.group_begin(g + 1), tiles = g1 - g0;
+  const std::int64_t qs = w.block_groups();
+  const std::int64_t q0 = chunk * qs / r.sched.chunks, q1 = (chunk + 1) * qs / r.sched.chunks;
+  const std::int64_t b0 = q0 * w.width, b1 = std::min(w.out_blocks, q1 * w.width);
+  const std::int64_t v_xi = xi_stride(tiles * w.in_blocks * kBlock), m_xi = xi_stride(tiles * (b1 - b0) * kBlock);
+  // The rows of a plain input packed as blocks; the output scratch (tile row of a run and
+  // its finished copy).
+  const std::int64_t rows_floats = r.x.blocked ? 0 : 6 * r.x.w * kBlock;
+  const std::int64_t scratch_floats = r.direct ? 0 : 5 * 4 * (r.tiles_w + 1) * kBlock;
+  float* buf = t_buffer.get(kXi * (v_xi + m_xi) + rows_floats + scratch_floats);
+  if (buf == nullptr) return false;
+  float* v = buf;
+  float* m = v + kXi * v_xi;
+  float* extra = m + kXi * m_xi;
+  static const bool trace = std::getenv("KILN_WINO_TRACE") != nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  input_transform(r, g0, g1, v, v_xi, extra);
+  const auto t1 = std::chrono::steady_clock::now();
+  multiply(r, tiles, q0, q1, v, v_xi, m, m_xi);
+  const auto t2 = std::chrono::steady_clock::now();
+  output_transform(r, g0, g1, b0, b1, m, m_xi, extra + rows_floats);
+  const auto t3 = std::chrono::steady_clock::now();
+  if (trace) std::fprintf(stderr, "  tiles %lld blocks %lld: in %.0f gemm %.0f out %.0f\n", (long long)tiles, (long long)(b1 - b0),
+     std::chrono::duration<double, std::micro>(t1 - t0).count(), std::chrono::duration<double, std::micro>(t2 - t1).count(),
+     std::chrono::duration<double, std::micro>(t3 - t2).count());
+  return true;
+}
+
+}  // namespace
+
+bool winograd_supported(const ConvShape& s) {
+  return s.in_channels >= 1 && s.out_channels >= 1 && s.groups == 1 && s.kh == 3 && s.kw == 3 && s.stride_h == 1 &&
+         s.stride_w == 1 && s.dilation_h == 1 && s.dilation_w == 1 && s.pad_h >= 0 && s.pad_h <= 2 && s.pad_w >= 0 &&
+         s.pad_w <= 2;
+}
+
+Result<std::unique_ptr<WinogradWeights>> prepare_winograd_width(const float* w, const ConvShape& s, int width) {
+  if (!winograd_supported(s)) {
+    return Status(StatusCode::kInvalidInput,
+                  "[prepare_winograd] unsupported convolution: kernel " + std::to_string(s.kh) + "x" +
+                      std::to_string(s.kw) + " stride " + std::to_string(s.stride_h) + "," +
+                      std::to_string(s.stride_w) + " dilation " + std::to_string(s.dilation_h) + "," +
+                      std::to_string(s.dilation_w) + " groups " + std::to_string(s.groups));
+  }
+  if (width < 1 || width > kWinogradMaxWidth) {
+    return Status(StatusCode::kInvalidInput, "[prepare_winograd] width=" + std::to_string(width) + " outside [1, " +
+                                                 std::to_string(kWinogradMaxWidth) + "]");
+  }
+  if (w == nullptr) return Status(StatusCode::kInvalidInput, "[prepare_winograd] w is null");
+  std::int64_t raw = 0, blocks = 0;
+  if (__builtin_mul_overflow(s.out_channels, s.in_channels, &raw) || __builtin_mul_overflow(raw, 9, &raw) ||
+      __builtin_mul_overflow(padded_channels(s.in_channels), padded_channels(s.out_channels), &blocks) ||
+      blocks > (std::int64_t{1} << 36)) {
+    return Status(StatusCode::kInvalidInput, "[prepare_winograd] weight size overflows");
+  }
+  auto packed = std::unique_ptr<PackedWinograd>(new (std::nothrow) PackedWinograd);
+  if (packed == nullptr) return Status(StatusCode::kUnavailable, "[prepare_winograd] out of memory");
+  packed->shape = s;
+  packed->in_blocks = ceil_div(s.in_channels, kBlock);
+  packed->out_blocks = ceil_div(s.out_channels, kBlock);
+  packed->width = static_cast<int>(std::min<std::int64_t>(width, packed->out_blocks));
+  packed->u_stride = xi_stride(blocks);
+  packed->raw_.reset(new (std::nothrow) float[static_cast<std::size_t>(raw)]);
+  if (packed->raw_ == nullptr) {
+    return Status(StatusCode::kUnavailable, "[prepare_winograd] cannot allocate " + std::to_string(raw * 4) + " bytes");
+  }
+  std::memcpy(packed->raw_.get(), w, static_cast<std::size_t>(raw) * sizeof(float));
+  return std::unique_ptr<WinogradWeights>(std::move(packed));
+}
+
+Result<std::unique_ptr<WinogradWeights>> prepare_winograd(const float* w, const ConvShape& s) {
+  return prepare_winograd_width(w, s, winograd_kernels().preferred_width(ceil_div(s.out_channels, kBlock)));
+}
+
+std::int64_t winograd_weight_bytes(const WinogradWeights& w) { return static_cast<const PackedWinograd&>(w).bytes(); }
+
+Status conv2d_winograd(const Act& x, const WinogradWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,
+                       ThreadPool& pool) {
+  return conv2d_winograd_on(winograd_kernels(), x, w, s, e, y, pool);
+}
+
+Status conv2d_winograd_on(const WinogradKernels& kernels, const Act& x, const WinogradWeights& weights,
+                          const ConvShape& s, const Epilogue& e, const Act& y, ThreadPool& pool) {
+  const auto& w = static_cast<const PackedWinograd&>(weights);
+  KILN_RETURN_IF_ERROR(check(x, w, s, e, y));
+  if (x.n == 0) return Status::Ok();
+  if (!w.transformed()) {
+    return Status(StatusCode::kUnavailable, kOp + std::string("cannot allocate ") +
+                                                std::to_string(kXi * w.u_stride * 4) + " bytes of transformed weights");
+  }
+  std::unique_ptr<float[]> bias(new (std::nothrow) float[static_cast<std::size_t>(w.out_blocks * kBlock)]());
+  if (bias == nullptr) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory"));
+  if (e.bias != nullptr) std::copy(e.bias, e.bias + s.out_channels, bias.get());
+
+  const std::int64_t tiles_h = ceil_div(y.h, 4), tiles_w = ceil_div(y.w, 4);
+  const int rows = kernels.max_rows[w.width - 1];
+  const Schedule sched =
+      make_schedule(s.in_channels, s.out_channels, x.n * tiles_h * tiles_w, w.block_groups(), rows, pool.num_threads());
+  const TileActivation tile_act = tile_activation(e.act);
+  const Run run{x,
+                w,
+                e,
+                y,
+                kernels,
+                sched,
+                bias.get(),
+                s.pad_h,
+                s.pad_w,
+                tiles_h,
+                tiles_w,
+                rows,
+                y.blocked && (e.residual == nullptr || e.residual->blocked),
+                tile_act,
+                e.act != FusedActivation::kNone && tile_act == TileActivation::kNone};
+  const std::int64_t units = sched.groups * sched.chunks;
+  std::atomic<bool> failed{false};
+  pool.parallel_for(units, 1, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t u = first; u < last; ++u) {
+      static const bool trace = std::getenv("KILN_WINO_TRACE") != nullptr;
+      const auto t0 = std::chrono::steady_clock::now();
+      if (!run_unit(run, u / sched.chunks, u % sched.chunks)) failed.store(true);
+      if (trace) std::fprintf(stderr, "unit %lld/%lld tid %p: %.0f us\n", (long long)u, (long long)units, (void*)&t_buffer,
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+  });
+  if (failed.load()) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory for the tile buffers"));
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------
+// The cost rule.
+
+double direct_estimate_us(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads) {
+  const double flops = 2.0 * 9.0 * static_cast<double>(padded_channels(s.in_channels)) *
+                       static_cast<double>(padded_channels(s.out_channels)) * static_cast<double>(n * oh * ow);
+  return flops / (110e3 * threads);
+}
+
+double winograd_estimate_us(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads) {
+  const double tiles = static_cast<double>(n * ceil_div(oh, 4) * ceil_div(ow, 4));
+  const double flops = 2.0 * 36.0 * static_cast<double>(padded_channels(s.in_channels)) *
+                       static_cast<double>(padded_channels(s.out_channels)) * tiles;
+  return flops / (100e3 * threads);
+}
+
+bool winograd_preferred(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads) {
+  if (!winograd_supported(s)) return false;
+  static const char* pick = std::getenv("KILN_WINO_PICK");
+  if (pick != nullptr && pick[0] == '0') return false;
+  if (pick != nullptr && pick[0] == '7') return oh > 7;
+  if (pick != nullptr && pick[0] == '1') return true;
+  return winograd_estimate_us(s, n, oh, ow, threads) < direct_estimate_us(s, n, oh, ow, threads);
 }
 
 }  // namespace kiln::cpu::nchwc

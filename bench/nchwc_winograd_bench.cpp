@@ -88,15 +88,38 @@ void set_label(benchmark::State& state, const Layer& l) {
   state.counters["GFLOP"] = benchmark::Counter(flops(l) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Evicts the caches (a 64 MiB read, untimed; clean lines, so nothing is written back
+// later) and reads x and y back, so that the weights come from memory and the activations
+// from the caches, as in a network: its weights are touched once per inference and
+// outgrow the L3, its activations were just written by the layer before.
+void flush_caches(const std::vector<float>& x, const std::vector<float>& y) {
+  static const std::vector<float> big(std::size_t{16} << 20, 1.0f);
+  float sum = 0.0f;
+  for (std::size_t i = 0; i < big.size(); i += 16) sum += big[i];
+  for (std::size_t i = 0; i < x.size(); i += 16) sum += x[i];
+  for (std::size_t i = 0; i < y.size(); i += 16) sum += y[i];
+  benchmark::DoNotOptimize(sum);
+}
+
 template <typename Run>
-void run_blocked(benchmark::State& state, const Layer& l, const Run& conv) {
+void run_blocked(benchmark::State& state, const Layer& l, const Run& conv, bool cold) {
   const std::vector<float> b = random_floats(l.o, 3);
   std::vector<float> x = random_floats(nchwc::blocked_floats(l.n, l.c, l.h, l.w), 1);
   std::vector<float> y(static_cast<std::size_t>(nchwc::blocked_floats(l.n, l.o, l.h, l.w)));
   const nchwc::Act xa{x.data(), l.n, l.c, l.h, l.w, true}, ya{y.data(), l.n, l.o, l.h, l.w, true};
   nchwc::Epilogue e;
   e.bias = b.data();
+  // One untimed call: the weights' transform (made by the first run) and the buffers.
+  if (const Status st = conv(xa, e, ya); !st.ok()) {
+    state.SkipWithError(st.message().c_str());
+    return;
+  }
   for (auto _ : state) {
+    if (cold) {
+      state.PauseTiming();
+      flush_caches(x, y);
+      state.ResumeTiming();
+    }
     const Status st = conv(xa, e, ya);
     if (!st.ok()) {
       state.SkipWithError(st.message().c_str());
@@ -109,7 +132,9 @@ void run_blocked(benchmark::State& state, const Layer& l, const Run& conv) {
 
 void BM_Winograd(benchmark::State& state) {
   const Layer& l = kLayers[static_cast<std::size_t>(state.range(0))];
-  const int threads = static_cast<int>(state.range(1)), width = static_cast<int>(state.range(2));
+  const int threads = static_cast<int>(state.range(1)), tile = static_cast<int>(state.range(2));
+  const bool cold = state.range(3) != 0;
+  const int width = static_cast<int>(state.range(4));
   const nchwc::ConvShape s = shape_of(l);
   const std::vector<float> w = random_floats(l.o * l.c * 9, 2);
   auto prepared = width == 0 ? nchwc::prepare_winograd(w.data(), s) : nchwc::prepare_winograd_width(w.data(), s, width);
@@ -117,15 +142,24 @@ void BM_Winograd(benchmark::State& state) {
     state.SkipWithError(prepared.status().message().c_str());
     return;
   }
-  run_blocked(state, l, [&](const nchwc::Act& x, const nchwc::Epilogue& e, const nchwc::Act& y) {
-    return nchwc::conv2d_winograd(x, **prepared, s, e, y, pool_for(threads));
-  });
+  const nchwc::WinogradTile chosen = tile == 4   ? nchwc::WinogradTile::kF4
+                                     : tile == 2 ? nchwc::WinogradTile::kF2
+                                                 : nchwc::winograd_tile(s, l.n, l.h, l.w, threads);
+  run_blocked(
+      state, l,
+      [&](const nchwc::Act& x, const nchwc::Epilogue& e, const nchwc::Act& y) {
+        return nchwc::conv2d_winograd_tile(nchwc::winograd_kernels(), chosen, x, **prepared, s, e, y,
+                                           pool_for(threads));
+      },
+      cold);
   state.counters["pick"] = nchwc::winograd_preferred(s, l.n, l.h, l.w, threads) ? 1 : 0;
+  state.counters["est_us"] = nchwc::winograd_estimate_us(chosen, s, l.n, l.h, l.w, threads);
 }
 
 void BM_Dense(benchmark::State& state) {
   const Layer& l = kLayers[static_cast<std::size_t>(state.range(0))];
   const int threads = static_cast<int>(state.range(1));
+  const bool cold = state.range(2) != 0;
   const nchwc::ConvShape s = shape_of(l);
   const std::vector<float> w = random_floats(l.o * l.c * 9, 2);
   auto prepared = nchwc::prepare_dense(w.data(), s);
@@ -133,9 +167,13 @@ void BM_Dense(benchmark::State& state) {
     state.SkipWithError(prepared.status().message().c_str());
     return;
   }
-  run_blocked(state, l, [&](const nchwc::Act& x, const nchwc::Epilogue& e, const nchwc::Act& y) {
-    return nchwc::conv2d_dense(x, **prepared, s, e, y, pool_for(threads));
-  });
+  run_blocked(
+      state, l,
+      [&](const nchwc::Act& x, const nchwc::Epilogue& e, const nchwc::Act& y) {
+        return nchwc::conv2d_dense(x, **prepared, s, e, y, pool_for(threads));
+      },
+      cold);
+  state.counters["est_us"] = nchwc::direct_estimate_us(s, l.n, l.h, l.w, threads);
 }
 
 class BenchContext final : public KernelContext {
@@ -194,19 +232,33 @@ void BM_Plain(benchmark::State& state) {
   set_label(state, l);
 }
 
+// tile: 0 the cost rule's, 4 F(4x4), 2 F(2x2); cold: caches flushed before each call.
 void WinogradArgs(benchmark::internal::Benchmark* b) {
   for (int i = 0; i < static_cast<int>(kLayers.size()); ++i) {
-    for (int t : {1, 2}) b->Args({i, t, 0});
+    for (int t : {1, 2}) {
+      for (int tile : {0, 4, 2}) {
+        for (int cold : {0, 1}) b->Args({i, t, tile, cold, 0});
+      }
+    }
   }
-  b->ArgNames({"layer", "threads", "width"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+  b->ArgNames({"layer", "threads", "tile", "cold", "width"})->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
 // Widths 2, 4 and 6 on one thread (register tile experiments).
 void WidthArgs(benchmark::internal::Benchmark* b) {
   for (int i = 0; i < static_cast<int>(kLayers.size()); ++i) {
-    for (int width : {2, 4, 6}) b->Args({i, 1, width});
+    for (int width : {2, 4, 6}) b->Args({i, 1, 4, 0, width});
   }
-  b->ArgNames({"layer", "threads", "width"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+  b->ArgNames({"layer", "threads", "tile", "cold", "width"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+
+void DenseArgs(benchmark::internal::Benchmark* b) {
+  for (int i = 0; i < static_cast<int>(kLayers.size()); ++i) {
+    for (int t : {1, 2}) {
+      for (int cold : {0, 1}) b->Args({i, t, cold});
+    }
+  }
+  b->ArgNames({"layer", "threads", "cold"})->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
 void LayerArgs(benchmark::internal::Benchmark* b) {
@@ -218,7 +270,7 @@ void LayerArgs(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_Winograd)->Apply(WinogradArgs);
 BENCHMARK(BM_Winograd)->Name("BM_WinogradWidth")->Apply(WidthArgs);
-BENCHMARK(BM_Dense)->Apply(LayerArgs);
+BENCHMARK(BM_Dense)->Apply(DenseArgs);
 BENCHMARK(BM_Plain)->Apply(LayerArgs);
 
 }  // namespace

@@ -33,7 +33,11 @@ namespace portable_impl {
 int winograd_width(std::int64_t out_blocks) { return out_blocks >= 2 ? 2 : 1; }
 
 constexpr WinogradKernels make_winograd_kernels() {
-  WinogradKernels k{"baseline", {4, 2, 1, 1, 1, 1}, &winograd_width, &wino_input, &wino_output, {}};
+  WinogradKernels k{"baseline",
+                    {4, 2, 1, 1, 1, 1},
+                    &winograd_width,
+                    {{&wino4_input, &wino4_output}, {&wino2_input, &wino2_output}},
+                    {}};
   wino_fill<1, 4>(k);
   wino_fill<2, 2>(k);
   wino_fill<3, 1>(k);
@@ -80,7 +84,7 @@ const WinogradKernels& winograd_kernels() {
 namespace {
 
 constexpr const char* kOp = "[conv2d_winograd] ";
-constexpr int kXi = kWinogradTransformed;
+constexpr int kMaxValues = 36;
 
 struct FreeDeleter {
   void operator()(float* p) const { std::free(p); }
@@ -88,71 +92,84 @@ struct FreeDeleter {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// The distance between two of the 36 matrices of a buffer holding `floats` each: whole
-// cache lines, an odd number of them, so that the transforms' 36 streams do not fall into
-// the same cache sets (conv_winograd.cpp's matrix_stride).
+// The distance between two of the transformed matrices of a buffer holding `floats` each:
+// whole cache lines, an odd number of them, so that the transforms' streams do not fall
+// into the same cache sets (conv_winograd.cpp's matrix_stride).
 std::int64_t xi_stride(std::int64_t floats) {
   std::int64_t stride = (floats + 15) / 16 * 16;
   if ((stride / 16) % 2 == 0) stride += 16;
   return stride;
 }
 
+// G of each tile size: U = G g G^T.
+constexpr double kG4[6][3] = {{0.25, 0.0, 0.0},
+                              {-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0},
+                              {-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0},
+                              {1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0},
+                              {1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0},
+                              {0.0, 0.0, 1.0}};
+constexpr double kG2[4][3] = {{1.0, 0.0, 0.0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0.0, 0.0, 1.0}};
+
+// U = G g G^T of one 3x3 kernel g, in double (rounded once, by the caller).
+void transform_kernel(WinogradTile tile, const float* g, double* u) {
+  const int a = winograd_in_side(tile);
+  const double(*G)[3] = tile == WinogradTile::kF4 ? kG4 : kG2;
+  double gg[6][3];
+  for (int i = 0; i < a; ++i) {
+    for (int c = 0; c < 3; ++c) gg[i][c] = G[i][0] * g[c] + G[i][1] * g[3 + c] + G[i][2] * g[6 + c];
+  }
+  for (int i = 0; i < a; ++i) {
+    for (int j = 0; j < a; ++j) u[a * i + j] = gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2];
+  }
+}
+
 // The weights: a copy of the raw 3x3 kernels until the first run, which transforms them
-// (U, 4x the raw size) and drops the copy. A layer whose input sizes never pick Winograd
-// (resnet18's 7x7 layer4 at batch 1) never holds the transform.
+// for the tile size it runs (4x the raw size for F(4x4), 1.78x for F(2x2)) and drops the
+// copy. A layer whose input sizes never pick Winograd never holds a transform.
 class PackedWinograd final : public WinogradWeights {
  public:
   ConvShape shape;
   int width = 1;
   std::int64_t in_blocks = 0, out_blocks = 0;
   std::int64_t u_stride = 0;  // floats between the xi matrices of U
+  std::unique_ptr<float[]> raw;
 
   std::int64_t block_groups() const { return ceil_div(out_blocks, width); }
   // U[xi] of block group q: [input channel][width_q blocks][8].
   const float* u(std::int64_t xi, std::int64_t q) const { return u_.get() + xi * u_stride + q * width * 64 * in_blocks; }
 
-  // The transform, made once by the first caller; false when it could not be allocated.
-  bool transformed() const {
-    std::call_once(once_, [this] { transform(); });
+  // The transform, made by the first caller for `wanted`; false when it could not be
+  // allocated. *made: the tile size it has.
+  bool transformed(WinogradTile wanted, WinogradTile* made) const {
+    std::call_once(once_, [&] { transform(wanted); });
+    *made = tile_;
     return u_ != nullptr;
   }
+  // Not concurrently with the first run.
   std::int64_t bytes() const {
-    const std::int64_t raw = raw_ != nullptr ? shape.out_channels * shape.in_channels * 9 * 4 : 0;
-    return raw + (u_ != nullptr ? kXi * u_stride * 4 : 0);
+    const std::int64_t r = raw != nullptr ? shape.out_channels * shape.in_channels * 9 * 4 : 0;
+    return r + (u_ != nullptr ? winograd_values(tile_) * u_stride * 4 : 0);
   }
-  mutable std::unique_ptr<float[]> raw_;  // until transform()
+  bool made(WinogradTile* tile) const {
+    *tile = tile_;
+    return u_ != nullptr;
+  }
 
  private:
-  void transform() const;
+  void transform(WinogradTile tile) const;
 
   mutable std::once_flag once_;
   mutable std::unique_ptr<float, FreeDeleter> u_;
+  mutable WinogradTile tile_ = WinogradTile::kF4;
 };
 
-// U = G g G^T per (output, input) channel pair, in double, then rounded:
-//   G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1].
-void transform_kernel(const float* g, double (&u)[36]) {
-  static constexpr double G[6][3] = {{0.25, 0.0, 0.0},
-                                     {-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0},
-                                     {-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0},
-                                     {1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0},
-                                     {1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0},
-                                     {0.0, 0.0, 1.0}};
-  double gg[6][3];
-  for (int i = 0; i < 6; ++i) {
-    for (int c = 0; c < 3; ++c) gg[i][c] = G[i][0] * g[c] + G[i][1] * g[3 + c] + G[i][2] * g[6 + c];
-  }
-  for (int i = 0; i < 6; ++i) {
-    for (int j = 0; j < 6; ++j) u[6 * i + j] = gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2];
-  }
-}
-
-void PackedWinograd::transform() const {
+void PackedWinograd::transform(WinogradTile tile) const {
   const std::int64_t cin = shape.in_channels, cout = shape.out_channels;
-  const auto bytes = static_cast<std::size_t>((kXi * u_stride * 4 + 63) / 64 * 64);
+  const int values = winograd_values(tile);
+  const auto bytes = static_cast<std::size_t>((values * u_stride * 4 + 63) / 64 * 64);
   u_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
   if (u_ == nullptr) return;
-  const float* w = raw_.get();
+  tile_ = tile;
   // In U's order (every xi matrix written front to back).
   for (std::int64_t q = 0; q < block_groups(); ++q) {
     const std::int64_t width_q = std::min<std::int64_t>(width, out_blocks - q * width);
@@ -160,15 +177,15 @@ void PackedWinograd::transform() const {
       for (std::int64_t b = 0; b < width_q; ++b) {
         for (std::int64_t lane = 0; lane < kBlock; ++lane) {
           const std::int64_t o = (q * width + b) * kBlock + lane;
-          double u[36] = {};
-          if (o < cout && c < cin) transform_kernel(w + (o * cin + c) * 9, u);
+          double u[kMaxValues] = {};
+          if (o < cout && c < cin) transform_kernel(tile, raw.get() + (o * cin + c) * 9, u);
           const std::int64_t at = q * width * 64 * in_blocks + (c * width_q + b) * kBlock + lane;
-          for (int xi = 0; xi < kXi; ++xi) u_.get()[xi * u_stride + at] = static_cast<float>(u[xi]);
+          for (int xi = 0; xi < values; ++xi) u_.get()[xi * u_stride + at] = static_cast<float>(u[xi]);
         }
       }
     }
   }
-  raw_.reset();
+  const_cast<PackedWinograd*>(this)->raw.reset();
 }
 
 std::string dims(const Act& a) {
@@ -243,27 +260,36 @@ TileActivation tile_activation(FusedActivation act) {
 // ---------------------------------------------------------------------------------------
 // The schedule: tile groups x chunks of output block groups.
 
-// V and M of a group (both in L2 with room for the streamed weights).
-constexpr std::int64_t kGroupBytes = 640 << 10;
+// A tile group's V (every input channel) and the M of a pass over some of its block groups
+// stay in L2 (1 MiB per core here) next to the streamed U: up to kGroupBytes and
+// kPassBytes. Groups hold at least kMinGroupTiles tiles, even with a larger V (which then
+// spills to L3, read once per pass): each U element streamed from memory feeds that many
+// FMAs.
+constexpr std::int64_t kGroupBytes = 512 << 10;
+constexpr std::int64_t kPassBytes = 256 << 10;
+constexpr std::int64_t kMinGroupTiles = 16;
 
 struct Schedule {
   std::int64_t tiles = 0;        // of the batch
   std::int64_t groups = 1;       // tile groups (balanced)
-  std::int64_t chunks = 1;       // chunks of block groups per tile group
-  std::int64_t group_tiles = 0;  // the largest group
+  std::int64_t chunks = 1;       // chunks of block groups per tile group (one unit each)
+  std::int64_t pass_groups = 1;  // block groups per pass over a group's M
   std::int64_t group_begin(std::int64_t g) const { return g * tiles / groups; }
 };
 
-Schedule make_schedule(std::int64_t cin, std::int64_t cout, std::int64_t tiles, std::int64_t block_groups, int rows,
+// With several threads: a multiple of the thread count of groups, or, when the tiles are
+// too few to share, the block groups split between the threads (each transforming the
+// group's input itself).
+Schedule make_schedule(int values, std::int64_t cin, std::int64_t tiles, std::int64_t block_groups, int width,
                        int threads) {
   Schedule s;
   s.tiles = tiles;
-  const std::int64_t per_tile = kXi * 4 * (padded_channels(cin) + padded_channels(cout));
-  const std::int64_t most = std::max<std::int64_t>(kGroupBytes / per_tile, std::min<std::int64_t>(tiles, 2 * rows));
-  s.groups = ceil_div(tiles, std::max<std::int64_t>(most, 1));
+  const std::int64_t per_tile = values * 4 * padded_channels(cin);
+  const std::int64_t most = std::max(kGroupBytes / per_tile, kMinGroupTiles);
+  s.groups = ceil_div(tiles, most);
   if (threads > 1) {
     if (s.groups < threads) {
-      if (tiles >= threads * 2 * rows) {
+      if (tiles >= threads * kMinGroupTiles) {
         s.groups = threads;
       } else {
         s.chunks = std::min<std::int64_t>(block_groups, ceil_div(threads, s.groups));
@@ -273,7 +299,8 @@ Schedule make_schedule(std::int64_t cin, std::int64_t cout, std::int64_t tiles, 
     }
   }
   s.groups = std::min(s.groups, tiles);
-  s.group_tiles = ceil_div(tiles, s.groups);
+  const std::int64_t group_tiles = ceil_div(tiles, s.groups);
+  s.pass_groups = std::max<std::int64_t>(1, kPassBytes / (values * 4 * group_tiles * width * kBlock));
   return s;
 }
 
@@ -286,8 +313,10 @@ struct Run {
   const Epilogue& e;
   const Act& y;
   const WinogradKernels& k;
+  const WinogradTransforms& t;
   const Schedule& sched;
   const float* bias;  // out_blocks * 8 (zeros past out_channels)
+  int side, in_side, values;  // output and input tile sides, transformed values
   std::int64_t pad_h, pad_w;
   std::int64_t tiles_h, tiles_w;
   int rows;      // tiles per row block (V's layout)
@@ -351,20 +380,20 @@ void input_transform(const Run& r, std::int64_t g0, std::int64_t g1, float* v, s
       for_each_run(r, g0 + first, g0 + first + size, [&](std::int64_t image, std::int64_t ty, std::int64_t tx,
                                                          std::int64_t count, std::int64_t t) {
         WinogradInputRun a;
-        const std::int64_t y0 = 4 * ty - r.pad_h;
-        const std::int64_t r0 = std::max<std::int64_t>(y0, 0), r1 = std::min<std::int64_t>(y0 + 6, x.h);
+        const std::int64_t y0 = r.side * ty - r.pad_h;
+        const std::int64_t r0 = std::max<std::int64_t>(y0, 0), r1 = std::min<std::int64_t>(y0 + r.in_side, x.h);
         const detail::PlaneRows plane = detail::block_rows(x, image, cb, r0, r1, rows_buf);
-        for (int i = 0; i < 6; ++i) {
+        for (int i = 0; i < r.in_side; ++i) {
           const std::int64_t yy = y0 + i;
           a.rows[i] = yy >= 0 && yy < x.h ? plane.data + (yy - plane.first_row) * x.w * kBlock : nullptr;
         }
         a.w = x.w;
-        a.x0 = 4 * tx - r.pad_w;
+        a.x0 = r.side * tx - r.pad_w;
         a.count = count;
         a.lanes = detail::block_channels(x.c, cb);
         a.dst = block + (t - g0 - first) * kBlock;
         a.xi_stride = v_xi;
-        r.k.input(a);
+        r.t.input(a);
       });
     }
   }
@@ -376,7 +405,7 @@ void multiply(const Run& r, std::int64_t tiles, std::int64_t q0, std::int64_t q1
   const PackedWinograd& w = r.w;
   const std::int64_t cpad = w.in_blocks * kBlock;
   const RowBlocks rb(tiles, r.rows);
-  for (int xi = 0; xi < kXi; ++xi) {
+  for (int xi = 0; xi < r.values; ++xi) {
     for (std::int64_t q = q0; q < q1; ++q) {
       const int width = static_cast<int>(std::min<std::int64_t>(w.width, w.out_blocks - q * w.width));
       const int most = r.k.max_rows[width - 1];
@@ -400,8 +429,8 @@ void multiply(const Run& r, std::int64_t tiles, std::int64_t q0, std::int64_t q1
   }
 }
 
-// The tile values of a run (bias added, in `scratch` [4][cols][8]) -> y, for a plain y or
-// a plain residual: + residual, activation, stored in y's layout (zeros in padded lanes).
+// The tile values of a run (bias added, in `scratch` [rows][cols][8]) -> y, for a plain y
+// or a plain residual: + residual, activation, stored in y's layout (zeros in padded lanes).
 void finish_scratch(const Run& r, const float* scratch, std::int64_t image, std::int64_t block, std::int64_t oy0,
                     std::int64_t ox0, std::int64_t rows, std::int64_t cols, float* row_buf) {
   const Act& y = r.y;
@@ -414,7 +443,9 @@ void finish_scratch(const Run& r, const float* scratch, std::int64_t image, std:
       const Act& res = *r.e.residual;
       const float* rimg = res.data + image * res.image_floats();
       for (std::int64_t j = 0; j < cols; ++j) {
-        for (std::int64_t l = 0; l < lanes; ++l) row_buf[j * kBlock + l] += rimg[res.offset(block * kBlock + l, oy0 + i, ox0 + j)];
+        for (std::int64_t l = 0; l < lanes; ++l) {
+          row_buf[j * kBlock + l] += rimg[res.offset(block * kBlock + l, oy0 + i, ox0 + j)];
+        }
       }
     }
     apply_activation(r.e.act, row_buf, cols * kBlock);
@@ -423,7 +454,9 @@ void finish_scratch(const Run& r, const float* scratch, std::int64_t image, std:
         float* dst = yimg + y.offset(block * kBlock, oy0 + i, ox0 + j);
         for (std::int64_t l = 0; l < kBlock; ++l) dst[l] = l < lanes ? row_buf[j * kBlock + l] : 0.0f;
       } else {
-        for (std::int64_t l = 0; l < lanes; ++l) yimg[y.offset(block * kBlock + l, oy0 + i, ox0 + j)] = row_buf[j * kBlock + l];
+        for (std::int64_t l = 0; l < lanes; ++l) {
+          yimg[y.offset(block * kBlock + l, oy0 + i, ox0 + j)] = row_buf[j * kBlock + l];
+        }
       }
     }
   }
@@ -441,9 +474,9 @@ void output_transform(const Run& r, std::int64_t g0, std::int64_t g1, std::int64
       a.m = mb + (t - g0) * kBlock;
       a.xi_stride = m_xi;
       a.count = count;
-      const std::int64_t oy0 = 4 * ty, ox0 = 4 * tx;
-      a.rows = std::min<std::int64_t>(4, y.h - oy0);
-      a.cols = std::min<std::int64_t>(4 * count, y.w - ox0);
+      const std::int64_t oy0 = r.side * ty, ox0 = r.side * tx;
+      a.rows = std::min<std::int64_t>(r.side, y.h - oy0);
+      a.cols = std::min<std::int64_t>(r.side * count, y.w - ox0);
       a.bias = r.bias + block * kBlock;
       if (r.direct) {
         const std::int64_t at = (block * plane + oy0 * y.w + ox0) * kBlock;
@@ -455,15 +488,15 @@ void output_transform(const Run& r, std::int64_t g0, std::int64_t g1, std::int64
         }
         a.act = r.tile_act;
         a.lanes = detail::block_channels(y.c, block);
-        r.k.output(a);
+        r.t.output(a);
         if (r.late_act) {
           for (std::int64_t i = 0; i < a.rows; ++i) apply_activation(r.e.act, a.out + i * a.out_row, a.cols * kBlock);
         }
       } else {
         a.out = scratch;
         a.out_row = a.cols * kBlock;
-        r.k.output(a);
-        finish_scratch(r, scratch, image, block, oy0, ox0, a.rows, a.cols, scratch + 4 * a.out_row);
+        r.t.output(a);
+        finish_scratch(r, scratch, image, block, oy0, ox0, a.rows, a.cols, scratch + r.side * a.out_row);
       }
     });
   }
@@ -475,28 +508,24 @@ bool run_unit(const Run& r, std::int64_t g, std::int64_t chunk) {
   const std::int64_t g0 = r.sched.group_begin(g), g1 = r.sched.group_begin(g + 1), tiles = g1 - g0;
   const std::int64_t qs = w.block_groups();
   const std::int64_t q0 = chunk * qs / r.sched.chunks, q1 = (chunk + 1) * qs / r.sched.chunks;
-  const std::int64_t b0 = q0 * w.width, b1 = std::min(w.out_blocks, q1 * w.width);
-  const std::int64_t v_xi = xi_stride(tiles * w.in_blocks * kBlock), m_xi = xi_stride(tiles * (b1 - b0) * kBlock);
-  // The rows of a plain input packed as blocks; the output scratch (tile row of a run and
-  // its finished copy).
-  const std::int64_t rows_floats = r.x.blocked ? 0 : 6 * r.x.w * kBlock;
-  const std::int64_t scratch_floats = r.direct ? 0 : 5 * 4 * (r.tiles_w + 1) * kBlock;
-  float* buf = t_buffer.get(kXi * (v_xi + m_xi) + rows_floats + scratch_floats);
+  const std::int64_t b1 = std::min(w.out_blocks, q1 * w.width);
+  const std::int64_t pass = std::min(r.sched.pass_groups, q1 - q0);
+  const std::int64_t v_xi = xi_stride(tiles * w.in_blocks * kBlock), m_xi = xi_stride(tiles * pass * w.width * kBlock);
+  // The rows of a plain input packed as blocks; the output scratch (a run's tile row and
+  // a finished row).
+  const std::int64_t rows_floats = r.x.blocked ? 0 : r.in_side * r.x.w * kBlock;
+  const std::int64_t scratch_floats = r.direct ? 0 : (r.side + 1) * r.side * (r.tiles_w + 1) * kBlock;
+  float* buf = t_buffer.get(r.values * (v_xi + m_xi) + rows_floats + scratch_floats);
   if (buf == nullptr) return false;
   float* v = buf;
-  float* m = v + kXi * v_xi;
-  float* extra = m + kXi * m_xi;
-  static const bool trace = std::getenv("KILN_WINO_TRACE") != nullptr;
-  const auto t0 = std::chrono::steady_clock::now();
+  float* m = v + r.values * v_xi;
+  float* extra = m + r.values * m_xi;
   input_transform(r, g0, g1, v, v_xi, extra);
-  const auto t1 = std::chrono::steady_clock::now();
-  multiply(r, tiles, q0, q1, v, v_xi, m, m_xi);
-  const auto t2 = std::chrono::steady_clock::now();
-  output_transform(r, g0, g1, b0, b1, m, m_xi, extra + rows_floats);
-  const auto t3 = std::chrono::steady_clock::now();
-  if (trace) std::fprintf(stderr, "  tiles %lld blocks %lld: in %.0f gemm %.0f out %.0f\n", (long long)tiles, (long long)(b1 - b0),
-     std::chrono::duration<double, std::micro>(t1 - t0).count(), std::chrono::duration<double, std::micro>(t2 - t1).count(),
-     std::chrono::duration<double, std::micro>(t3 - t2).count());
+  for (std::int64_t qa = q0; qa < q1; qa += pass) {
+    const std::int64_t qb = std::min(q1, qa + pass);
+    multiply(r, tiles, qa, qb, v, v_xi, m, m_xi);
+    output_transform(r, g0, g1, qa * w.width, std::min(b1, qb * w.width), m, m_xi, extra + rows_floats);
+  }
   return true;
 }
 
@@ -534,11 +563,11 @@ Result<std::unique_ptr<WinogradWeights>> prepare_winograd_width(const float* w, 
   packed->out_blocks = ceil_div(s.out_channels, kBlock);
   packed->width = static_cast<int>(std::min<std::int64_t>(width, packed->out_blocks));
   packed->u_stride = xi_stride(blocks);
-  packed->raw_.reset(new (std::nothrow) float[static_cast<std::size_t>(raw)]);
-  if (packed->raw_ == nullptr) {
+  packed->raw.reset(new (std::nothrow) float[static_cast<std::size_t>(raw)]);
+  if (packed->raw == nullptr) {
     return Status(StatusCode::kUnavailable, "[prepare_winograd] cannot allocate " + std::to_string(raw * 4) + " bytes");
   }
-  std::memcpy(packed->raw_.get(), w, static_cast<std::size_t>(raw) * sizeof(float));
+  std::memcpy(packed->raw.get(), w, static_cast<std::size_t>(raw) * sizeof(float));
   return std::unique_ptr<WinogradWeights>(std::move(packed));
 }
 
@@ -548,36 +577,53 @@ Result<std::unique_ptr<WinogradWeights>> prepare_winograd(const float* w, const 
 
 std::int64_t winograd_weight_bytes(const WinogradWeights& w) { return static_cast<const PackedWinograd&>(w).bytes(); }
 
+bool winograd_transformed_tile(const WinogradWeights& w, WinogradTile* tile) {
+  return static_cast<const PackedWinograd&>(w).made(tile);
+}
+
 Status conv2d_winograd(const Act& x, const WinogradWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,
                        ThreadPool& pool) {
   return conv2d_winograd_on(winograd_kernels(), x, w, s, e, y, pool);
 }
 
-Status conv2d_winograd_on(const WinogradKernels& kernels, const Act& x, const WinogradWeights& weights,
-                          const ConvShape& s, const Epilogue& e, const Act& y, ThreadPool& pool) {
+Status conv2d_winograd_on(const WinogradKernels& kernels, const Act& x, const WinogradWeights& w, const ConvShape& s,
+                          const Epilogue& e, const Act& y, ThreadPool& pool) {
+  return conv2d_winograd_tile(kernels, winograd_tile(s, y.n, y.h, y.w, pool.num_threads()), x, w, s, e, y, pool);
+}
+
+Status conv2d_winograd_tile(const WinogradKernels& kernels, WinogradTile wanted, const Act& x,
+                            const WinogradWeights& weights, const ConvShape& s, const Epilogue& e, const Act& y,
+                            ThreadPool& pool) {
   const auto& w = static_cast<const PackedWinograd&>(weights);
   KILN_RETURN_IF_ERROR(check(x, w, s, e, y));
   if (x.n == 0) return Status::Ok();
-  if (!w.transformed()) {
+  WinogradTile tile = wanted;
+  if (!w.transformed(wanted, &tile)) {
     return Status(StatusCode::kUnavailable, kOp + std::string("cannot allocate ") +
-                                                std::to_string(kXi * w.u_stride * 4) + " bytes of transformed weights");
+                                                std::to_string(winograd_values(wanted) * w.u_stride * 4) +
+                                                " bytes of transformed weights");
   }
   std::unique_ptr<float[]> bias(new (std::nothrow) float[static_cast<std::size_t>(w.out_blocks * kBlock)]());
   if (bias == nullptr) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory"));
   if (e.bias != nullptr) std::copy(e.bias, e.bias + s.out_channels, bias.get());
 
-  const std::int64_t tiles_h = ceil_div(y.h, 4), tiles_w = ceil_div(y.w, 4);
+  const int side = winograd_out_side(tile), values = winograd_values(tile);
+  const std::int64_t tiles_h = ceil_div(y.h, side), tiles_w = ceil_div(y.w, side);
   const int rows = kernels.max_rows[w.width - 1];
   const Schedule sched =
-      make_schedule(s.in_channels, s.out_channels, x.n * tiles_h * tiles_w, w.block_groups(), rows, pool.num_threads());
+      make_schedule(values, s.in_channels, x.n * tiles_h * tiles_w, w.block_groups(), w.width, pool.num_threads());
   const TileActivation tile_act = tile_activation(e.act);
   const Run run{x,
                 w,
                 e,
                 y,
                 kernels,
+                kernels.transforms[static_cast<int>(tile)],
                 sched,
                 bias.get(),
+                side,
+                side + 2,
+                values,
                 s.pad_h,
                 s.pad_w,
                 tiles_h,
@@ -590,11 +636,7 @@ Status conv2d_winograd_on(const WinogradKernels& kernels, const Act& x, const Wi
   std::atomic<bool> failed{false};
   pool.parallel_for(units, 1, [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t u = first; u < last; ++u) {
-      static const bool trace = std::getenv("KILN_WINO_TRACE") != nullptr;
-      const auto t0 = std::chrono::steady_clock::now();
       if (!run_unit(run, u / sched.chunks, u % sched.chunks)) failed.store(true);
-      if (trace) std::fprintf(stderr, "unit %lld/%lld tid %p: %.0f us\n", (long long)u, (long long)units, (void*)&t_buffer,
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
   });
   if (failed.load()) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory for the tile buffers"));
@@ -602,28 +644,72 @@ Status conv2d_winograd_on(const WinogradKernels& kernels, const Act& x, const Wi
 }
 
 // ---------------------------------------------------------------------------------------
-// The cost rule.
+// The cost rule: estimates in microseconds from rates measured on this CPU (AMD Zen 4,
+// AVX-512, bench/nchwc_winograd_bench.cpp with the caches flushed before each call, as a
+// network's weights come from memory). Both kernels' time is their compute on `threads`
+// threads plus their weights' streaming from memory, which the measurements show does not
+// overlap much (resnet18's 512@7 layer: F(4x4) 2.5 ms = 0.74 ms of compute + 1.57 ms for
+// its 37.7 MB transform at 24 GB/s; F(2x2) 1.96 ms = 1.3 + 0.7).
 
-double direct_estimate_us(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads) {
-  const double flops = 2.0 * 9.0 * static_cast<double>(padded_channels(s.in_channels)) *
-                       static_cast<double>(padded_channels(s.out_channels)) * static_cast<double>(n * oh * ow);
-  return flops / (110e3 * threads);
+namespace {
+
+constexpr double kGemmFlopsPerUs = 105e3;     // the register tiles, per thread
+constexpr double kDirectFlopsPerUs = 110e3;   // conv2d_dense on 14x14 and larger outputs
+constexpr double kDirectSmallFlopsPerUs = 90e3;  // on smaller ones (more border regions)
+// Per (tile, channel block): the input and output transforms of F(4x4) and F(2x2).
+constexpr double kInputUs[2] = {0.045, 0.012};
+constexpr double kOutputUs[2] = {0.025, 0.010};
+// Bytes per microsecond from memory (one thread, two or more), and from L3 (weights
+// streamed again by a later tile group).
+double memory_bytes_per_us(int threads) { return threads > 1 ? 27e3 : 24e3; }
+constexpr double kL3BytesPerUs = 80e3;
+constexpr double kL3Bytes = 16.0 * (1 << 20);  // what a layer's weights may keep of the L3
+
+double weight_stream_us(double bytes, std::int64_t passes, int threads) {
+  const double again = bytes <= kL3Bytes ? bytes / kL3BytesPerUs : bytes / memory_bytes_per_us(threads);
+  return bytes / memory_bytes_per_us(threads) + static_cast<double>(passes - 1) * again;
 }
 
-double winograd_estimate_us(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads) {
-  const double tiles = static_cast<double>(n * ceil_div(oh, 4) * ceil_div(ow, 4));
-  const double flops = 2.0 * 36.0 * static_cast<double>(padded_channels(s.in_channels)) *
-                       static_cast<double>(padded_channels(s.out_channels)) * tiles;
-  return flops / (100e3 * threads);
+}  // namespace
+
+double direct_estimate_us(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads) {
+  const double cp = static_cast<double>(padded_channels(s.in_channels)),
+               kp = static_cast<double>(padded_channels(s.out_channels));
+  const double flops = 2.0 * 9.0 * cp * kp * static_cast<double>(n * oh * ow);
+  const double rate = oh * ow >= 196 ? kDirectFlopsPerUs : kDirectSmallFlopsPerUs;
+  return flops / (rate * threads) + weight_stream_us(9.0 * cp * kp * 4.0, 1, threads);
+}
+
+double winograd_estimate_us(WinogradTile tile, const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow,
+                            int threads) {
+  const int side = winograd_out_side(tile), values = winograd_values(tile);
+  const std::int64_t tiles = n * ceil_div(oh, side) * ceil_div(ow, side);
+  const std::int64_t in_blocks = ceil_div(s.in_channels, kBlock), out_blocks = ceil_div(s.out_channels, kBlock);
+  const int width = winograd_kernels().preferred_width(out_blocks);
+  const Schedule sched = make_schedule(values, s.in_channels, tiles, ceil_div(out_blocks, width), width, threads);
+  const double cp = static_cast<double>(in_blocks * kBlock), kp = static_cast<double>(out_blocks * kBlock);
+  const double t = static_cast<double>(tiles);
+  // A block group of one output block fills half a register tile's lanes.
+  const double gemm = 2.0 * values * t * cp * kp / (kGemmFlopsPerUs * (out_blocks == 1 ? 0.5 : 1.0));
+  // Each chunk of a group transforms the group's input again.
+  const double transforms = t * (static_cast<double>(in_blocks * sched.chunks) * kInputUs[static_cast<int>(tile)] +
+                                 static_cast<double>(out_blocks) * kOutputUs[static_cast<int>(tile)]);
+  const double units = static_cast<double>(sched.groups * sched.chunks);
+  const double parallel = std::min<double>(threads, units);
+  return (gemm + transforms) / parallel + weight_stream_us(values * cp * kp * 4.0, sched.groups, threads);
+}
+
+WinogradTile winograd_tile(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads) {
+  return winograd_estimate_us(WinogradTile::kF2, s, n, oh, ow, threads) <
+                 winograd_estimate_us(WinogradTile::kF4, s, n, oh, ow, threads)
+             ? WinogradTile::kF2
+             : WinogradTile::kF4;
 }
 
 bool winograd_preferred(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads) {
   if (!winograd_supported(s)) return false;
-  static const char* pick = std::getenv("KILN_WINO_PICK");
-  if (pick != nullptr && pick[0] == '0') return false;
-  if (pick != nullptr && pick[0] == '7') return oh > 7;
-  if (pick != nullptr && pick[0] == '1') return true;
-  return winograd_estimate_us(s, n, oh, ow, threads) < direct_estimate_us(s, n, oh, ow, threads);
+  const WinogradTile tile = winograd_tile(s, n, oh, ow, threads);
+  return winograd_estimate_us(tile, s, n, oh, ow, threads) < direct_estimate_us(s, n, oh, ow, threads);
 }
 
 }  // namespace kiln::cpu::nchwc

@@ -29,7 +29,10 @@ int preferred_width(std::int64_t out_blocks) {
 }
 
 constexpr WinogradKernels make_kernels() {
-  WinogradKernels k{"avx2", {12, 6, 4, 3, 1, 1}, &preferred_width, &wino_input, &wino_output, {}};
+  WinogradKernels k{"avx2", {12, 6, 4, 3, 1, 1},
+                    &preferred_width,
+                    {{&wino4_input, &wino4_output}, {&wino2_input, &wino2_output}},
+                    {}};
   wino_fill<1, 12>(k);
   wino_fill<2, 6>(k);
   wino_fill<3, 4>(k);

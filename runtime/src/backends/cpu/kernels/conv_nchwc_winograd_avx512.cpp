@@ -114,7 +114,10 @@ int preferred_width(std::int64_t out_blocks) {
 }
 
 constexpr WinogradKernels make_kernels() {
-  WinogradKernels k{"avx512", {16, 16, 12, 12, 8, 8}, &preferred_width, &wino_input, &wino_output, {}};
+  WinogradKernels k{"avx512", {16, 16, 12, 12, 8, 8},
+                    &preferred_width,
+                    {{&wino4_input, &wino4_output}, {&wino2_input, &wino2_output}},
+                    {}};
   fill<1, 16>(k);
   fill<2, 16>(k);
   fill<3, 12>(k);

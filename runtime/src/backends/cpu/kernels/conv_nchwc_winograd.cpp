@@ -409,10 +409,20 @@ void multiply(const Run& r, std::int64_t tiles, std::int64_t q0, std::int64_t q1
     for (std::int64_t q = q0; q < q1; ++q) {
       const int width = static_cast<int>(std::min<std::int64_t>(w.width, w.out_blocks - q * w.width));
       const int most = r.k.max_rows[width - 1];
+      // The U this pass reads next, prefetched over this block group's register tiles.
+      const bool last = q + 1 == q1;
+      const std::int64_t next_q = last ? q0 : q + 1, next_xi = last ? xi + 1 : xi;
+      std::int64_t next_lines =
+          next_xi < r.values ? std::min<std::int64_t>(w.width, w.out_blocks - next_q * w.width) * 4 * w.in_blocks
+                             : 0;  // width * 8 floats per input channel: width * 4 lines per block
+      const std::int64_t calls = rb.count * ceil_div(ceil_div(tiles, rb.count), most);
       WinogradGemmArgs a;
       a.in_blocks = w.in_blocks;
       a.u = w.u(xi, q);
       a.m_block_stride = tiles * kBlock;
+      const float* prefetch = next_lines > 0 ? w.u(next_xi, next_q) : nullptr;
+      const std::int64_t per_call = ceil_div(next_lines, calls);
+      a.prefetch_per_block = ceil_div(per_call, w.in_blocks);
       for (std::int64_t b = 0; b < rb.count; ++b) {
         const std::int64_t first = rb.first(b), size = rb.size(b);
         a.v_block_stride = size * kBlock;
@@ -422,6 +432,13 @@ void multiply(const Run& r, std::int64_t tiles, std::int64_t q0, std::int64_t q1
           const std::int64_t p0 = parts.first(p);
           a.v = v + xi * v_xi + first * cpad + p0 * kBlock;
           a.m = m + xi * m_xi + (q - q0) * w.width * tiles * kBlock + (first + p0) * kBlock;
+          a.prefetch = prefetch;
+          a.prefetch_lines = prefetch != nullptr ? std::min(per_call, next_lines) : 0;
+          if (prefetch != nullptr) {
+            prefetch += 16 * a.prefetch_lines;
+            next_lines -= a.prefetch_lines;
+            if (next_lines <= 0) prefetch = nullptr;
+          }
           r.k.gemm[width - 1][parts.size(p) - 1](a);
         }
       }
@@ -645,11 +662,13 @@ Status conv2d_winograd_tile(const WinogradKernels& kernels, WinogradTile wanted,
 
 // ---------------------------------------------------------------------------------------
 // The cost rule: estimates in microseconds from rates measured on this CPU (AMD Zen 4,
-// AVX-512, bench/nchwc_winograd_bench.cpp with the caches flushed before each call, as a
-// network's weights come from memory). Both kernels' time is their compute on `threads`
-// threads plus their weights' streaming from memory, which the measurements show does not
-// overlap much (resnet18's 512@7 layer: F(4x4) 2.5 ms = 0.74 ms of compute + 1.57 ms for
-// its 37.7 MB transform at 24 GB/s; F(2x2) 1.96 ms = 1.3 + 0.7).
+// AVX-512; bench/nchwc_winograd_bench.cpp with the caches flushed before each call, as a
+// network's weights come from memory, and resnet18 end to end). A kernel's time is its
+// compute on `threads` threads and its weights' streaming from memory, which overlap only
+// in part (the register tiles prefetch the next block group's U): max + 0.4 min of the two.
+// resnet18's 256@14 layer, F(4x4) on one thread: 0.76 ms of compute, 9.4 MB of U (0.39 ms
+// at 24 GB/s): estimated 0.91, measured 0.86; its 512@7 layer, F(2x2): 1.31 + 0.70 ms:
+// 1.59, measured 1.4 (F(4x4), 0.74 + 1.57 ms: 1.87, measured 1.75).
 
 namespace {
 
@@ -670,6 +689,10 @@ double weight_stream_us(double bytes, std::int64_t passes, int threads) {
   return bytes / memory_bytes_per_us(threads) + static_cast<double>(passes - 1) * again;
 }
 
+double combine(double compute_us, double memory_us) {
+  return std::max(compute_us, memory_us) + 0.4 * std::min(compute_us, memory_us);
+}
+
 }  // namespace
 
 double direct_estimate_us(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads) {
@@ -677,7 +700,7 @@ double direct_estimate_us(const ConvShape& s, std::int64_t n, std::int64_t oh, s
                kp = static_cast<double>(padded_channels(s.out_channels));
   const double flops = 2.0 * 9.0 * cp * kp * static_cast<double>(n * oh * ow);
   const double rate = oh * ow >= 196 ? kDirectFlopsPerUs : kDirectSmallFlopsPerUs;
-  return flops / (rate * threads) + weight_stream_us(9.0 * cp * kp * 4.0, 1, threads);
+  return combine(flops / (rate * threads), weight_stream_us(9.0 * cp * kp * 4.0, 1, threads));
 }
 
 double winograd_estimate_us(WinogradTile tile, const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow,
@@ -696,7 +719,7 @@ double winograd_estimate_us(WinogradTile tile, const ConvShape& s, std::int64_t 
                                  static_cast<double>(out_blocks) * kOutputUs[static_cast<int>(tile)]);
   const double units = static_cast<double>(sched.groups * sched.chunks);
   const double parallel = std::min<double>(threads, units);
-  return (gemm + transforms) / parallel + weight_stream_us(values * cp * kp * 4.0, sched.groups, threads);
+  return combine((gemm + transforms) / parallel, weight_stream_us(values * cp * kp * 4.0, sched.groups, threads));
 }
 
 WinogradTile winograd_tile(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads) {

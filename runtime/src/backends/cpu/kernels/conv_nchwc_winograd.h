@@ -95,6 +95,12 @@ struct WinogradGemmArgs {
   std::int64_t in_blocks = 0;
   /// Input channel c's B * 8 weights at u + c * B * 8.
   const float* u = nullptr;
+  /// The cache lines [prefetch, prefetch + 16 * prefetch_lines) to fetch into L2 along the
+  /// way, prefetch_per_block per input block (the next block group's U, spread over the
+  /// register tiles before it, so that streaming U from memory overlaps the FMAs instead
+  /// of stalling the first tile that needs it); null: none.
+  const float* prefetch = nullptr;
+  std::int64_t prefetch_lines = 0, prefetch_per_block = 0;
   /// Row p of output block b to m + b * m_block_stride + p * 8.
   float* m = nullptr;
   std::int64_t m_block_stride = 0;

@@ -71,7 +71,10 @@ void gemm(const WinogradGemmArgs& a) {
   }
   const float* v = a.v;
   const float* u = a.u;
+  const char* pf = reinterpret_cast<const char*>(a.prefetch);
+  const char* const pf_end = pf + 64 * a.prefetch_lines;
   for (std::int64_t cb = 0; cb < a.in_blocks; ++cb, v += a.v_block_stride, u += 64 * B) {
+    for (std::int64_t l = 0; l < a.prefetch_per_block && pf < pf_end; ++l, pf += 64) _mm_prefetch(pf, _MM_HINT_T1);
 #pragma GCC unroll 8
     for (int ci = 0; ci < 8; ++ci) channel<P, Z, H>(acc[ci % S], v + ci, u + ci * 8 * B);
   }

@@ -102,7 +102,7 @@ void flush_caches(const std::vector<float>& x, const std::vector<float>& y) {
 }
 
 template <typename Run>
-void run_blocked(benchmark::State& state, const Layer& l, const Run& conv, bool cold) {
+void run_blocked(benchmark::State& state, const Layer& l, const Run& conv, bool cold, ThreadPool& pool) {
   const std::vector<float> b = random_floats(l.o, 3);
   std::vector<float> x = random_floats(nchwc::blocked_floats(l.n, l.c, l.h, l.w), 1);
   std::vector<float> y(static_cast<std::size_t>(nchwc::blocked_floats(l.n, l.o, l.h, l.w)));
@@ -118,6 +118,8 @@ void run_blocked(benchmark::State& state, const Layer& l, const Run& conv, bool 
     if (cold) {
       state.PauseTiming();
       flush_caches(x, y);
+      // Wake the workers (asleep after the flush), as the layer before would have.
+      pool.parallel_for(pool.num_threads(), 1, [](std::int64_t, std::int64_t) {});
       state.ResumeTiming();
     }
     const Status st = conv(xa, e, ya);
@@ -151,7 +153,7 @@ void BM_Winograd(benchmark::State& state) {
         return nchwc::conv2d_winograd_tile(nchwc::winograd_kernels(), chosen, x, **prepared, s, e, y,
                                            pool_for(threads));
       },
-      cold);
+      cold, pool_for(threads));
   state.counters["pick"] = nchwc::winograd_preferred(s, l.n, l.h, l.w, threads) ? 1 : 0;
   state.counters["est_us"] = nchwc::winograd_estimate_us(chosen, s, l.n, l.h, l.w, threads);
 }
@@ -172,7 +174,7 @@ void BM_Dense(benchmark::State& state) {
       [&](const nchwc::Act& x, const nchwc::Epilogue& e, const nchwc::Act& y) {
         return nchwc::conv2d_dense(x, **prepared, s, e, y, pool_for(threads));
       },
-      cold);
+      cold, pool_for(threads));
   state.counters["est_us"] = nchwc::direct_estimate_us(s, l.n, l.h, l.w, threads);
 }
 

@@ -712,8 +712,10 @@ double winograd_estimate_us(WinogradTile tile, const ConvShape& s, std::int64_t 
   const Schedule sched = make_schedule(values, s.in_channels, tiles, ceil_div(out_blocks, width), width, threads);
   const double cp = static_cast<double>(in_blocks * kBlock), kp = static_cast<double>(out_blocks * kBlock);
   const double t = static_cast<double>(tiles);
-  // A block group of one output block fills half a register tile's lanes.
-  const double gemm = 2.0 * values * t * cp * kp / (kGemmFlopsPerUs * (out_blocks == 1 ? 0.5 : 1.0));
+  // A block group of one output block fills half a register tile's lanes; a register
+  // tile's loads and stores weigh on short sums (few input blocks).
+  const double efficiency = (out_blocks == 1 ? 0.5 : 1.0) * static_cast<double>(in_blocks) / (in_blocks + 0.5);
+  const double gemm = 2.0 * values * t * cp * kp / (kGemmFlopsPerUs * efficiency);
   // Each chunk of a group transforms the group's input again.
   const double transforms = t * (static_cast<double>(in_blocks * sched.chunks) * kInputUs[static_cast<int>(tile)] +
                                  static_cast<double>(out_blocks) * kOutputUs[static_cast<int>(tile)]);

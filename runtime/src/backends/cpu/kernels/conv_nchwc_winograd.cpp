@@ -84,7 +84,6 @@ const WinogradKernels& winograd_kernels() {
 namespace {
 
 constexpr const char* kOp = "[conv2d_winograd] ";
-constexpr int kMaxValues = 36;
 
 struct FreeDeleter {
   void operator()(float* p) const { std::free(p); }
@@ -110,16 +109,15 @@ constexpr double kG4[6][3] = {{0.25, 0.0, 0.0},
                               {0.0, 0.0, 1.0}};
 constexpr double kG2[4][3] = {{1.0, 0.0, 0.0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0.0, 0.0, 1.0}};
 
-// U = G g G^T of one 3x3 kernel g, in double (rounded once, by the caller).
-void transform_kernel(WinogradTile tile, const float* g, double* u) {
-  const int a = winograd_in_side(tile);
-  const double(*G)[3] = tile == WinogradTile::kF4 ? kG4 : kG2;
-  double gg[6][3];
-  for (int i = 0; i < a; ++i) {
+// U = G g G^T of one 3x3 kernel g, in double (rounded once, by the caller); G: kA x 3.
+template <int kA>
+void transform_kernel(const double (&G)[kA][3], const float* g, double* u) {
+  double gg[kA][3];
+  for (int i = 0; i < kA; ++i) {
     for (int c = 0; c < 3; ++c) gg[i][c] = G[i][0] * g[c] + G[i][1] * g[3 + c] + G[i][2] * g[6 + c];
   }
-  for (int i = 0; i < a; ++i) {
-    for (int j = 0; j < a; ++j) u[a * i + j] = gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2];
+  for (int i = 0; i < kA; ++i) {
+    for (int j = 0; j < kA; ++j) u[kA * i + j] = gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2];
   }
 }
 
@@ -140,8 +138,8 @@ class PackedWinograd final : public WinogradWeights {
 
   // The transform, made by the first caller for `wanted`; false when it could not be
   // allocated. *made: the tile size it has.
-  bool transformed(WinogradTile wanted, WinogradTile* made) const {
-    std::call_once(once_, [&] { transform(wanted); });
+  bool transformed(WinogradTile wanted, WinogradTile* made, ThreadPool& pool) const {
+    std::call_once(once_, [&] { transform(wanted, pool); });
     *made = tile_;
     return u_ != nullptr;
   }
@@ -156,36 +154,51 @@ class PackedWinograd final : public WinogradWeights {
   }
 
  private:
-  void transform(WinogradTile tile) const;
+  void transform(WinogradTile tile, ThreadPool& pool) const;
+  template <int kA>
+  void fill(const double (&G)[kA][3], std::int64_t q) const;
 
   mutable std::once_flag once_;
   mutable std::unique_ptr<float, FreeDeleter> u_;
   mutable WinogradTile tile_ = WinogradTile::kF4;
 };
 
-void PackedWinograd::transform(WinogradTile tile) const {
-  const std::int64_t cin = shape.in_channels, cout = shape.out_channels;
+// Block groups over the pool: writing U's pages costs more than computing it (a first touch
+// of each 4 KiB page), and both cores take page faults.
+void PackedWinograd::transform(WinogradTile tile, ThreadPool& pool) const {
   const int values = winograd_values(tile);
-  const auto bytes = static_cast<std::size_t>((values * u_stride * 4 + 63) / 64 * 64);
-  u_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+  u_.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>((values * u_stride * 4 + 63) / 64 * 64))));
   if (u_ == nullptr) return;
   tile_ = tile;
-  // In U's order (every xi matrix written front to back).
-  for (std::int64_t q = 0; q < block_groups(); ++q) {
-    const std::int64_t width_q = std::min<std::int64_t>(width, out_blocks - q * width);
-    for (std::int64_t c = 0; c < in_blocks * kBlock; ++c) {
-      for (std::int64_t b = 0; b < width_q; ++b) {
-        for (std::int64_t lane = 0; lane < kBlock; ++lane) {
-          const std::int64_t o = (q * width + b) * kBlock + lane;
-          double u[kMaxValues] = {};
-          if (o < cout && c < cin) transform_kernel(tile, raw.get() + (o * cin + c) * 9, u);
-          const std::int64_t at = q * width * 64 * in_blocks + (c * width_q + b) * kBlock + lane;
-          for (int xi = 0; xi < values; ++xi) u_.get()[xi * u_stride + at] = static_cast<float>(u[xi]);
-        }
+  pool.parallel_for(block_groups(), 1, [&](std::int64_t q0, std::int64_t q1) {
+    for (std::int64_t q = q0; q < q1; ++q) {
+      if (tile == WinogradTile::kF4) {
+        fill<6>(kG4, q);
+      } else {
+        fill<4>(kG2, q);
+      }
+    }
+  });
+  const_cast<PackedWinograd*>(this)->raw.reset();
+}
+
+// Block group q of U, in U's order (each xi matrix written front to back).
+template <int kA>
+void PackedWinograd::fill(const double (&G)[kA][3], std::int64_t q) const {
+  const std::int64_t cin = shape.in_channels, cout = shape.out_channels;
+  float* const u = u_.get();
+  const std::int64_t width_q = std::min<std::int64_t>(width, out_blocks - q * width);
+  for (std::int64_t c = 0; c < in_blocks * kBlock; ++c) {
+    for (std::int64_t b = 0; b < width_q; ++b) {
+      for (std::int64_t lane = 0; lane < kBlock; ++lane) {
+        const std::int64_t o = (q * width + b) * kBlock + lane;
+        double t[kA * kA] = {};
+        if (o < cout && c < cin) transform_kernel<kA>(G, raw.get() + (o * cin + c) * 9, t);
+        float* dst = u + q * width * 64 * in_blocks + (c * width_q + b) * kBlock + lane;
+        for (int xi = 0; xi < kA * kA; ++xi) dst[xi * u_stride] = static_cast<float>(t[xi]);
       }
     }
   }
-  const_cast<PackedWinograd*>(this)->raw.reset();
 }
 
 std::string dims(const Act& a) {
@@ -615,7 +628,7 @@ Status conv2d_winograd_tile(const WinogradKernels& kernels, WinogradTile wanted,
   KILN_RETURN_IF_ERROR(check(x, w, s, e, y));
   if (x.n == 0) return Status::Ok();
   WinogradTile tile = wanted;
-  if (!w.transformed(wanted, &tile)) {
+  if (!w.transformed(wanted, &tile, pool)) {
     return Status(StatusCode::kUnavailable, kOp + std::string("cannot allocate ") +
                                                 std::to_string(winograd_values(wanted) * w.u_stride * 4) +
                                                 " bytes of transformed weights");

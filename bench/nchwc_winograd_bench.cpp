@@ -246,10 +246,12 @@ void WinogradArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"layer", "threads", "tile", "cold", "width"})->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
-// Widths 2, 4 and 6 on one thread (register tile experiments).
+// Widths 2, 4 and 6 with each tile size on one thread (register tile experiments).
 void WidthArgs(benchmark::internal::Benchmark* b) {
   for (int i = 0; i < static_cast<int>(kLayers.size()); ++i) {
-    for (int width : {2, 4, 6}) b->Args({i, 1, 4, 0, width});
+    for (int tile : {4, 2}) {
+      for (int width : {2, 4, 6}) b->Args({i, 1, tile, 0, width});
+    }
   }
   b->ArgNames({"layer", "threads", "tile", "cold", "width"})->UseRealTime()->Unit(benchmark::kMicrosecond);
 }

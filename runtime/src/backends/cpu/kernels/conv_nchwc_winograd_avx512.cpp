@@ -108,12 +108,14 @@ constexpr void fill(WinogradKernels& k) {
   }
 }
 
-// The fewest block groups of 4 or 6 blocks (2 or 3 zmm per row), whole ones first.
+// Two blocks (one zmm) by 16 tiles: measured against 4 blocks x 12 tiles and 6 x 8 (24
+// accumulators each), it wins on every layer of bench/nchwc_winograd_bench.cpp, by 2-3%
+// where the FMAs bound the time (resnet18's 64@56: 611 / 627 / 637 us) and by 30% where
+// streaming U does (512@7 with F(4x4), 4 tiles: 1241 / 1757 / 2122 us): a narrower block
+// group is a finer step of the prefetched stream. resnet18 end to end: 17.9 against 18.2 ms
+// (4 blocks) on one thread.
 int preferred_width(std::int64_t out_blocks) {
-  if (out_blocks <= 6) return static_cast<int>(out_blocks);
-  if (out_blocks % 6 == 0) return 6;
-  if (out_blocks % 4 == 0) return 4;
-  return 6;
+  return out_blocks >= 2 ? 2 : 1;
 }
 
 constexpr WinogradKernels make_kernels() {

@@ -130,7 +130,7 @@ class PackedWinograd final : public WinogradWeights {
   int width = 1;
   std::int64_t in_blocks = 0, out_blocks = 0;
   std::int64_t u_stride = 0;  // floats between the xi matrices of U
-  std::unique_ptr<float[]> raw;
+  mutable std::unique_ptr<float[]> raw;  // [out][in][3][3] until transform()
 
   std::int64_t block_groups() const { return ceil_div(out_blocks, width); }
   // U[xi] of block group q: [input channel][width_q blocks][8].
@@ -179,7 +179,7 @@ void PackedWinograd::transform(WinogradTile tile, ThreadPool& pool) const {
       }
     }
   });
-  const_cast<PackedWinograd*>(this)->raw.reset();
+  raw.reset();
 }
 
 // Block group q of U, in U's order (each xi matrix written front to back).

@@ -1,34 +1,70 @@
 // The kernels behind conv2d_winograd (nchwc.h): Winograd F(4x4, 3x3) and F(2x2, 3x3) on
-// NCHW8c, shared by
-// conv_nchwc_winograd.cpp (the driver, the weights and the portable build),
-// conv_nchwc_winograd_avx2.cpp (AVX2+FMA) and conv_nchwc_winograd_avx512.cpp (AVX-512).
+// NCHW8c, shared by conv_nchwc_winograd.cpp (the driver, the weights, the cost rule and the
+// portable build), conv_nchwc_winograd_avx2.cpp (AVX2+FMA) and
+// conv_nchwc_winograd_avx512.cpp (AVX-512).
 //
 // The algorithm (Lavin & Gray): a 4x4 output tile of one image needs the 6x6 input tile
-// around it; per input channel block, V = B^T d B turns the 36 input pixel vectors into 36
-// transformed ones ("xi" = 6 * row + column), and per output channel
+// around it; per input channel block, V = B^T d B turns the 36 input pixel vectors (8
+// channels each, read straight from NCHW8c) into 36 transformed ones ("xi" = 6 * row +
+// column), and per output channel
 //   M[xi][tile][k] = sum_c V[xi][tile][c] U[xi][c][k],   U = G g G^T (the weights, 6x6)
-// is 36 independent GEMMs; the output tile is A^T M A + bias (+ residual, activation).
-// 36 multiplies per (input, output channel) pair make 16 outputs instead of 144.
-// F(2x2, 3x3) (4x4 input tiles, 16 values) makes 4 outputs from 16 instead of 36: more
-// multiplies than F(4x4) but a transform of the weights 1.78x their size instead of 4x,
-// which is what few tiles per weight want (resnet's 7x7 layers at batch 1 stream their
-// 37.7 MB F(4x4) transform from DRAM for 4 tiles). Below, "36" is 16 for F(2x2), "4x4"
-// output tiles 2x2 and "6x6" input tiles 4x4.
+// is 36 independent GEMMs; the output tile is A^T M A + bias (+ residual, activation),
+// written as 8-channel vectors. 36 multiplies per (input, output channel) pair make 16
+// outputs instead of 144. F(2x2, 3x3) (4x4 input tiles, 16 values) makes 4 outputs from
+// 16 multiplies instead of 36: more multiplies than F(4x4), but its U is 1.78x the raw
+// weight instead of 4x, which is what few tiles per weight want (resnet's 7x7 layers at
+// batch 1 would stream their 37.7 MB F(4x4) transform from memory for 4 tiles). Below, "36"
+// is 16 for F(2x2), "4x4" output tiles 2x2 and "6x6" input tiles 4x4.
 //
-// The work, per tile group (a run of `group_tiles` tiles of the batch, consecutive in the
-// order image, tile row, tile column) and range of output blocks (the group's "unit"):
+// The work, per tile group (tiles of the batch consecutive in the order image, tile row,
+// tile column) and chunk of output block groups (one "unit" per pool task):
 //  1. the input transform of every input block of the group's tiles into V (the thread's
 //     buffer), laid out for the GEMM: [xi][row block][input block][row][8 channels], a row
-//     block being `rows` tiles (balanced: the group's tiles split into even row blocks of at
-//     most that many);
-//  2. for each xi, each block group of `width` output blocks and each row block: a
-//     register tile of (rows x width blocks) accumulates over every input channel and
-//     stores to M [xi][output block][tile][8] (the thread's buffer);
-//  3. the output transform of every (tile, output block) of the unit into y.
-// A group is small enough that its V and M stay in L2 next to the streamed U. The
-// transformed weights U are [xi][block group][input channel][width blocks][8 lanes] (the
-// last block group narrower), so one input channel's weights for a register tile are
-// width * 8 consecutive floats, like conv2d_dense's packing (conv_nchwc_kernels.h).
+//     block being at most `rows` tiles (the group split into even row blocks);
+//  2. in passes over a few block groups at a time, whose M stays in L2: for each xi, each
+//     block group of `width` output blocks and each row block, a register tile (rows x
+//     width blocks) accumulates over every input channel and stores to M
+//     [xi][output block][tile][8] (the thread's buffer), prefetching the next block group's
+//     U meanwhile; then
+//  3. the output transform of every (tile, output block) of the pass into y.
+// Groups hold at least 16 tiles (each U element streamed from memory feeds that many
+// FMAs) and otherwise a V of 512 KiB; with several threads, a multiple of the thread count
+// of groups, or, for few tiles (resnet's 14x14 and 7x7 layers), the block groups split
+// between the threads, each transforming the group's input itself. No serial phase: one
+// parallel_for over the units. The transformed weights U are [xi][block group][input
+// channel][width blocks][8 lanes] (the last block group narrower), so one input channel's
+// weights for a register tile are width * 8 consecutive floats, like conv2d_dense's.
+//
+// The weights (prepare_winograd) hold a copy of the raw kernels until the first run, which
+// transforms them (in double, rounded once) for the tile size the cost rule gives it, and
+// drops the copy: resnet18 at 224x224 holds 37.8 MB of raw 3x3 stride-1 weights until its
+// first run, then 37.8 MB of F(4x4) transforms for layers 1-3 and 50.3 MB of F(2x2) ones
+// for layer4 (88 MB; F(4x4) everywhere would be 151 MB). The first run pays for writing
+// them: ~85 ms for resnet18, mostly faulting in the pages.
+//
+// Performance (AMD Zen 4, 1 core, resnet18 224x224 in a network run: weights from memory;
+// the direct kernel conv2d_dense and the plain layout's Winograd for comparison), per 3x3
+// stride-1 layer, 1 thread / 2 threads:
+//   64@56   F(4x4) 0.66 / 0.37 ms   direct 2.05 / 1.11   plain Winograd ~1.25
+//   128@28  F(4x4) 0.60 / 0.34 ms
+//   256@14  F(4x4) 0.83 / 0.55 ms   direct 2.2 / 1.36
+//   512@7   F(2x2) 1.37 / 0.83 ms   direct 3.5 / 2.7
+// The GEMMs run at ~105 GFLOP/s per core (peak ~117), the transforms take 10-15% of
+// 64@56 and less elsewhere; 256@14 and 512@7 on two threads are bound by streaming their
+// U from memory (27 GB/s for both cores: 9.4 and 16.8 MB). bench/nchwc_winograd_bench.cpp
+// has the layer shapes (resnet, RegNet-like widths, few channels, batch 4).
+//
+// Error (tests/kernels/conv_nchwc_winograd_test.cpp, ErrorOnResnetLayersStaysSmall:
+// kaiming-uniform weights, inputs in [-1, 1], against a double reference; outputs' RMS
+// ~0.8): F(4x4) max |error| 2.6e-5 (64@56) .. 6.2e-5 (512@7), RMS error 1.4e-6 .. 2.7e-6;
+// F(2x2) max 1.2e-6 .. 2.8e-6; conv2d_dense max 3.4e-6 .. 7.7e-6. resnet18 end to end
+// against PyTorch: max |diff| 5.7e-6, the worst element at 19% of its tolerance (rtol 1e-4,
+// atol 1e-5; the plain layout: 13%). F(6x6, 3x3) is not built: simulated in float32 on the
+// same layers (numpy, the same construction), its RMS error is 2x F(4x4)'s and its max
+// 1.5x (7.5e-5 at 512@7: 0.45% of that layer's outputs miss rtol 1e-4 / atol 1e-5 against
+// double, F(4x4) 0.04%), and it is not clearly faster: 64 multiplies per 36 outputs
+// (-21%), but 56 and 28 are not multiples of 6 (+15% of tiles: -9% net on the GEMMs of
+// resnet18's 56x56 and 28x28 layers, ~1.5% of the network) and it loses at 14x14 and 7x7.
 #pragma once
 
 #include <cstdint>

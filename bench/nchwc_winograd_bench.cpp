@@ -6,7 +6,8 @@
 //   kiln_nchwc_winograd_bench --benchmark_min_time=0.3 --benchmark_repetitions=5
 //                             --benchmark_report_aggregates_only=true
 //
-// BM_Winograd / BM_Dense: blocked input and output, bias added, nothing else fused;
+// BM_Winograd / BM_Dense: blocked input and output (plain where the name says so), bias
+// added, nothing else fused;
 // BM_Plain: the NCHW kernel. Reports GFLOP/s-equivalent as "GFLOP=x/s": the direct
 // convolution's 2 * K * C * 9 * OH * OW per call over the wall-clock time, so the three
 // compare by time. BM_Winograd's `width`: the block-group width (0: prepare_winograd's
@@ -31,9 +32,10 @@ namespace {
 struct Layer {
   const char* name;
   std::int64_t n, c, h, w, o;
+  bool plain_input = false, plain_output = false;
 };
 
-constexpr std::array<Layer, 18> kLayers = {{
+constexpr std::array<Layer, 20> kLayers = {{
     // resnet18 (and resnet50's bottleneck 3x3: the same shapes)
     {"r18 64 @56", 1, 64, 56, 56, 64},
     {"r18 128 @28", 1, 128, 28, 28, 128},
@@ -56,6 +58,9 @@ constexpr std::array<Layer, 18> kLayers = {{
     {"128 @15", 1, 128, 15, 15, 128},
     {"64->128 @28", 1, 64, 28, 28, 128},
     {"256->512 @14", 1, 256, 14, 14, 512},
+    // plain activations on one side (VGG's first layer takes the network's input)
+    {"vgg 3->64 @224 plain in", 1, 3, 224, 224, 64, true, false},
+    {"64 @56 plain out", 1, 64, 56, 56, 64, false, true},
 }};
 
 double flops(const Layer& l) { return 2.0 * static_cast<double>(l.n * l.o * l.h * l.w * l.c * 9); }
@@ -106,7 +111,7 @@ void run_blocked(benchmark::State& state, const Layer& l, const Run& conv, bool 
   const std::vector<float> b = random_floats(l.o, 3);
   std::vector<float> x = random_floats(nchwc::blocked_floats(l.n, l.c, l.h, l.w), 1);
   std::vector<float> y(static_cast<std::size_t>(nchwc::blocked_floats(l.n, l.o, l.h, l.w)));
-  const nchwc::Act xa{x.data(), l.n, l.c, l.h, l.w, true}, ya{y.data(), l.n, l.o, l.h, l.w, true};
+  const nchwc::Act xa{x.data(), l.n, l.c, l.h, l.w, !l.plain_input}, ya{y.data(), l.n, l.o, l.h, l.w, !l.plain_output};
   nchwc::Epilogue e;
   e.bias = b.data();
   // One untimed call: the weights' transform (made by the first run) and the buffers.

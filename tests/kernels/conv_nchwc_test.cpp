@@ -230,7 +230,7 @@ void check_conv(const Case& c, const Options& o, std::uint32_t seed) {
     e.residual = o.residual == Residual::kNone ? nullptr : res_in_y ? &ys.act() : &rs.act();
     e.act = o.act;
     const Status st =
-        use_winograd ? conv2d_winograd_on(*kernels, xs.act(), **transformed, s, e, ys.act(), pool_for(o.threads))
+        use_winograd ? conv2d_winograd(xs.act(), **transformed, s, e, ys.act(), pool_for(o.threads))
                      : conv2d_dense_on(*kernels, xs.act(), **dense, s, e, ys.act(), pool_for(o.threads));
     ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_TRUE(ys.guards_intact());
@@ -422,48 +422,7 @@ TEST(NchwcDense, WinogradMatchesNaiveConvolution) {
   }
 }
 
-// Winograd's shapes: 3x3, stride 1, dilation 1, one group, padding up to 2, at most 256
-// channels a side; its cost rule never prefers what it does not support.
-TEST(NchwcDense, WinogradSupportsThreeByThreeStrideOne) {
-  ConvShape s;
-  s.in_channels = s.out_channels = 64;
-  s.kh = s.kw = 3;
-  s.pad_h = s.pad_w = 1;
-  EXPECT_TRUE(winograd_supported(s));
-  EXPECT_TRUE(winograd_preferred(s, 1, 56, 56, 1));
-  ConvShape t = s;
-  t.stride_w = 2;
-  EXPECT_FALSE(winograd_supported(t));
-  t = s, t.dilation_h = 2;
-  EXPECT_FALSE(winograd_supported(t));
-  t = s, t.groups = 2;
-  EXPECT_FALSE(winograd_supported(t));
-  t = s, t.pad_w = 3;
-  EXPECT_FALSE(winograd_supported(t));
-  t = s, t.kw = 5;
-  EXPECT_FALSE(winograd_supported(t));
-  t = s, t.in_channels = 512;
-  EXPECT_FALSE(winograd_supported(t));
-  EXPECT_FALSE(winograd_preferred(t, 1, 56, 56, 1));
-  t = s, t.in_channels = 8;  // supported, too narrow to win
-  EXPECT_TRUE(winograd_supported(t));
-  EXPECT_FALSE(winograd_preferred(t, 1, 56, 56, 1));
-  const std::vector<float> w(64 * 64 * 25, 0.0f);
-  t = s, t.kw = 5;
-  const auto refused = prepare_winograd(w.data(), t);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().message(),
-            "[prepare_winograd] unsupported convolution: in_channels=64 out_channels=64 groups=1 kernel 3x5");
-  // The weights fix the kernel only: a stride-2 call is refused, not run as stride 1.
-  auto prepared = prepare_winograd(w.data(), s);
-  ASSERT_TRUE(prepared.ok());
-  std::vector<float> xbuf(64 * 8 * 8, 1.0f), ybuf(64 * 4 * 4, 0.0f);
-  t = s, t.stride_h = t.stride_w = 2;
-  const Act x{xbuf.data(), 1, 64, 8, 8, true}, y{ybuf.data(), 1, 64, 4, 4, true};
-  const Status st = conv2d_winograd(x, **prepared, t, {}, y, pool_for(1));
-  EXPECT_EQ(st.code(), StatusCode::kInvalidInput);
-  EXPECT_EQ(st.message(), "[conv2d_winograd] unsupported convolution shape");
-}
+// Winograd's supported shapes, cost rule and refusals: conv_nchwc_winograd_test.cpp.
 
 // Blocked input whose padded lanes are not finite-but-zero: a kernel that let them reach
 // a real channel would show it (the padded weights are zero).

@@ -1,243 +1,753 @@
-// Winograd F(4x4, 3x3) on NCHW8c activations (nchwc.h: conv2d_winograd). Per chunk of 4x4
-// output tiles of one image: the input transform V = B^T d B of every 6x6 input tile (36
-// vectors per input block: each lane is a channel, so the transforms are plain vector
-// arithmetic), the 36 products M[xi] = V[xi] U[xi] as one grouped 1x1 convolution (36
-// groups) on the dense tile kernels, and the output transform Y = A^T M A with the
-// epilogue. 36 multiplies per 4x4 outputs and channel pair instead of 144; the rounding
-// error grows with the transforms as on the plain path (conv_winograd.h). Each thread
-// takes whole chunks, sized so that V and M stay in L2 while U streams. The transforms are
-// the kernel table's (conv_nchwc_tile.inc).
+// Winograd F(4x4, 3x3) on NCHW8c (nchwc.h): the weights, the driver that cuts the batch
+// into tile groups, the cost rule and the portable kernels. The algorithm, the buffers'
+// layouts and the kernel table: conv_nchwc_winograd.h.
+#include "backends/cpu/kernels/conv_nchwc_winograd.h"
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 
-#include "backends/cpu/kernels/conv_nchwc_kernels.h"
+#include "backends/cpu/kernels/nchwc_impl.h"
+
+// 8-lane vectors in a non-AVX build: every function using them is internal (static or
+// always inlined), so the ABI note about passing them in registers does not apply.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
 namespace kiln::cpu::nchwc {
+
+namespace portable_impl {
+#define KILN_WINO_FMA8(a, b, c) ((a) * (b) + (c))
+#include "backends/cpu/kernels/conv_nchwc_winograd.inc"
+#undef KILN_WINO_FMA8
+
+int winograd_width(std::int64_t out_blocks) { return out_blocks >= 2 ? 2 : 1; }
+
+constexpr WinogradKernels make_winograd_kernels() {
+  WinogradKernels k{"baseline",
+                    {4, 2, 1, 1, 1, 1},
+                    &winograd_width,
+                    {{&wino4_input, &wino4_output}, {&wino2_input, &wino2_output}},
+                    {}};
+  wino_fill<1, 4>(k);
+  wino_fill<2, 2>(k);
+  wino_fill<3, 1>(k);
+  wino_fill<4, 1>(k);
+  wino_fill<5, 1>(k);
+  wino_fill<6, 1>(k);
+  return k;
+}
+constexpr WinogradKernels kWinogradKernels = make_winograd_kernels();
+}  // namespace portable_impl
+
+#if defined(__x86_64__) || defined(__i386__)
+// conv_nchwc_winograd_avx2.cpp, conv_nchwc_winograd_avx512.cpp.
+const WinogradKernels& winograd_kernels_avx2_table();
+const WinogradKernels& winograd_kernels_avx512_table();
+#endif
+
+const WinogradKernels& winograd_kernels_portable() { return portable_impl::kWinogradKernels; }
+
+// The same CPU and KILN_CPU_ISA checks as the dense kernels'.
+const WinogradKernels* winograd_kernels_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  return dense_kernels_avx2() != nullptr ? &winograd_kernels_avx2_table() : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
+const WinogradKernels* winograd_kernels_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  return dense_kernels_avx512() != nullptr ? &winograd_kernels_avx512_table() : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
+const WinogradKernels& winograd_kernels() {
+  static const WinogradKernels* const best = winograd_kernels_avx512() != nullptr ? winograd_kernels_avx512()
+                                             : winograd_kernels_avx2() != nullptr ? winograd_kernels_avx2()
+                                                                                  : &winograd_kernels_portable();
+  return *best;
+}
+
 namespace {
 
-// V and M of one chunk of tiles (measured on resnet18's layers: 256 KB beats 96 KB to
-// 1.5 MB); at least 8 tiles for the products' register tiles.
-constexpr std::int64_t kChunkBytes = 256 << 10;
-constexpr std::int64_t kMinChunk = 8, kMaxChunk = 252;
-// U is 36 / 9 = 4x the direct weights: 9.4 MB at 256 x 256 channels, 36 MB at 512.
-constexpr std::int64_t kMaxChannels = 256;
+constexpr const char* kOp = "[conv2d_winograd] ";
 
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// The distance between two of the transformed matrices of a buffer holding `floats` each:
+// whole cache lines, an odd number of them, so that the transforms' streams do not fall
+// into the same cache sets (conv_winograd.cpp's matrix_stride).
+std::int64_t xi_stride(std::int64_t floats) {
+  std::int64_t stride = (floats + 15) / 16 * 16;
+  if ((stride / 16) % 2 == 0) stride += 16;
+  return stride;
+}
+
+// G of each tile size: U = G g G^T.
+constexpr double kG4[6][3] = {{0.25, 0.0, 0.0},
+                              {-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0},
+                              {-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0},
+                              {1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0},
+                              {1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0},
+                              {0.0, 0.0, 1.0}};
+constexpr double kG2[4][3] = {{1.0, 0.0, 0.0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0.0, 0.0, 1.0}};
+
+// U = G g G^T of one 3x3 kernel g, in double (rounded once, by the caller); G: kA x 3.
+template <int kA>
+void transform_kernel(const double (&G)[kA][3], const float* g, double* u) {
+  double gg[kA][3];
+  for (int i = 0; i < kA; ++i) {
+    for (int c = 0; c < 3; ++c) gg[i][c] = G[i][0] * g[c] + G[i][1] * g[3 + c] + G[i][2] * g[6 + c];
+  }
+  for (int i = 0; i < kA; ++i) {
+    for (int j = 0; j < kA; ++j) u[kA * i + j] = gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2];
+  }
+}
+
+// The weights: a copy of the raw 3x3 kernels until the first run, which transforms them
+// for the tile size it runs (4x the raw size for F(4x4), 1.78x for F(2x2)) and drops the
+// copy. A layer whose input sizes never pick Winograd never holds a transform.
 class PackedWinograd final : public WinogradWeights {
  public:
   ConvShape shape;
-  std::unique_ptr<DenseWeights> products;  // U, as the weights of products_shape(shape)
-};
+  int width = 1;
+  std::int64_t in_blocks = 0, out_blocks = 0;
+  std::int64_t u_stride = 0;  // floats between the xi matrices of U
+  mutable std::unique_ptr<float[]> raw;  // [out][in][3][3] until transform()
 
-// The 36 products as a grouped 1x1 convolution: group xi maps the padded input channels of
-// V[xi] to the padded output channels of M[xi].
-ConvShape products_shape(const ConvShape& s) {
-  ConvShape p;
-  p.in_channels = 36 * padded_channels(s.in_channels);
-  p.out_channels = 36 * padded_channels(s.out_channels);
-  p.groups = 36;
-  return p;
-}
+  std::int64_t block_groups() const { return ceil_div(out_blocks, width); }
+  // U[xi] of block group q: [input channel][width_q blocks][8].
+  const float* u(std::int64_t xi, std::int64_t q) const { return u_.get() + xi * u_stride + q * width * 64 * in_blocks; }
 
-// Per-thread chunk buffers, grow-only (a fresh allocation of this size would be an mmap
-// and page faults on every run).
-struct Scratch {
-  std::unique_ptr<float[]> data;
-  std::int64_t capacity = 0;
-  float* get(std::int64_t floats) {
-    if (floats > capacity) {
-      data.reset(new (std::nothrow) float[static_cast<std::size_t>(floats)]);
-      capacity = data != nullptr ? floats : 0;
-    }
-    return data.get();
+  // The transform, made by the first caller for `wanted`; false when it could not be
+  // allocated. *made: the tile size it has.
+  bool transformed(WinogradTile wanted, WinogradTile* made, ThreadPool& pool) const {
+    std::call_once(once_, [&] { transform(wanted, pool); });
+    *made = tile_;
+    return u_ != nullptr;
   }
-};
-thread_local Scratch t_scratch;
+  // Not concurrently with the first run.
+  std::int64_t bytes() const {
+    const std::int64_t r = raw != nullptr ? shape.out_channels * shape.in_channels * 9 * 4 : 0;
+    return r + (u_ != nullptr ? winograd_values(tile_) * u_stride * 4 : 0);
+  }
+  bool made(WinogradTile* tile) const {
+    *tile = tile_;
+    return u_ != nullptr;
+  }
 
-// The products run inside a unit of the outer split, on its thread.
-ThreadPool& inline_pool() {
-  static ThreadPool pool(1);
-  return pool;
+ private:
+  void transform(WinogradTile tile, ThreadPool& pool) const;
+  template <int kA>
+  void fill(const double (&G)[kA][3], std::int64_t q) const;
+
+  mutable std::once_flag once_;
+  mutable std::unique_ptr<float, FreeDeleter> u_;
+  mutable WinogradTile tile_ = WinogradTile::kF4;
+};
+
+// Block groups over the pool: writing U's pages costs more than computing it (a first touch
+// of each 4 KiB page), and both cores take page faults.
+void PackedWinograd::transform(WinogradTile tile, ThreadPool& pool) const {
+  const int values = winograd_values(tile);
+  u_.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>((values * u_stride * 4 + 63) / 64 * 64))));
+  if (u_ == nullptr) return;
+  tile_ = tile;
+  pool.parallel_for(block_groups(), 1, [&](std::int64_t q0, std::int64_t q1) {
+    for (std::int64_t q = q0; q < q1; ++q) {
+      if (tile == WinogradTile::kF4) {
+        fill<6>(kG4, q);
+      } else {
+        fill<4>(kG2, q);
+      }
+    }
+  });
+  raw.reset();
 }
 
-// The activations the output transform applies; kNone for the others too.
-bool transform_applies(FusedActivation act, TileActivation* tile) {
+// Block group q of U, in U's order (each xi matrix written front to back).
+template <int kA>
+void PackedWinograd::fill(const double (&G)[kA][3], std::int64_t q) const {
+  const std::int64_t cin = shape.in_channels, cout = shape.out_channels;
+  float* const u = u_.get();
+  const std::int64_t width_q = std::min<std::int64_t>(width, out_blocks - q * width);
+  for (std::int64_t c = 0; c < in_blocks * kBlock; ++c) {
+    for (std::int64_t b = 0; b < width_q; ++b) {
+      for (std::int64_t lane = 0; lane < kBlock; ++lane) {
+        const std::int64_t o = (q * width + b) * kBlock + lane;
+        double t[kA * kA] = {};
+        if (o < cout && c < cin) transform_kernel<kA>(G, raw.get() + (o * cin + c) * 9, t);
+        float* dst = u + q * width * 64 * in_blocks + (c * width_q + b) * kBlock + lane;
+        for (int xi = 0; xi < kA * kA; ++xi) dst[xi * u_stride] = static_cast<float>(t[xi]);
+      }
+    }
+  }
+}
+
+std::string dims(const Act& a) {
+  return "[" + std::to_string(a.n) + ", " + std::to_string(a.c) + ", " + std::to_string(a.h) + ", " +
+         std::to_string(a.w) + (a.blocked ? "] blocked" : "] plain");
+}
+
+Status invalid(const std::string& what) { return Status(StatusCode::kInvalidInput, kOp + what); }
+
+Status check_act(const Act& a, const char* name) {
+  if (a.n < 0 || a.c < 1 || a.h < 1 || a.w < 1) return invalid(std::string(name) + " has extents " + dims(a));
+  if (a.data == nullptr && a.n > 0) return invalid(std::string(name) + ".data is null");
+  return Status::Ok();
+}
+
+std::int64_t out_extent(std::int64_t in, std::int64_t pad) { return in + 2 * pad - 2 < 1 ? -1 : in + 2 * pad - 2; }
+
+Status check(const Act& x, const PackedWinograd& w, const ConvShape& s, const Epilogue& e, const Act& y) {
+  const ConvShape& p = w.shape;
+  if (p.in_channels != s.in_channels || p.out_channels != s.out_channels) {
+    return invalid("weights prepared for in_channels=" + std::to_string(p.in_channels) +
+                   " out_channels=" + std::to_string(p.out_channels) + ", called with in_channels=" +
+                   std::to_string(s.in_channels) + " out_channels=" + std::to_string(s.out_channels));
+  }
+  if (!winograd_supported(s)) {
+    return invalid("unsupported convolution: kernel " + std::to_string(s.kh) + "x" + std::to_string(s.kw) +
+                   " stride " + std::to_string(s.stride_h) + "," + std::to_string(s.stride_w) + " dilation " +
+                   std::to_string(s.dilation_h) + "," + std::to_string(s.dilation_w) + " groups " +
+                   std::to_string(s.groups) + " padding " + std::to_string(s.pad_h) + "," + std::to_string(s.pad_w) +
+                   " (3x3, stride 1, dilation 1, groups 1, padding <= 2 only)");
+  }
+  KILN_RETURN_IF_ERROR(check_act(x, "x"));
+  KILN_RETURN_IF_ERROR(check_act(y, "y"));
+  if (x.c != s.in_channels) {
+    return invalid("x.c=" + std::to_string(x.c) + " != in_channels=" + std::to_string(s.in_channels));
+  }
+  if (y.c != s.out_channels) {
+    return invalid("y.c=" + std::to_string(y.c) + " != out_channels=" + std::to_string(s.out_channels));
+  }
+  if (y.n != x.n) return invalid("y.n=" + std::to_string(y.n) + " != x.n=" + std::to_string(x.n));
+  const std::int64_t oh = out_extent(x.h, s.pad_h), ow = out_extent(x.w, s.pad_w);
+  if (y.h != oh) {
+    return invalid("y.h=" + std::to_string(y.h) + " != output height " + std::to_string(oh) + " (x.h=" +
+                   std::to_string(x.h) + ", pad_h=" + std::to_string(s.pad_h) + ")");
+  }
+  if (y.w != ow) {
+    return invalid("y.w=" + std::to_string(y.w) + " != output width " + std::to_string(ow) + " (x.w=" +
+                   std::to_string(x.w) + ", pad_w=" + std::to_string(s.pad_w) + ")");
+  }
+  if (x.n > 0 && x.data == y.data) return invalid("x and y share their data");
+  if (e.residual != nullptr) {
+    const Act& r = *e.residual;
+    if (r.n != y.n || r.c != y.c || r.h != y.h || r.w != y.w) {
+      return invalid("residual " + dims(r) + " != y " + dims(y));
+    }
+    if (r.data == nullptr && r.n > 0) return invalid("residual.data is null");
+    if (r.data == y.data && r.blocked != y.blocked) return invalid("residual shares y's data in another layout");
+  }
+  return Status::Ok();
+}
+
+TileActivation tile_activation(FusedActivation act) {
   switch (act) {
-    case FusedActivation::kNone: *tile = TileActivation::kNone; return true;
-    case FusedActivation::kRelu: *tile = TileActivation::kRelu; return true;
-    case FusedActivation::kRelu6: *tile = TileActivation::kRelu6; return true;
-    case FusedActivation::kHardswish: *tile = TileActivation::kHardswish; return true;
-    case FusedActivation::kHardsigmoid: *tile = TileActivation::kHardsigmoid; return true;
-    default: *tile = TileActivation::kNone; return false;
+    case FusedActivation::kRelu: return TileActivation::kRelu;
+    case FusedActivation::kRelu6: return TileActivation::kRelu6;
+    case FusedActivation::kHardswish: return TileActivation::kHardswish;
+    case FusedActivation::kHardsigmoid: return TileActivation::kHardsigmoid;
+    default: return TileActivation::kNone;
   }
 }
 
-// The epilogue where the output transform cannot apply it (a plain y or residual, silu,
-// gelu): the chunk's tiles (A^T m A + bias, winograd_output's tiles_out) + residual, the
-// activation, stored in y's layout; only the tile positions inside y.
-void finish_tiles(const float* tiles_out, const Epilogue& e, const Act& y, std::int64_t n, std::int64_t out_blocks,
-                  std::int64_t tiles_w, std::int64_t t0, std::int64_t count) {
-  const std::int64_t plane = y.h * y.w;
-  float* yimg = y.data + n * y.image_floats();
-  const Act* r = e.residual;
-  const float* rimg = r != nullptr ? r->data + n * r->image_floats() : nullptr;
-  for (std::int64_t t = 0; t < count; ++t) {
-    const std::int64_t oy0 = (t0 + t) / tiles_w * 4, ox0 = (t0 + t) % tiles_w * 4;
-    const std::int64_t rows = std::min<std::int64_t>(4, y.h - oy0), cols = std::min<std::int64_t>(4, y.w - ox0);
-    for (std::int64_t kb = 0; kb < out_blocks; ++kb) {
-      float tile[16 * kBlock];
-      std::copy_n(tiles_out + (kb * count + t) * 16 * kBlock, 16 * kBlock, tile);
-      const std::int64_t lanes = std::min(kBlock, y.c - kb * kBlock);
-      for (std::int64_t i = 0; i < rows; ++i) {
-        for (std::int64_t j = 0; j < cols; ++j) {
-          for (std::int64_t l = 0; l < lanes && rimg != nullptr; ++l) {
-            tile[(4 * i + j) * kBlock + l] += rimg[r->offset(kb * kBlock + l, oy0 + i, ox0 + j)];
-          }
-        }
+// ---------------------------------------------------------------------------------------
+// The schedule: tile groups x chunks of output block groups.
+
+// A tile group's V (every input channel) and the M of a pass over some of its block groups
+// stay in L2 (1 MiB per core here) next to the streamed U: up to kGroupBytes and
+// kPassBytes. Groups hold at least kMinGroupTiles tiles, even with a larger V (which then
+// spills to L3, read once per pass): each U element streamed from memory feeds that many
+// FMAs.
+constexpr std::int64_t kGroupBytes = 512 << 10;
+constexpr std::int64_t kPassBytes = 256 << 10;
+constexpr std::int64_t kMinGroupTiles = 16;
+
+struct Schedule {
+  std::int64_t tiles = 0;        // of the batch
+  std::int64_t groups = 1;       // tile groups (balanced)
+  std::int64_t chunks = 1;       // chunks of block groups per tile group (one unit each)
+  std::int64_t pass_groups = 1;  // block groups per pass over a group's M
+  std::int64_t group_begin(std::int64_t g) const { return g * tiles / groups; }
+};
+
+// With several threads: a multiple of the thread count of groups, or, when the tiles are
+// too few to share, the block groups split between the threads (each transforming the
+// group's input itself).
+Schedule make_schedule(int values, std::int64_t cin, std::int64_t tiles, std::int64_t block_groups, int width,
+                       int threads) {
+  Schedule s;
+  s.tiles = tiles;
+  const std::int64_t per_tile = values * 4 * padded_channels(cin);
+  const std::int64_t most = std::max(kGroupBytes / per_tile, kMinGroupTiles);
+  s.groups = ceil_div(tiles, most);
+  if (threads > 1) {
+    if (s.groups < threads) {
+      if (tiles >= threads * kMinGroupTiles) {
+        s.groups = threads;
+      } else {
+        s.chunks = std::min<std::int64_t>(block_groups, ceil_div(threads, s.groups));
       }
-      apply_activation(e.act, tile, 16 * kBlock);
-      for (std::int64_t i = 0; i < rows; ++i) {
-        for (std::int64_t j = 0; j < cols; ++j) {
-          const float* v = tile + (4 * i + j) * kBlock;
-          const std::int64_t pixel = (oy0 + i) * y.w + ox0 + j;
-          if (y.blocked) {
-            std::copy_n(v, kBlock, yimg + (kb * plane + pixel) * kBlock);
-          } else {
-            for (std::int64_t l = 0; l < lanes; ++l) yimg[(kb * kBlock + l) * plane + pixel] = v[l];
+    } else if (s.groups % threads != 0 && s.groups < 4 * threads) {
+      s.groups = ceil_div(s.groups, threads) * threads;
+    }
+  }
+  s.groups = std::min(s.groups, tiles);
+  const std::int64_t group_tiles = ceil_div(tiles, s.groups);
+  s.pass_groups = std::max<std::int64_t>(1, kPassBytes / (values * 4 * group_tiles * width * kBlock));
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------
+// The run.
+
+struct Run {
+  const Act& x;
+  const PackedWinograd& w;
+  const Epilogue& e;
+  const Act& y;
+  const WinogradKernels& k;
+  const WinogradTransforms& t;
+  const Schedule& sched;
+  const float* bias;  // out_blocks * 8 (zeros past out_channels)
+  int side, in_side, values;  // output and input tile sides, transformed values
+  std::int64_t pad_h, pad_w;
+  std::int64_t tiles_h, tiles_w;
+  int rows;      // tiles per row block (V's layout)
+  bool direct;   // the output transform writes y itself (blocked y, no plain residual)
+  TileActivation tile_act;
+  bool late_act;  // an activation applied over the output after the tile stores
+};
+
+// A thread's buffers, grown on demand (64-byte aligned).
+struct Buffer {
+  float* data = nullptr;
+  std::size_t capacity = 0;
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { std::free(data); }
+  float* get(std::int64_t floats) {
+    const auto needed = static_cast<std::size_t>(std::max<std::int64_t>(floats, 16));
+    if (needed > capacity) {
+      std::free(data);
+      const std::size_t bytes = (needed * sizeof(float) + 63) / 64 * 64;
+      data = static_cast<float*>(std::aligned_alloc(64, bytes));
+      capacity = data != nullptr ? bytes / sizeof(float) : 0;
+    }
+    return data;
+  }
+};
+thread_local Buffer t_buffer;
+
+// Row blocks of a group of `tiles` tiles: `count` even blocks of at most `rows`.
+struct RowBlocks {
+  std::int64_t count, small, big;  // `big` blocks of small + 1 tiles, then blocks of small
+  RowBlocks(std::int64_t tiles, std::int64_t rows)
+      : count(ceil_div(tiles, rows)), small(tiles / count), big(tiles % count) {}
+  std::int64_t first(std::int64_t r) const { return r * small + std::min(r, big); }
+  std::int64_t size(std::int64_t r) const { return small + (r < big ? 1 : 0); }
+};
+
+// Calls fn(image, ty, tx, count, t) for the runs of tiles [t0, t1) (batch order) along tile
+// rows; t: the run's first tile.
+template <typename Fn>
+void for_each_run(const Run& r, std::int64_t t0, std::int64_t t1, const Fn& fn) {
+  const std::int64_t per_image = r.tiles_h * r.tiles_w;
+  for (std::int64_t t = t0; t < t1;) {
+    const std::int64_t image = t / per_image, rem = t % per_image, ty = rem / r.tiles_w, tx = rem % r.tiles_w;
+    const std::int64_t count = std::min(t1 - t, r.tiles_w - tx);
+    fn(image, ty, tx, count, t);
+    t += count;
+  }
+}
+
+// 1. V of the group's tiles [g0, g1): [xi][row block][input block][row][8].
+void input_transform(const Run& r, std::int64_t g0, std::int64_t g1, float* v, std::int64_t v_xi, float* rows_buf) {
+  const Act& x = r.x;
+  const std::int64_t in_blocks = r.w.in_blocks, cpad = in_blocks * kBlock;
+  const RowBlocks rb(g1 - g0, r.rows);
+  for (std::int64_t cb = 0; cb < in_blocks; ++cb) {
+    for (std::int64_t b = 0; b < rb.count; ++b) {
+      const std::int64_t first = rb.first(b), size = rb.size(b);
+      float* block = v + first * cpad + cb * size * kBlock;
+      for_each_run(r, g0 + first, g0 + first + size, [&](std::int64_t image, std::int64_t ty, std::int64_t tx,
+                                                         std::int64_t count, std::int64_t t) {
+        WinogradInputRun a;
+        const std::int64_t y0 = r.side * ty - r.pad_h;
+        const std::int64_t r0 = std::max<std::int64_t>(y0, 0), r1 = std::min<std::int64_t>(y0 + r.in_side, x.h);
+        const detail::PlaneRows plane = detail::block_rows(x, image, cb, r0, r1, rows_buf);
+        for (int i = 0; i < r.in_side; ++i) {
+          const std::int64_t yy = y0 + i;
+          a.rows[i] = yy >= 0 && yy < x.h ? plane.data + (yy - plane.first_row) * x.w * kBlock : nullptr;
+        }
+        a.w = x.w;
+        a.x0 = r.side * tx - r.pad_w;
+        a.count = count;
+        a.lanes = detail::block_channels(x.c, cb);
+        a.dst = block + (t - g0 - first) * kBlock;
+        a.xi_stride = v_xi;
+        r.t.input(a);
+      });
+    }
+  }
+}
+
+// 2. M of output block groups [q0, q1) (blocks from q0 * width): [xi][block][tile][8].
+void multiply(const Run& r, std::int64_t tiles, std::int64_t q0, std::int64_t q1, const float* v, std::int64_t v_xi,
+              float* m, std::int64_t m_xi) {
+  const PackedWinograd& w = r.w;
+  const std::int64_t cpad = w.in_blocks * kBlock;
+  const RowBlocks rb(tiles, r.rows);
+  for (int xi = 0; xi < r.values; ++xi) {
+    for (std::int64_t q = q0; q < q1; ++q) {
+      const int width = static_cast<int>(std::min<std::int64_t>(w.width, w.out_blocks - q * w.width));
+      const int most = r.k.max_rows[width - 1];
+      // The U this pass reads next, prefetched over this block group's register tiles.
+      const bool last = q + 1 == q1;
+      const std::int64_t next_q = last ? q0 : q + 1, next_xi = last ? xi + 1 : xi;
+      std::int64_t next_lines =
+          next_xi < r.values ? std::min<std::int64_t>(w.width, w.out_blocks - next_q * w.width) * 4 * w.in_blocks
+                             : 0;  // width * 8 floats per input channel: width * 4 lines per block
+      const std::int64_t calls = rb.count * ceil_div(ceil_div(tiles, rb.count), most);
+      WinogradGemmArgs a;
+      a.in_blocks = w.in_blocks;
+      a.u = w.u(xi, q);
+      a.m_block_stride = tiles * kBlock;
+      const float* prefetch = next_lines > 0 ? w.u(next_xi, next_q) : nullptr;
+      const std::int64_t per_call = ceil_div(next_lines, calls);
+      a.prefetch_per_block = ceil_div(per_call, w.in_blocks);
+      for (std::int64_t b = 0; b < rb.count; ++b) {
+        const std::int64_t first = rb.first(b), size = rb.size(b);
+        a.v_block_stride = size * kBlock;
+        // The row block in register tiles of at most `most` rows (even).
+        const RowBlocks parts(size, most);
+        for (std::int64_t p = 0; p < parts.count; ++p) {
+          const std::int64_t p0 = parts.first(p);
+          a.v = v + xi * v_xi + first * cpad + p0 * kBlock;
+          a.m = m + xi * m_xi + (q - q0) * w.width * tiles * kBlock + (first + p0) * kBlock;
+          a.prefetch = prefetch;
+          a.prefetch_lines = prefetch != nullptr ? std::min(per_call, next_lines) : 0;
+          if (prefetch != nullptr) {
+            prefetch += 16 * a.prefetch_lines;
+            next_lines -= a.prefetch_lines;
+            if (next_lines <= 0) prefetch = nullptr;
           }
+          r.k.gemm[width - 1][parts.size(p) - 1](a);
         }
       }
     }
   }
+}
+
+// The tile values of a run (bias added, in `scratch` [rows][cols][8]) -> y, for a plain y
+// or a plain residual: + residual, activation, stored in y's layout (zeros in padded lanes).
+void finish_scratch(const Run& r, const float* scratch, std::int64_t image, std::int64_t block, std::int64_t oy0,
+                    std::int64_t ox0, std::int64_t rows, std::int64_t cols, float* row_buf) {
+  const Act& y = r.y;
+  const std::int64_t lanes = detail::block_channels(y.c, block);
+  float* yimg = y.data + image * y.image_floats();
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const float* src = scratch + i * cols * kBlock;
+    std::copy(src, src + cols * kBlock, row_buf);
+    if (r.e.residual != nullptr) {
+      const Act& res = *r.e.residual;
+      const float* rimg = res.data + image * res.image_floats();
+      for (std::int64_t j = 0; j < cols; ++j) {
+        for (std::int64_t l = 0; l < lanes; ++l) {
+          row_buf[j * kBlock + l] += rimg[res.offset(block * kBlock + l, oy0 + i, ox0 + j)];
+        }
+      }
+    }
+    apply_activation(r.e.act, row_buf, cols * kBlock);
+    for (std::int64_t j = 0; j < cols; ++j) {
+      if (y.blocked) {
+        float* dst = yimg + y.offset(block * kBlock, oy0 + i, ox0 + j);
+        for (std::int64_t l = 0; l < kBlock; ++l) dst[l] = l < lanes ? row_buf[j * kBlock + l] : 0.0f;
+      } else {
+        for (std::int64_t l = 0; l < lanes; ++l) {
+          yimg[y.offset(block * kBlock + l, oy0 + i, ox0 + j)] = row_buf[j * kBlock + l];
+        }
+      }
+    }
+  }
+}
+
+// 3. The output transform of the group's tiles [g0, g1) for output blocks [b0, b1).
+void output_transform(const Run& r, std::int64_t g0, std::int64_t g1, std::int64_t b0, std::int64_t b1,
+                      const float* m, std::int64_t m_xi, float* scratch) {
+  const Act& y = r.y;
+  const std::int64_t tiles = g1 - g0, plane = y.h * y.w;
+  for (std::int64_t block = b0; block < b1; ++block) {
+    const float* mb = m + (block - b0) * tiles * kBlock;
+    for_each_run(r, g0, g1, [&](std::int64_t image, std::int64_t ty, std::int64_t tx, std::int64_t count, std::int64_t t) {
+      WinogradOutputRun a;
+      a.m = mb + (t - g0) * kBlock;
+      a.xi_stride = m_xi;
+      a.count = count;
+      const std::int64_t oy0 = r.side * ty, ox0 = r.side * tx;
+      a.rows = std::min<std::int64_t>(r.side, y.h - oy0);
+      a.cols = std::min<std::int64_t>(r.side * count, y.w - ox0);
+      a.bias = r.bias + block * kBlock;
+      if (r.direct) {
+        const std::int64_t at = (block * plane + oy0 * y.w + ox0) * kBlock;
+        a.out = y.data + image * y.image_floats() + at;
+        a.out_row = y.w * kBlock;
+        if (r.e.residual != nullptr) {
+          a.residual = r.e.residual->data + image * r.e.residual->image_floats() + at;
+          a.residual_row = a.out_row;
+        }
+        a.act = r.tile_act;
+        a.lanes = detail::block_channels(y.c, block);
+        r.t.output(a);
+        if (r.late_act) {
+          for (std::int64_t i = 0; i < a.rows; ++i) apply_activation(r.e.act, a.out + i * a.out_row, a.cols * kBlock);
+        }
+      } else {
+        a.out = scratch;
+        a.out_row = a.cols * kBlock;
+        r.t.output(a);
+        finish_scratch(r, scratch, image, block, oy0, ox0, a.rows, a.cols, scratch + r.side * a.out_row);
+      }
+    });
+  }
+}
+
+// One unit: tile group g, block groups of chunk `chunk`. False without memory.
+bool run_unit(const Run& r, std::int64_t g, std::int64_t chunk) {
+  const PackedWinograd& w = r.w;
+  const std::int64_t g0 = r.sched.group_begin(g), g1 = r.sched.group_begin(g + 1), tiles = g1 - g0;
+  const std::int64_t qs = w.block_groups();
+  const std::int64_t q0 = chunk * qs / r.sched.chunks, q1 = (chunk + 1) * qs / r.sched.chunks;
+  const std::int64_t b1 = std::min(w.out_blocks, q1 * w.width);
+  const std::int64_t pass = std::min(r.sched.pass_groups, q1 - q0);
+  const std::int64_t v_xi = xi_stride(tiles * w.in_blocks * kBlock), m_xi = xi_stride(tiles * pass * w.width * kBlock);
+  // The rows of a plain input packed as blocks; the output scratch (a run's tile row and
+  // a finished row).
+  const std::int64_t rows_floats = r.x.blocked ? 0 : r.in_side * r.x.w * kBlock;
+  const std::int64_t scratch_floats = r.direct ? 0 : (r.side + 1) * r.side * (r.tiles_w + 1) * kBlock;
+  float* buf = t_buffer.get(r.values * (v_xi + m_xi) + rows_floats + scratch_floats);
+  if (buf == nullptr) return false;
+  float* v = buf;
+  float* m = v + r.values * v_xi;
+  float* extra = m + r.values * m_xi;
+  input_transform(r, g0, g1, v, v_xi, extra);
+  for (std::int64_t qa = q0; qa < q1; qa += pass) {
+    const std::int64_t qb = std::min(q1, qa + pass);
+    multiply(r, tiles, qa, qb, v, v_xi, m, m_xi);
+    output_transform(r, g0, g1, qa * w.width, std::min(b1, qb * w.width), m, m_xi, extra + rows_floats);
+  }
+  return true;
 }
 
 }  // namespace
 
 bool winograd_supported(const ConvShape& s) {
-  return s.groups == 1 && s.kh == 3 && s.kw == 3 && s.stride_h == 1 && s.stride_w == 1 && s.dilation_h == 1 &&
-         s.dilation_w == 1 && s.pad_h >= 0 && s.pad_h <= 2 && s.pad_w >= 0 && s.pad_w <= 2 && s.in_channels >= 1 &&
-         s.out_channels >= 1 && s.in_channels <= kMaxChannels && s.out_channels <= kMaxChannels;
+  return s.in_channels >= 1 && s.out_channels >= 1 && s.groups == 1 && s.kh == 3 && s.kw == 3 && s.stride_h == 1 &&
+         s.stride_w == 1 && s.dilation_h == 1 && s.dilation_w == 1 && s.pad_h >= 0 && s.pad_h <= 2 && s.pad_w >= 0 &&
+         s.pad_w <= 2;
 }
 
-bool winograd_preferred(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads) {
-  (void)n;
-  (void)threads;
-  // Measured against conv2d_dense (AVX-512 and AVX2, 1 and 2 threads, blocked in and out):
-  // Winograd wins from 16 channels a side at 112x112 (299 against 530 us) down to 7x7
-  // (256 channels: 234 against 472 us; 4 tiles, 49 of their 64 outputs used). Below 16
-  // channels the transforms outweigh the products; below half the tile outputs used, the
-  // 4x fewer multiplies stop paying for them.
-  const std::int64_t tiles = (oh + 3) / 4 * ((ow + 3) / 4);
-  return winograd_supported(s) && s.in_channels >= 16 && s.out_channels >= 16 && 2 * oh * ow >= 16 * tiles;
+Result<std::unique_ptr<WinogradWeights>> prepare_winograd_width(const float* w, const ConvShape& s, int width) {
+  if (!winograd_supported(s)) {
+    return Status(StatusCode::kInvalidInput,
+                  "[prepare_winograd] unsupported convolution: kernel " + std::to_string(s.kh) + "x" +
+                      std::to_string(s.kw) + " stride " + std::to_string(s.stride_h) + "," +
+                      std::to_string(s.stride_w) + " dilation " + std::to_string(s.dilation_h) + "," +
+                      std::to_string(s.dilation_w) + " groups " + std::to_string(s.groups));
+  }
+  if (width < 1 || width > kWinogradMaxWidth) {
+    return Status(StatusCode::kInvalidInput, "[prepare_winograd] width=" + std::to_string(width) + " outside [1, " +
+                                                 std::to_string(kWinogradMaxWidth) + "]");
+  }
+  if (w == nullptr) return Status(StatusCode::kInvalidInput, "[prepare_winograd] w is null");
+  std::int64_t raw = 0, blocks = 0;
+  if (__builtin_mul_overflow(s.out_channels, s.in_channels, &raw) || __builtin_mul_overflow(raw, 9, &raw) ||
+      __builtin_mul_overflow(padded_channels(s.in_channels), padded_channels(s.out_channels), &blocks) ||
+      blocks > (std::int64_t{1} << 36)) {
+    return Status(StatusCode::kInvalidInput, "[prepare_winograd] weight size overflows");
+  }
+  auto packed = std::unique_ptr<PackedWinograd>(new (std::nothrow) PackedWinograd);
+  if (packed == nullptr) return Status(StatusCode::kUnavailable, "[prepare_winograd] out of memory");
+  packed->shape = s;
+  packed->in_blocks = ceil_div(s.in_channels, kBlock);
+  packed->out_blocks = ceil_div(s.out_channels, kBlock);
+  packed->width = static_cast<int>(std::min<std::int64_t>(width, packed->out_blocks));
+  packed->u_stride = xi_stride(blocks);
+  packed->raw.reset(new (std::nothrow) float[static_cast<std::size_t>(raw)]);
+  if (packed->raw == nullptr) {
+    return Status(StatusCode::kUnavailable, "[prepare_winograd] cannot allocate " + std::to_string(raw * 4) + " bytes");
+  }
+  std::memcpy(packed->raw.get(), w, static_cast<std::size_t>(raw) * sizeof(float));
+  return std::unique_ptr<WinogradWeights>(std::move(packed));
 }
 
 Result<std::unique_ptr<WinogradWeights>> prepare_winograd(const float* w, const ConvShape& s) {
-  if (!winograd_supported(s)) {
-    return Status(StatusCode::kInvalidInput,
-                  "[prepare_winograd] unsupported convolution: in_channels=" + std::to_string(s.in_channels) +
-                      " out_channels=" + std::to_string(s.out_channels) + " groups=" + std::to_string(s.groups) +
-                      " kernel " + std::to_string(s.kh) + "x" + std::to_string(s.kw));
-  }
-  if (w == nullptr) return Status(StatusCode::kInvalidInput, "[prepare_winograd] w is null");
-  const std::int64_t c = s.in_channels, k = s.out_channels, cp = padded_channels(c), kp = padded_channels(k);
-  std::unique_ptr<float[]> u(new (std::nothrow) float[static_cast<std::size_t>(36 * kp * cp)]());
-  auto packed = std::unique_ptr<PackedWinograd>(new (std::nothrow) PackedWinograd);
-  if (u == nullptr || packed == nullptr) return Status(StatusCode::kUnavailable, "[prepare_winograd] out of memory");
-  // U = G g G^T per (output, input) channel pair, element xi = 6 * row + column.
-  static constexpr double kG[6][3] = {{1.0 / 4, 0, 0},
-                                      {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                                      {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-                                      {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                                      {1.0 / 24, -1.0 / 12, 1.0 / 6},
-                                      {0, 0, 1}};
-  for (std::int64_t o = 0; o < k; ++o) {
-    for (std::int64_t i = 0; i < c; ++i) {
-      const float* g = w + (o * c + i) * 9;
-      double gg[6][3];  // G g
-      for (int r = 0; r < 6; ++r) {
-        for (int col = 0; col < 3; ++col) gg[r][col] = kG[r][0] * g[col] + kG[r][1] * g[3 + col] + kG[r][2] * g[6 + col];
-      }
-      for (int r = 0; r < 6; ++r) {
-        for (int col = 0; col < 6; ++col) {
-          const double v = gg[r][0] * kG[col][0] + gg[r][1] * kG[col][1] + gg[r][2] * kG[col][2];  // (G g) G^T
-          u[static_cast<std::size_t>(((6 * r + col) * kp + o) * cp + i)] = static_cast<float>(v);
-        }
-      }
-    }
-  }
-  const ConvShape p = products_shape(s);
-  KILN_ASSIGN_OR_RETURN(packed->products, prepare_dense_width(u.get(), p, dense_kernels().preferred_width(kp / kBlock, cp)));
-  packed->shape = s;
-  return std::unique_ptr<WinogradWeights>(std::move(packed));
+  return prepare_winograd_width(w, s, winograd_kernels().preferred_width(ceil_div(s.out_channels, kBlock)));
+}
+
+std::int64_t winograd_weight_bytes(const WinogradWeights& w) { return static_cast<const PackedWinograd&>(w).bytes(); }
+
+bool winograd_transformed_tile(const WinogradWeights& w, WinogradTile* tile) {
+  return static_cast<const PackedWinograd&>(w).made(tile);
 }
 
 Status conv2d_winograd(const Act& x, const WinogradWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,
                        ThreadPool& pool) {
-  return conv2d_winograd_on(dense_kernels(), x, w, s, e, y, pool);
+  return conv2d_winograd_on(winograd_kernels(), x, w, s, e, y, pool);
 }
 
-Status conv2d_winograd_on(const DenseKernels& kernels, const Act& x, const WinogradWeights& weights, const ConvShape& s,
+Status conv2d_winograd_on(const WinogradKernels& kernels, const Act& x, const WinogradWeights& w, const ConvShape& s,
                           const Epilogue& e, const Act& y, ThreadPool& pool) {
+  return conv2d_winograd_tile(kernels, winograd_tile(s, y.n, y.h, y.w, pool.num_threads()), x, w, s, e, y, pool);
+}
+
+Status conv2d_winograd_tile(const WinogradKernels& kernels, WinogradTile wanted, const Act& x,
+                            const WinogradWeights& weights, const ConvShape& s, const Epilogue& e, const Act& y,
+                            ThreadPool& pool) {
   const auto& w = static_cast<const PackedWinograd&>(weights);
-  KILN_RETURN_IF_ERROR(check_conv_call("conv2d_winograd", x, w.shape, winograd_supported(s), s, e, y));
+  KILN_RETURN_IF_ERROR(check(x, w, s, e, y));
   if (x.n == 0) return Status::Ok();
-  const std::int64_t tiles_w = (y.w + 3) / 4, tiles = (y.h + 3) / 4 * tiles_w;
-  const std::int64_t cb = padded_channels(s.in_channels) / kBlock, kb = padded_channels(s.out_channels) / kBlock;
-  std::unique_ptr<float[]> bias(new (std::nothrow) float[static_cast<std::size_t>(kb * kBlock)]());
-  if (bias == nullptr) return Status(StatusCode::kUnavailable, "[conv2d_winograd] out of memory");
-  if (e.bias != nullptr) std::copy(e.bias, e.bias + s.out_channels, bias.get());
-  // The output transform applies the epilogue itself to a blocked y (and residual).
-  TileActivation act = TileActivation::kNone;
-  const bool direct_out = transform_applies(e.act, &act) && y.blocked && (e.residual == nullptr || e.residual->blocked);
-
-  // Chunks of tiles per image, a multiple of the threads when the images do not split
-  // evenly among them.
-  const std::int64_t per_tile = 36 * (cb + kb) * kBlock * 4;
-  const std::int64_t chunk = std::clamp(kChunkBytes / per_tile, kMinChunk, kMaxChunk);
-  std::int64_t chunks = (tiles + chunk - 1) / chunk;
-  const std::int64_t threads = pool.num_threads(), tile_cost = 36 * cb * kb * 64, min_cost = 1 << 18;
-  if (threads > 1 && x.n % threads != 0 && x.n * tiles * tile_cost >= threads * min_cost) {
-    chunks = std::min(tiles, (chunks + threads - 1) / threads * threads);
+  WinogradTile tile = wanted;
+  if (!w.transformed(wanted, &tile, pool)) {
+    return Status(StatusCode::kUnavailable, kOp + std::string("cannot allocate ") +
+                                                std::to_string(winograd_values(wanted) * w.u_stride * 4) +
+                                                " bytes of transformed weights");
   }
+  std::unique_ptr<float[]> bias(new (std::nothrow) float[static_cast<std::size_t>(w.out_blocks * kBlock)]());
+  if (bias == nullptr) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory"));
+  if (e.bias != nullptr) std::copy(e.bias, e.bias + s.out_channels, bias.get());
 
-  const ConvShape products = products_shape(s);
-  const std::int64_t units = x.n * chunks;
-  const std::int64_t unit_cost = (tiles + chunks - 1) / chunks * tile_cost;
+  const int side = winograd_out_side(tile), values = winograd_values(tile);
+  const std::int64_t tiles_h = ceil_div(y.h, side), tiles_w = ceil_div(y.w, side);
+  const int rows = kernels.max_rows[w.width - 1];
+  const Schedule sched =
+      make_schedule(values, s.in_channels, x.n * tiles_h * tiles_w, w.block_groups(), w.width, pool.num_threads());
+  const TileActivation tile_act = tile_activation(e.act);
+  const Run run{x,
+                w,
+                e,
+                y,
+                kernels,
+                kernels.transforms[static_cast<int>(tile)],
+                sched,
+                bias.get(),
+                side,
+                side + 2,
+                values,
+                s.pad_h,
+                s.pad_w,
+                tiles_h,
+                tiles_w,
+                rows,
+                y.blocked && (e.residual == nullptr || e.residual->blocked),
+                tile_act,
+                e.act != FusedActivation::kNone && tile_act == TileActivation::kNone};
+  const std::int64_t units = sched.groups * sched.chunks;
   std::atomic<bool> failed{false};
-  pool.parallel_for(units, pool.even_grain(units, unit_cost, min_cost), [&](std::int64_t first, std::int64_t last) {
-    for (std::int64_t i = first; i < last && !failed.load(std::memory_order_relaxed); ++i) {
-      const std::int64_t n = i / chunks, t0 = i % chunks * tiles / chunks, t1 = (i % chunks + 1) * tiles / chunks;
-      const std::int64_t count = t1 - t0;
-      const std::int64_t v_floats = 36 * cb * kBlock * count, m_floats = 36 * kb * kBlock * count;
-      float* v = t_scratch.get(v_floats + m_floats + (direct_out ? 0 : 16 * kb * kBlock * count));
-      if (v == nullptr) {
-        failed.store(true);
-        return;
-      }
-      float* m = v + v_floats;
-      kernels.winograd_input(x.data + n * x.image_floats(), x.blocked, x.c, x.h, x.w, cb, s.pad_h, s.pad_w, tiles_w,
-                             t0, count, v);
-      const Act va{v, 1, products.in_channels, 1, count, true}, ma{m, 1, products.out_channels, 1, count, true};
-      if (!conv2d_dense_on(kernels, va, *w.products, products, {}, ma, inline_pool()).ok()) {
-        failed.store(true);
-        return;
-      }
-      if (direct_out) {
-        const float* residual = e.residual != nullptr ? e.residual->data + n * e.residual->image_floats() : nullptr;
-        kernels.winograd_output(m, kb, tiles_w, t0, count, bias.get(), residual, y.data + n * y.image_floats(), y.h,
-                                y.w, act, nullptr);
-      } else {
-        float* tiles_out = m + m_floats;
-        kernels.winograd_output(m, kb, tiles_w, t0, count, bias.get(), nullptr, nullptr, y.h, y.w,
-                                TileActivation::kNone, tiles_out);
-        finish_tiles(tiles_out, e, y, n, kb, tiles_w, t0, count);
-      }
+  pool.parallel_for(units, 1, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t u = first; u < last; ++u) {
+      if (!run_unit(run, u / sched.chunks, u % sched.chunks)) failed.store(true);
     }
   });
-  if (failed.load()) return Status(StatusCode::kUnavailable, "[conv2d_winograd] out of memory for the tiles");
+  if (failed.load()) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory for the tile buffers"));
   return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------
+// The cost rule: estimates in microseconds from rates measured on this CPU (AMD Zen 4,
+// AVX-512; bench/nchwc_winograd_bench.cpp with the caches flushed before each call, as a
+// network's weights come from memory, and resnet18 end to end). A kernel's time is its
+// compute on `threads` threads and its weights' streaming from memory, which overlap only
+// in part (the register tiles prefetch the next block group's U): max + 0.4 min of the two.
+// resnet18's 256@14 layer, F(4x4) on one thread: 0.76 ms of compute, 9.4 MB of U (0.39 ms
+// at 24 GB/s): estimated 0.91, measured 0.86; its 512@7 layer, F(2x2): 1.31 + 0.70 ms:
+// 1.59, measured 1.4 (F(4x4), 0.74 + 1.57 ms: 1.87, measured 1.75).
+
+namespace {
+
+constexpr double kGemmFlopsPerUs = 105e3;     // the register tiles, per thread
+constexpr double kDirectFlopsPerUs = 110e3;   // conv2d_dense on 14x14 and larger outputs
+constexpr double kDirectSmallFlopsPerUs = 90e3;  // on smaller ones (more border regions)
+// Per (tile, channel block): the input and output transforms of F(4x4) and F(2x2).
+constexpr double kInputUs[2] = {0.045, 0.012};
+constexpr double kOutputUs[2] = {0.025, 0.010};
+// Bytes per microsecond from memory (one thread, two or more), and from L3 (weights
+// streamed again by a later tile group).
+double memory_bytes_per_us(int threads) { return threads > 1 ? 27e3 : 24e3; }
+constexpr double kL3BytesPerUs = 80e3;
+constexpr double kL3Bytes = 16.0 * (1 << 20);  // what a layer's weights may keep of the L3
+
+double weight_stream_us(double bytes, std::int64_t passes, int threads) {
+  const double again = bytes <= kL3Bytes ? bytes / kL3BytesPerUs : bytes / memory_bytes_per_us(threads);
+  return bytes / memory_bytes_per_us(threads) + static_cast<double>(passes - 1) * again;
+}
+
+double combine(double compute_us, double memory_us) {
+  return std::max(compute_us, memory_us) + 0.4 * std::min(compute_us, memory_us);
+}
+
+}  // namespace
+
+double direct_estimate_us(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads) {
+  const double cp = static_cast<double>(padded_channels(s.in_channels)),
+               kp = static_cast<double>(padded_channels(s.out_channels));
+  const double flops = 2.0 * 9.0 * cp * kp * static_cast<double>(n * oh * ow);
+  const double rate = oh * ow >= 196 ? kDirectFlopsPerUs : kDirectSmallFlopsPerUs;
+  return combine(flops / (rate * threads), weight_stream_us(9.0 * cp * kp * 4.0, 1, threads));
+}
+
+double winograd_estimate_us(WinogradTile tile, const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow,
+                            int threads) {
+  const int side = winograd_out_side(tile), values = winograd_values(tile);
+  const std::int64_t tiles = n * ceil_div(oh, side) * ceil_div(ow, side);
+  const std::int64_t in_blocks = ceil_div(s.in_channels, kBlock), out_blocks = ceil_div(s.out_channels, kBlock);
+  const int width = winograd_kernels().preferred_width(out_blocks);
+  const Schedule sched = make_schedule(values, s.in_channels, tiles, ceil_div(out_blocks, width), width, threads);
+  const double cp = static_cast<double>(in_blocks * kBlock), kp = static_cast<double>(out_blocks * kBlock);
+  const double t = static_cast<double>(tiles);
+  // A block group of one output block fills half a register tile's lanes; a register
+  // tile's loads and stores weigh on short sums (few input blocks).
+  const double efficiency = (out_blocks == 1 ? 0.5 : 1.0) * static_cast<double>(in_blocks) / (in_blocks + 0.5);
+  const double gemm = 2.0 * values * t * cp * kp / (kGemmFlopsPerUs * efficiency);
+  // Each chunk of a group transforms the group's input again.
+  const double transforms = t * (static_cast<double>(in_blocks * sched.chunks) * kInputUs[static_cast<int>(tile)] +
+                                 static_cast<double>(out_blocks) * kOutputUs[static_cast<int>(tile)]);
+  const double units = static_cast<double>(sched.groups * sched.chunks);
+  const double parallel = std::min<double>(threads, units);
+  return combine((gemm + transforms) / parallel, weight_stream_us(values * cp * kp * 4.0, sched.groups, threads));
+}
+
+WinogradTile winograd_tile(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads) {
+  return winograd_estimate_us(WinogradTile::kF2, s, n, oh, ow, threads) <
+                 winograd_estimate_us(WinogradTile::kF4, s, n, oh, ow, threads)
+             ? WinogradTile::kF2
+             : WinogradTile::kF4;
+}
+
+bool winograd_preferred(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads) {
+  if (!winograd_supported(s)) return false;
+  const WinogradTile tile = winograd_tile(s, n, oh, ow, threads);
+  return winograd_estimate_us(tile, s, n, oh, ow, threads) < direct_estimate_us(s, n, oh, ow, threads);
 }
 
 }  // namespace kiln::cpu::nchwc

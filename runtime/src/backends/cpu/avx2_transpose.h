@@ -1,5 +1,5 @@
-// An 8x8 f32 transpose in AVX registers, shared by the AVX2 translation units (the SGEMM's
-// A packing, the quantized kernels' dequantized panels). Include only from files compiled
+// An 8x8 f32 and a 16x16 16-bit transpose in AVX registers, shared by the AVX2 translation
+// units (the SGEMM's A packing, the quantized kernels' dequantized and integer panels). Include only from files compiled
 // with -mavx2 (kiln_mark_avx2_sources). Internal linkage (an anonymous namespace): no COMDAT
 // copy of AVX2 code can be shared with a baseline translation unit.
 #pragma once
@@ -27,6 +27,35 @@ namespace {
   r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
   r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
   r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// r[i] holds row i (16 16-bit elements); afterwards r[j] holds column j (element i of
+// r[j] is element j of row i). Four rounds of 16 unpacks / lane permutes.
+[[gnu::always_inline]] inline void transpose16x16_epi16(__m256i (&r)[16]) {
+  __m256i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm256_unpacklo_epi16(r[i], r[i + 1]);  // per 128-bit lane: columns 0-3 (8-11) of rows i, i+1
+    t[i + 1] = _mm256_unpackhi_epi16(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    for (int h = 0; h < 2; ++h) {
+      r[i + 2 * h] = _mm256_unpacklo_epi32(t[i + h], t[i + 2 + h]);  // columns 4h, 4h+1 of 4 rows
+      r[i + 2 * h + 1] = _mm256_unpackhi_epi32(t[i + h], t[i + 2 + h]);
+    }
+  }
+  // r[4q + 2h + e] now holds, per 128-bit lane, columns 4h + 2e and 4h + 2e + 1 (and +8 in
+  // the upper lane) of rows 4q .. 4q + 3.
+  for (int i = 0; i < 16; i += 8) {
+    for (int e = 0; e < 4; ++e) {
+      t[2 * e + i] = _mm256_unpacklo_epi64(r[i + e], r[i + 4 + e]);  // column 2e, rows i..i+7
+      t[2 * e + 1 + i] = _mm256_unpackhi_epi64(r[i + e], r[i + 4 + e]);
+    }
+  }
+  // t[c] holds column c (c + 8 in the upper lane) of rows 0-7, t[8 + c] of rows 8-15.
+  for (int c = 0; c < 8; ++c) {
+    r[c] = _mm256_permute2x128_si256(t[c], t[8 + c], 0x20);
+    r[c + 8] = _mm256_permute2x128_si256(t[c], t[8 + c], 0x31);
+  }
 }
 
 }  // namespace

@@ -176,6 +176,27 @@ Status int_gemm(const QuantWeight& w, const float* x, std::int64_t rows, const f
 
   const std::int64_t kc_max = std::min(q8 ? kQ8Kc : kQ16Kc, w.k);
   const std::int64_t n_panels = (w.n + kIntGemmNr - 1) / kIntGemmNr;
+  // The weight bytes of the next panel to unpack are asked into L2 while the tiles of the
+  // current one run, a few cache lines before each tile (32 rows are too many streams for
+  // the hardware prefetchers, and 128 prefetches at once stall on the miss buffers).
+  const std::int64_t row_bytes = w.k * w.bits / 8;
+  struct Prefetch {
+    const std::uint8_t* first = nullptr;  // row 0 of the panel at the K block
+    std::int64_t rows = 0, lines = 0, next = 0;  // lines per row; next of rows * lines
+  };
+  auto plan_prefetch = [&](std::int64_t p, std::int64_t k0) {
+    Prefetch f;
+    if (p >= n_panels || k0 >= w.k) return f;
+    f.first = w.data + p * kIntGemmNr * row_bytes + k0 * w.bits / 8;
+    f.rows = std::min<std::int64_t>(kIntGemmNr, w.n - p * kIntGemmNr);
+    f.lines = (std::min(kc_max, w.k - k0) * w.bits / 8 + 63) / 64;
+    return f;
+  };
+  auto prefetch_some = [&](Prefetch& f, std::int64_t count) {
+    for (; count > 0 && f.next < f.rows * f.lines; --count, ++f.next) {
+      __builtin_prefetch(f.first + (f.next / f.lines) * row_bytes + (f.next % f.lines) * 64, 0, 2);
+    }
+  };
   auto body = [&](std::int64_t p0, std::int64_t p1) {
     alignas(64) thread_local std::uint8_t units[std::max(kQ8Kc / 4, kQ16Kc / 2) * kIntGemmNr * 4];
     alignas(64) thread_local float scales[std::max(kQ8Kc / kQ8Block, kQ16Kc / kQ16Block) * kIntGemmNr];
@@ -188,7 +209,10 @@ Status int_gemm(const QuantWeight& w, const float* x, std::int64_t rows, const f
           const std::int64_t j = p * kIntGemmNr;
           const int cols = static_cast<int>(std::min<std::int64_t>(kIntGemmNr, w.n - j));
           (q8 ? kern.panel_q8 : kern.panel_q16)(w, j, cols, k0, kc, units, scales);
+          Prefetch ahead = p + 1 < p1 ? plan_prefetch(p + 1, k0) : plan_prefetch(p0, k0 + kc);
+          const std::int64_t per_tile = (ahead.rows * ahead.lines + (t1 - t0) - 1) / (t1 - t0);
           for (std::int64_t t = t0; t < t1; ++t) {
+            prefetch_some(ahead, per_tile);
             const IntGemmTile tile{tile_units(t) + k0 / unit_cols * kIntGemmMr * 4,
                                    tile_scale(t) + k0 / block * kIntGemmMr,
                                    q8 ? tile_init(t) + k0 / block * kIntGemmMr : nullptr,

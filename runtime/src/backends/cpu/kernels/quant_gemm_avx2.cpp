@@ -26,206 +26,25 @@ namespace kiln::cpu::kernels {
 #if defined(__x86_64__) || defined(__i386__)
 namespace {
 
-float scale_at(const QuantWeight& w, std::int64_t index) {
-  return w.scales_f16 ? _cvtsh_ss(static_cast<const std::uint16_t*>(w.scales)[index])
-                      : static_cast<const float*>(w.scales)[index];
-}
-
-float hmax(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
-
-std::int32_t hsum_epi32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return _mm_cvtsi128_si32(s);
-}
-
-// quantize_block's rule over `Vectors` x 8 floats: returns the scale (0 or NaN for the
-// special blocks, whose q are then 0) and q as int32 vectors.
-template <int Vectors>
-float quantize_vectors(const float* x, float qmax, __m256i (&q)[Vectors]) {
-  const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(std::numeric_limits<float>::max());
-  __m256 amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-  for (int i = 0; i < Vectors; ++i) {
-    const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i * 8));
-    bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));  // inf or NaN
-    amax = _mm256_max_ps(amax, a);
-  }
-  const float scale = hmax(amax) / qmax;
-  const bool finite = _mm256_movemask_ps(bad) == 0;
-  if (!finite || !(scale >= std::numeric_limits<float>::min())) {
-    for (int i = 0; i < Vectors; ++i) q[i] = _mm256_setzero_si256();
-    return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
-  }
-  const __m256 inv = _mm256_set1_ps(1.0f / scale), hi = _mm256_set1_ps(qmax), lo = _mm256_set1_ps(-qmax);
-  for (int i = 0; i < Vectors; ++i) {
-    const __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i * 8), inv), lo), hi);
-    q[i] = _mm256_cvtps_epi32(v);  // round to nearest even (MXCSR default), as nearbyint
-  }
-  return scale;
-}
-
-void store_unit(std::uint8_t* dst, std::int32_t v) { std::memcpy(dst, &v, 4); }
-
-void quantize_q8(const float* x, std::int64_t ldx, int rows, std::int64_t k, std::uint8_t* units, float* scale,
-                 std::int32_t* init) {
-  for (std::int64_t b = 0; b < k / kQ8Block; ++b) {
-    for (int r = 0; r < kIntGemmMr; ++r) {
-      std::uint8_t* dst = units + (b * 8 * kIntGemmMr + r) * 4;  // unit u of the block at + u * 24
-      if (r >= rows) {
-        scale[b * kIntGemmMr + r] = 0.0f;
-        init[b * kIntGemmMr + r] = 0;
-        for (int u = 0; u < 8; ++u) store_unit(dst + u * kIntGemmMr * 4, 0);
-        continue;
-      }
-      __m256i q[4];
-      scale[b * kIntGemmMr + r] = quantize_vectors<4>(x + r * ldx + b * kQ8Block, 127.0f, q);
-      init[b * kIntGemmMr + r] =
-          -16 * hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
-      // int32 -> int8 (values in [-127, 127]): packs keep the order within 128-bit lanes,
-      // the permute restores it.
-      const __m256i w16a = _mm256_packs_epi32(q[0], q[1]), w16b = _mm256_packs_epi32(q[2], q[3]);
-      const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w16a, w16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-      alignas(32) std::int32_t v[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(v), bytes);
-      for (int u = 0; u < 8; ++u) store_unit(dst + u * kIntGemmMr * 4, v[u]);
-    }
-  }
-}
-
-void quantize_q16(const float* x, std::int64_t ldx, int rows, std::int64_t k, std::uint8_t* units, float* scale) {
-  for (std::int64_t b = 0; b < k / kQ16Block; ++b) {
-    for (int r = 0; r < kIntGemmMr; ++r) {
-      std::uint8_t* dst = units + (b * 128 * kIntGemmMr + r) * 4;
-      if (r >= rows) {
-        scale[b * kIntGemmMr + r] = 0.0f;
-        for (int u = 0; u < 128; ++u) store_unit(dst + u * kIntGemmMr * 4, 0);
-        continue;
-      }
-      __m256i q[32];
-      scale[b * kIntGemmMr + r] = quantize_vectors<32>(x + r * ldx + b * kQ16Block, 32767.0f, q);
-      for (int i = 0; i < 32; i += 2) {
-        // Two vectors of 8 int32 -> 16 int16 (lane order fixed by the permute): 8 units.
-        const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[i], q[i + 1]), 0xD8);
-        alignas(32) std::int32_t v[8];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(v), w);
-        for (int u = 0; u < 8; ++u) store_unit(dst + (i * 4 + u) * kIntGemmMr * 4, v[u]);
-      }
-    }
-  }
-}
-
-// The panel's weight scales (scale[b * kIntGemmNr + j], blocks of `block` columns).
-void panel_scales(const QuantWeight& w, std::int64_t row0, int rows, std::int64_t col0, std::int64_t len,
-                  std::int64_t block, float* scale) {
-  const std::int64_t groups = w.k / w.group, nb = len / block;
-  if (w.scales_f16 && w.group == block && block == kQ8Block && nb <= 16) {
-    // One f16 scale per block: 16 rows' runs of nb scales transposed as 16-bit words.
-    for (int h = 0; h < 2; ++h) {
-      __m256i v[16];
-      for (int j = 0; j < 16; ++j) {
-        const int row = h * 16 + j;
-        alignas(32) std::uint16_t run[16] = {};
-        if (row < rows) std::memcpy(run, static_cast<const std::uint16_t*>(w.scales) + (row0 + row) * groups + col0 / block, nb * 2);
-        v[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(run));
-      }
-      transpose16x16_epi16(v);
-      for (std::int64_t b = 0; b < nb; ++b) {
-        const __m128i lo = _mm256_castsi256_si128(v[b]), hi = _mm256_extracti128_si256(v[b], 1);
-        _mm256_storeu_ps(scale + b * kIntGemmNr + h * 16, _mm256_cvtph_ps(lo));
-        _mm256_storeu_ps(scale + b * kIntGemmNr + h * 16 + 8, _mm256_cvtph_ps(hi));
-      }
-    }
-    return;
-  }
-  for (std::int64_t b = 0; b < nb; ++b) {
-    const std::int64_t g = (col0 + b * block) / w.group;
-    for (int j = 0; j < kIntGemmNr; ++j) scale[b * kIntGemmNr + j] = j < rows ? scale_at(w, (row0 + j) * groups + g) : 0.0f;
-  }
-}
-
-// 16 weight rows' next 32 bytes (zeros for rows at or past `live`), transposed: v[t] holds
-// word t (bytes 2t, 2t + 1) of each row. `tail`: only 16 bytes are left (the upper words
-// are zero).
-void load_words(const std::uint8_t* const (&row)[16], int live, std::int64_t offset, bool tail, __m256i (&v)[16]) {
-  for (int j = 0; j < 16; ++j) {
-    if (j >= live) {
-      v[j] = _mm256_setzero_si256();
-    } else if (tail) {
-      v[j] = _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[j] + offset)));
-    } else {
-      v[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[j] + offset));
-    }
-  }
-  transpose16x16_epi16(v);
-}
-
-void panel_q8(const QuantWeight& w, std::int64_t row0, int rows, std::int64_t col0, std::int64_t len,
-              std::uint8_t* units, float* scale) {
-  const std::int64_t row_bytes = w.k / 2, groups = w.k / w.group;
+// Word (b0, b1) of rows 0-7 and 8-15 -> bytes (b0 & 15, b0 >> 4, b1 & 15, b1 >> 4) + offset.
+void widen_q8(__m256i words, const std::int32_t (&offset)[16], std::uint8_t* dst) {
   const __m256i nibbles = _mm256_set1_epi8(0x0F);
-  for (int h = 0; h < 2; ++h) {
-    const int live = rows - h * 16 < 0 ? 0 : (rows - h * 16 > 16 ? 16 : rows - h * 16);
-    const std::uint8_t* row[16];
-    for (int j = 0; j < 16; ++j) row[j] = w.data + (row0 + (j < live ? h * 16 + j : 0)) * row_bytes + col0 / 2;
-    // u = q - zero + 16 per byte: 8 + q without zero points (0 for rows past `live`).
-    alignas(32) std::int32_t offset[16];
-    std::int64_t offset_group = -1;
-    for (std::int64_t c = 0; c < len; c += 64) {
-      __m256i v[16];
-      const bool tail = c + 64 > len;
-      load_words(row, live, c / 2, tail, v);
-      for (int t = 0; t < (tail ? 8 : 16); ++t) {
-        const std::int64_t g = (col0 + c + 4 * t) / w.group;
-        if (g != offset_group) {
-          for (int j = 0; j < 16; ++j) {
-            const int zero = j >= live                 ? 16  // offset 0: the padding rows stay zero
-                             : w.zero_points == nullptr ? 8
-                                                        : w.zero_points[(row0 + h * 16 + j) * groups + g] & 0x0F;
-            offset[j] = (16 - zero) * 0x01010101;
-          }
-          offset_group = g;
-        }
-        // Word (b0, b1) -> bytes (b0 & 15, b0 >> 4, b1 & 15, b1 >> 4): columns 4t .. 4t + 3.
-        const __m256i lo = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(v[t]));       // rows 0-7
-        const __m256i hi = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(v[t], 1));  // rows 8-15
-        const __m256i ulo = _mm256_and_si256(_mm256_or_si256(lo, _mm256_slli_epi32(lo, 4)), nibbles);
-        const __m256i uhi = _mm256_and_si256(_mm256_or_si256(hi, _mm256_slli_epi32(hi, 4)), nibbles);
-        std::uint8_t* dst = units + ((c / 4 + t) * kIntGemmNr + h * 16) * 4;
-        _mm256_store_si256(reinterpret_cast<__m256i*>(dst),
-                           _mm256_add_epi8(ulo, _mm256_load_si256(reinterpret_cast<const __m256i*>(offset))));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 32),
-                           _mm256_add_epi8(uhi, _mm256_load_si256(reinterpret_cast<const __m256i*>(offset + 8))));
-      }
-    }
-  }
-  panel_scales(w, row0, rows, col0, len, kQ8Block, scale);
+  const __m256i lo = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(words));       // rows 0-7
+  const __m256i hi = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(words, 1));  // rows 8-15
+  const __m256i ulo = _mm256_and_si256(_mm256_or_si256(lo, _mm256_slli_epi32(lo, 4)), nibbles);
+  const __m256i uhi = _mm256_and_si256(_mm256_or_si256(hi, _mm256_slli_epi32(hi, 4)), nibbles);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(dst),
+                     _mm256_add_epi8(ulo, _mm256_load_si256(reinterpret_cast<const __m256i*>(offset))));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 32),
+                     _mm256_add_epi8(uhi, _mm256_load_si256(reinterpret_cast<const __m256i*>(offset + 8))));
 }
 
-void panel_q16(const QuantWeight& w, std::int64_t row0, int rows, std::int64_t col0, std::int64_t len,
-               std::uint8_t* units, float* scale) {
-  for (int h = 0; h < 2; ++h) {
-    const int live = rows - h * 16 < 0 ? 0 : (rows - h * 16 > 16 ? 16 : rows - h * 16);
-    const std::uint8_t* row[16];
-    for (int j = 0; j < 16; ++j) row[j] = w.data + (row0 + (j < live ? h * 16 + j : 0)) * w.k + col0;
-    for (std::int64_t c = 0; c < len; c += 32) {
-      __m256i v[16];
-      load_words(row, live, c, false, v);
-      for (int t = 0; t < 16; ++t) {
-        // Word (b0, b1) -> two int16: columns 2t, 2t + 1.
-        std::uint8_t* dst = units + ((c / 2 + t) * kIntGemmNr + h * 16) * 4;
-        _mm256_store_si256(reinterpret_cast<__m256i*>(dst), _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v[t])));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 32), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v[t], 1)));
-      }
-    }
-  }
-  panel_scales(w, row0, rows, col0, len, kQ16Block, scale);
+void widen_q16(__m256i words, std::uint8_t* dst) {
+  _mm256_store_si256(reinterpret_cast<__m256i*>(dst), _mm256_cvtepi8_epi16(_mm256_castsi256_si128(words)));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 32), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(words, 1)));
 }
+
+#include "backends/cpu/kernels/quant_gemm_pack.inc"
 
 __m256i broadcast_unit(const std::uint8_t* p) {
   std::int32_t v;

@@ -1,7 +1,8 @@
 // The AVX-512 VNNI integer-GEMM micro-kernels (quant_gemm.h), compiled with -mavx512f
 // -mavx512vl -mavx512bw -mavx512dq -mavx512vnni (the *_avx512vnni.cpp rule). Reached only
 // through int_gemm_kernels_avx512vnni(), after the CPU check. The quantizers and panel
-// packers are the AVX2 table's (the same bytes; they are a small share of the time).
+// packers are quant_gemm_pack.inc's, as in the AVX2 table (the same bytes), compiled here
+// with 32 vector registers and zmm widening.
 //
 // A zmm holds one unit of 16 weight rows (16 x 4 bytes): vpdpbusd (kQ8: u8 weights x s8
 // activations, 64 products) or vpdpwssd (kQ16: int16 pairs, 32 products) adds a unit of one
@@ -12,11 +13,14 @@
 // products per instruction (4x for kQ8, 2x for kQ16), less the per-block conversion.
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "backends/cpu/kernels/quant_gemm.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+
+#include "backends/cpu/avx2_transpose.h"
 
 // GCC 12's AVX-512 intrinsics pass an undefined vector as the unused merge source of the
 // unmasked forms, which -Wmaybe-uninitialized reports at every inlined call.
@@ -26,10 +30,19 @@
 
 namespace kiln::cpu::kernels {
 
-// quant_gemm_avx2.cpp.
-const IntGemmKernels& int_gemm_kernels_avx2_table();
-
 namespace {
+
+// Word (b0, b1) of row j -> bytes (b0 & 15, b0 >> 4, b1 & 15, b1 >> 4) + offset[j].
+void widen_q8(__m256i words, const std::int32_t (&offset)[16], std::uint8_t* dst) {
+  const __m512i w = _mm512_cvtepu8_epi16(words);  // lane j: b0 | b1 << 16
+  // (w | w << 4) & 0x0F0F0F0F in one ternary-logic op.
+  const __m512i u = _mm512_ternarylogic_epi32(w, _mm512_slli_epi32(w, 4), _mm512_set1_epi8(0x0F), 0xA8);
+  _mm512_store_si512(dst, _mm512_add_epi8(u, _mm512_load_si512(offset)));
+}
+
+void widen_q16(__m256i words, std::uint8_t* dst) { _mm512_store_si512(dst, _mm512_cvtepi8_epi16(words)); }
+
+#include "backends/cpu/kernels/quant_gemm_pack.inc"
 
 [[gnu::always_inline]] inline __m512i broadcast_unit(const std::uint8_t* p) {
   std::int32_t v;
@@ -64,6 +77,13 @@ void store_tile(const IntGemmTile& t, const __m512 (&f)[R][2]) {
 template <int R, bool Q8>
 void tile_rows(const IntGemmTile& t) {
   constexpr int kUnits = Q8 ? 8 : 128;
+  if (t.accumulate) {
+    // The C rows are read at the end: fetched now, their L2 latency hides behind the sums.
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(t.c + r * t.ldc), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(t.c + r * t.ldc + 31), _MM_HINT_T0);
+    }
+  }
   __m512 f[R][2];
   for (int r = 0; r < R; ++r) f[r][0] = f[r][1] = _mm512_setzero_ps();
   const std::uint8_t* a = t.a;
@@ -110,18 +130,11 @@ void tile(const IntGemmTile& t) {
   }
 }
 
+constexpr IntGemmKernels kAvx512Vnni{"avx512vnni", quantize_q8, quantize_q16, panel_q8, panel_q16, tile<true>, tile<false>};
+
 }  // namespace
 
-const IntGemmKernels& int_gemm_kernels_avx512vnni_table() {
-  static const IntGemmKernels table = [] {
-    IntGemmKernels k = int_gemm_kernels_avx2_table();
-    k.name = "avx512vnni";
-    k.tile_q8 = tile<true>;
-    k.tile_q16 = tile<false>;
-    return k;
-  }();
-  return table;
-}
+const IntGemmKernels& int_gemm_kernels_avx512vnni_table() { return kAvx512Vnni; }
 
 }  // namespace kiln::cpu::kernels
 #endif

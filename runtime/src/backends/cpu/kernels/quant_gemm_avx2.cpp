@@ -143,9 +143,10 @@ void q16_rows(const IntGemmTile& t, int r0, int h, float (&acc)[kIntGemmMr][kInt
   }
 }
 
-// Row groups of up to RowsPerPass (register budget: R x 2 int16 + R x 2 int32 sums for kQ8,
-// R x 2 int32 for kQ16, of 16 ymm), both 16-column halves of the panel (the second only
-// when there are columns in it).
+// Row groups of up to RowsPerPass (register budget of 16 ymm: R x 2 int16 + R x 2 int32
+// sums for kQ8, R = 3; R x 2 int32 sums for kQ16, R = 4 (at 6 GCC spilled five sums, a
+// store-to-load chain per unit that made batch 64 slower than f32)), both 16-column halves
+// of the panel (the second only when there are columns in it).
 template <int RowsPerPass, template <int> class Kernel>
 void run_tile(const IntGemmTile& t) {
   alignas(32) float acc[kIntGemmMr][kIntGemmNr] = {};
@@ -172,11 +173,13 @@ struct Q8Rows {
 };
 template <int R>
 struct Q16Rows {
-  static void run(const IntGemmTile& t, int r0, int h, float (&acc)[kIntGemmMr][kIntGemmNr]) { q16_rows<R>(t, r0, h, acc); }
+  static void run(const IntGemmTile& t, int r0, int h, float (&acc)[kIntGemmMr][kIntGemmNr]) {
+    if constexpr (R <= 4) q16_rows<R>(t, r0, h, acc);
+  }
 };
 
 void tile_q8(const IntGemmTile& t) { run_tile<3, Q8Rows>(t); }
-void tile_q16(const IntGemmTile& t) { run_tile<6, Q16Rows>(t); }
+void tile_q16(const IntGemmTile& t) { run_tile<4, Q16Rows>(t); }
 
 constexpr IntGemmKernels kAvx2{"avx2", quantize_q8, quantize_q16, panel_q8, panel_q16, tile_q8, tile_q16};
 

@@ -2,25 +2,34 @@
 // W f32[14336, 4096] (a Llama-3-8B MLP projection), stored f32 (prepacked for the SGEMM, as
 // the runtime does at load), int8 per output channel (f32 scales) or int4 in groups of 32
 // (f16 scales). Batch 1 is decode (bandwidth-bound: the bytes of W per call), batch 16 and
-// 64 are prefill (the int paths dequantize W straight into the SGEMM's packed B panels).
+// 64 are prefill (the integer GEMM of quant_gemm.h: activations rounded per block,
+// integer dot products).
 //
 //   kiln_quant_bench --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
 //   KILN_BENCH_THREADS=1 taskset -c 0 kiln_quant_bench ...   (single core; compare cpu time)
+//   kiln_quant_bench --benchmark_filter=BM_SmallBatch ...     (decode kernels per row vs the
+//                                                              integer GEMM at 1-6 rows)
+//   kiln_quant_bench --accuracy                               (output error vs f32, below)
 //
 // Counters: weight_GBps (bytes of the stored weight per second; the machine's bandwidth
 // bounds it at batch 1) and GFLOPs (2*M*N*K). Threads: 2 (KILN_BENCH_THREADS overrides).
 // The machine is shared: interleave the cases and compare the best or median.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/gemm/gemm.h"
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/kernels/convert.h"
+#include "backends/cpu/kernels/quant_gemm.h"
 #include "backends/cpu/thread_pool.h"
 #include "kiln/export/export.h"
 #include "kiln/export/ops.h"
@@ -132,6 +141,141 @@ BENCHMARK(BM_Linear)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// Rows 1-6: the decode kernels once per row (what linear_q runs at <= 2 rows) against the
+// integer GEMM on all rows (what it runs from 3): where the GEMM starts to win.
+void BM_SmallBatch(benchmark::State& state) {
+  const auto kind = static_cast<Kind>(state.range(0));
+  const std::int64_t m = state.range(1);
+  const bool gemm = state.range(2) != 0;
+  const Weights& w = weights();
+  std::vector<float> x(static_cast<std::size_t>(m * kK), 0.5f), y(static_cast<std::size_t>(m * kN));
+  BenchContext ctx;
+  const kernels::QuantWeight qw =
+      kind == kInt8 ? kernels::QuantWeight{reinterpret_cast<const std::uint8_t*>(w.q8.data()), 8, kN, kK, kK, w.scales8.data(),
+                                           false, nullptr}
+                    : kernels::QuantWeight{w.q4.data(), 4, kN, kK, kGroup, w.scales4.data(), true, nullptr};
+  const KernelFn linear_q = cpu_kernel(OpKind::LinearQ);
+  for (auto _ : state) {
+    if (gemm) {
+      if (!kernels::int_gemm(qw, x.data(), m, nullptr, y.data(), ctx.pool(), kernels::int_gemm_kernels()).ok()) {
+        state.SkipWithError("int_gemm failed");
+      }
+    } else {
+      for (std::int64_t r = 0; r < m; ++r) {
+        std::vector<TensorView> in{view(DType::kF32, {1, kK}, x.data() + r * kK),
+                                   kind == kInt8 ? view(DType::kI8, {kN, kK}, w.q8.data())
+                                                 : view(DType::kU8, {kN, kK / 2}, w.q4.data()),
+                                   kind == kInt8 ? view(DType::kF32, {kN, 1}, w.scales8.data())
+                                                 : view(DType::kF16, {kN, kK / kGroup}, w.scales4.data())};
+        std::vector<TensorView> out{view(DType::kF32, {1, kN}, y.data() + r * kN)};
+        if (!linear_q(ctx, in, out, {}).ok()) state.SkipWithError("linear_q failed");
+      }
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(kind == kInt8 ? "int8" : "int4 g32") + (gemm ? " integer GEMM" : " decode per row"));
+}
+
+BENCHMARK(BM_SmallBatch)
+    ->ArgNames({"kind", "batch", "gemm"})
+    ->ArgsProduct({{kInt8, kInt4}, {1, 2, 3, 4, 6}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// --accuracy: the layer's f32 weights (normal, sigma 0.02) quantized as `kiln quantize
+// --scales max` does (int8 per channel, max|w| / 127; int4 q4_0-style groups of 32 with f16
+// scales), activations normal(0, 1), and the same with 1 % of the input channels scaled
+// by 30 (outlier features). For batch 1, 16 and 64 it prints the cosine and SQNR of the
+// quantized output against the f32 one, and the SQNR of the quantized output against the
+// dequantized weights with f32 activations: the error the activation rounding adds.
+double sqnr_db(const std::vector<float>& ref, const std::vector<float>& got) {
+  double signal = 0, noise = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    signal += double(ref[i]) * ref[i];
+    noise += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+  }
+  return 10.0 * std::log10(signal / noise);
+}
+
+double cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double dot = 0, aa = 0, bb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) dot += double(a[i]) * b[i], aa += double(a[i]) * a[i], bb += double(b[i]) * b[i];
+  return dot / std::sqrt(aa * bb);
+}
+
+int accuracy() {
+  const Weights& w = weights();
+  // Quantized from the f32 weights (the timing cases use random codes).
+  std::vector<std::int8_t> q8(w.f32.size());
+  std::vector<float> s8(kN);
+  std::vector<std::uint8_t> q4(w.f32.size() / 2);
+  std::vector<std::uint16_t> s4(static_cast<std::size_t>(kN * kK / kGroup));
+  for (std::int64_t r = 0; r < kN; ++r) {
+    const float* row = w.f32.data() + r * kK;
+    float amax = 0;
+    for (std::int64_t c = 0; c < kK; ++c) amax = std::max(amax, std::fabs(row[c]));
+    s8[r] = amax / 127.0f;
+    for (std::int64_t c = 0; c < kK; ++c) q8[r * kK + c] = static_cast<std::int8_t>(std::nearbyint(row[c] / s8[r]));
+    for (std::int64_t g = 0; g < kK / kGroup; ++g) {
+      float extreme = 0;
+      for (std::int64_t c = g * kGroup; c < (g + 1) * kGroup; ++c) extreme = std::fabs(row[c]) > std::fabs(extreme) ? row[c] : extreme;
+      const std::uint16_t bits = kernels::float_to_half(extreme / -8.0f);
+      const float s = kernels::half_to_float(bits);
+      s4[r * (kK / kGroup) + g] = bits;
+      for (std::int64_t c = g * kGroup; c < (g + 1) * kGroup; ++c) {
+        const int q = s != 0 ? std::clamp(static_cast<int>(std::nearbyint(row[c] / s)) + 8, 0, 15) : 8;
+        std::uint8_t& byte = q4[(r * kK + c) / 2];
+        byte = static_cast<std::uint8_t>(c % 2 == 0 ? (byte & 0xF0) | q : (byte & 0x0F) | (q << 4));
+      }
+    }
+  }
+  BenchContext ctx;
+  const KernelFn linear_q = cpu_kernel(OpKind::LinearQ);
+  auto sgemm_into = [&](const std::vector<float>& x, std::int64_t m, const PackedB& b, std::vector<float>& y) {
+    GemmParams p;
+    p.m = m, p.n = kN, p.k = kK, p.trans_b = true;
+    p.a = x.data(), p.lda = kK, p.c = y.data(), p.ldc = kN;
+    return sgemm_prepacked(p, b, &ctx.pool()).ok();
+  };
+  std::printf("activations | format | batch | cosine vs f32 | SQNR vs f32 | weight-only SQNR | activation rounding SQNR\n");
+  for (const bool outliers : {false, true}) {
+    for (const int bits : {8, 4}) {
+      // Dequantized weights: the f32-activation reference for the rounding's own error.
+      std::vector<float> deq(w.f32.size());
+      for (std::int64_t i = 0; i < kN * kK; ++i) {
+        const std::int64_t r = i / kK, c = i % kK;
+        deq[i] = bits == 8 ? q8[i] * s8[r]
+                           : static_cast<float>(((c % 2 == 0 ? q4[i / 2] & 0x0F : q4[i / 2] >> 4)) - 8) *
+                                 kernels::half_to_float(s4[r * (kK / kGroup) + c / kGroup]);
+      }
+      const PackedB packed = std::move(pack_b(deq.data(), kK, kK, kN, true, nullptr)).value();
+      for (const std::int64_t m : {1, 16, 64}) {
+        std::mt19937 rng(static_cast<unsigned>(100 + m));
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> x(static_cast<std::size_t>(m * kK));
+        for (float& v : x) v = normal(rng);
+        if (outliers) {
+          for (std::int64_t c = 0; c < kK; c += 100) {
+            for (std::int64_t r = 0; r < m; ++r) x[r * kK + c] *= 30.0f;
+          }
+        }
+        std::vector<float> y32(static_cast<std::size_t>(m * kN)), ydeq(y32.size()), yq(y32.size());
+        if (!sgemm_into(x, m, w.packed, y32) || !sgemm_into(x, m, packed, ydeq)) return 1;
+        std::vector<TensorView> in{view(DType::kF32, {m, kK}, x.data()),
+                                   bits == 8 ? view(DType::kI8, {kN, kK}, q8.data()) : view(DType::kU8, {kN, kK / 2}, q4.data()),
+                                   bits == 8 ? view(DType::kF32, {kN, 1}, s8.data())
+                                             : view(DType::kF16, {kN, kK / kGroup}, s4.data())};
+        std::vector<TensorView> out{view(DType::kF32, {m, kN}, yq.data())};
+        if (!linear_q(ctx, in, out, {}).ok()) return 1;
+        std::printf("%s | %s | %lld | %.6f | %.1f dB | %.1f dB | %.1f dB\n", outliers ? "1 % outliers x30" : "normal",
+                    bits == 8 ? "int8" : "int4 g32", static_cast<long long>(m), cosine(yq, y32), sqnr_db(y32, yq),
+                    sqnr_db(y32, ydeq), sqnr_db(ydeq, yq));
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace kiln::cpu
 
@@ -149,6 +293,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (argc == 2 && std::strcmp(argv[1], "--accuracy") == 0) return kiln::cpu::accuracy();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

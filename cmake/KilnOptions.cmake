@@ -11,7 +11,8 @@ if(KILN_SANITIZE)
 endif()
 
 # Files named *_avx2.cpp hold AVX2/FMA code paths that are selected at run time, files named
-# *_avx512.cpp AVX-512 (F, VL, BW, DQ) ones.
+# *_avx512.cpp AVX-512 (F, VL, BW, DQ) ones, *_avx512vnni.cpp AVX-512 with VNNI (vpdpbusd,
+# vpdpwssd; kept apart so that no other AVX-512 file can pick up VNNI instructions).
 function(kiln_mark_avx2_sources)
   foreach(src IN LISTS ARGN)
     if(src MATCHES "_avx2\\.cpp$")
@@ -21,6 +22,9 @@ function(kiln_mark_avx2_sources)
     elseif(src MATCHES "_avx512\\.cpp$")
       set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS
         "-mavx512f;-mavx512vl;-mavx512bw;-mavx512dq;-mavx2;-mfma;-mf16c;-O3")
+    elseif(src MATCHES "_avx512vnni\\.cpp$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS
+        "-mavx512f;-mavx512vl;-mavx512bw;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c;-O3")
     endif()
   endforeach()
 endfunction()

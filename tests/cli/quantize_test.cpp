@@ -101,8 +101,9 @@ TEST_F(Quantize, Int8LinearKeepsCosineAbove09999AndValidates) {
   EXPECT_GT(j["layers"][0]["sqnr_db"].get<double>(), 35.0);
   EXPECT_EQ(j["scale_dtype"], "f32");
   EXPECT_LT(j["bundle_bytes_after"].get<double>(), j["bundle_bytes_before"].get<double>() / 3.0);
-  // Batch 1 takes the decode path (int8 activations, integer dot products), 16 the SGEMM.
-  for (std::int64_t batch : {1, 16}) {
+  // Batch 1 takes the decode path, 16 and 64 the integer GEMM (K = 256: int16 activations
+  // per 256-block either way).
+  for (std::int64_t batch : {1, 16, 64}) {
     const Tensor x = Tensor::randn({batch, 256}, 98 + static_cast<std::uint64_t>(batch));
     const std::vector<HostValue> in{HostValue::of(host(x))};
     EXPECT_GE(cosine(run_bundle(path("linear.q8.kiln"), in), run_bundle(path("linear.kiln"), in)), 0.9999) << batch;
@@ -116,11 +117,11 @@ TEST_F(Quantize, Int8LinearKeepsCosineAbove09999AndValidates) {
   EXPECT_DOUBLE_EQ(out0["atol_after"].get<double>(), 2 * out0["max_abs_diff"].get<double>());
 }
 
-TEST_F(Quantize, Int4Group32LinearKeepsCosineAbove099AtBatch1And16) {
+TEST_F(Quantize, Int4Group32LinearKeepsCosineAbove099AtBatch1To64) {
   const json j = quantize_json("linear.kiln", "linear.q4.kiln", "--weights int4 --group 32");
   ASSERT_EQ(j["layers"].size(), 1u);
   EXPECT_EQ(j["layers"][0]["bytes_after"], 512 * 128 + 512 * 8 * 2);  // nibbles + f16 scales
-  for (std::int64_t batch : {1, 16}) {
+  for (std::int64_t batch : {1, 16, 64}) {
     const Tensor x = Tensor::randn({batch, 256}, 100 + static_cast<std::uint64_t>(batch));
     const std::vector<HostValue> in{HostValue::of(host(x))};
     EXPECT_GE(cosine(run_bundle(path("linear.q4.kiln"), in), run_bundle(path("linear.kiln"), in)), 0.99) << batch;

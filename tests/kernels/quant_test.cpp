@@ -1,13 +1,22 @@
 // linear_q / embedding_q against a reference that dequantizes the weight in double and
-// multiplies in double; both micro-kernel tables (portable, AVX2) and 1 or 2 threads.
+// multiplies in double; every micro-kernel table (portable, AVX2, AVX-512 VNNI for the
+// integer GEMM) and 1 or 2 threads. Paths that round the activations (int4 groups of a
+// multiple of 32: int8 per block of 32; int8 groups of a multiple of 256: int16 per block
+// of 256) are checked twice: tightly against the reference on the activations rounded as
+// the kernel contract says (the integer dot products are exact), and against the exact
+// activations within the bound the rounding allows, sum_k |W(n, k)| * scale(block of k) / 2.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
 #include <random>
 #include <vector>
 
 #include "backends/cpu/kernels/quant.h"
+#include "backends/cpu/kernels/quant_gemm.h"
 #include "backends/cpu/thread_pool.h"
 #include "kernel_testutil.h"
 
@@ -104,18 +113,55 @@ struct Case {
   bool f16_scales, zero_points, bias;
 };
 
-// The activations the int4 decode path (<= 2 rows, groups of whole 32-blocks) computes
-// with: each block of 32 rounded to int8 steps of max|x| / 127 (float arithmetic, as the
-// kernel's contract in quant.h states).
-Tensor int8_rounded_activations(const Tensor& x) {
-  Tensor out(DType::kF32, x.shape());
-  for (std::int64_t b = 0; b < x.numel() / 32; ++b) {
+// The activation block every path with this weight format rounds to (0: f32 activations).
+std::int64_t activation_block(int bits, std::int64_t group) {
+  if (bits == 4 && group % 32 == 0) return 32;
+  if (bits == 8 && group % 256 == 0) return 256;
+  return 0;
+}
+
+// x [rows, k] rounded per block as the kernels' contract states (quant.h quantize_block,
+// written here independently): steps of s = max|x| / qmax, q = nearbyint(x * (1 / s)).
+// half_step[i] gets s / 2 of element i's block (|x - rounded| <= s / 2 up to float rounding).
+struct Rounded {
+  Tensor x;
+  std::vector<double> half_step;
+};
+Rounded rounded_activations(const Tensor& x, std::int64_t block, float qmax) {
+  Rounded out{Tensor(DType::kF32, x.shape()), std::vector<double>(static_cast<std::size_t>(x.numel()))};
+  const float* in = x.as<const float>();
+  for (std::int64_t b = 0; b < x.numel() / block; ++b) {
     float amax = 0;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x.as<float>()[b * 32 + j]));
-    const float s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0.0f;
-    for (int j = 0; j < 32; ++j) out.as<float>()[b * 32 + j] = std::nearbyint(x.as<float>()[b * 32 + j] * inv) * s;
+    for (std::int64_t j = 0; j < block; ++j) amax = std::max(amax, std::fabs(in[b * block + j]));
+    const float s = amax / qmax, inv = s > 0 ? 1.0f / s : 0.0f;
+    for (std::int64_t j = 0; j < block; ++j) {
+      const std::int64_t i = b * block + j;
+      out.x.as<float>()[i] = std::nearbyint(in[i] * inv) * s;
+      out.half_step[static_cast<std::size_t>(i)] = 0.5 * s;
+    }
   }
   return out;
+}
+
+// Checks `got` against the reference on the exact activations within the rounding bound
+// plus the float tolerance.
+::testing::AssertionResult within_rounding_bound(const Tensor& got, const Tensor& x, const Rounded& r, const QWeight& w,
+                                                 const Tensor* bias, std::int64_t rows, double rtol, double atol) {
+  const std::vector<double> exact = reference_linear(x, w, bias, rows);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < w.n; ++j) {
+      double bound = 0;
+      for (std::int64_t c = 0; c < w.k; ++c) {
+        bound += std::fabs(w.dequantized[static_cast<std::size_t>(j * w.k + c)]) * r.half_step[static_cast<std::size_t>(i * w.k + c)];
+      }
+      const double want = exact[static_cast<std::size_t>(i * w.n + j)], have = got.at(i * w.n + j);
+      if (!(std::fabs(have - want) <= bound * (1 + 1e-5) + atol + rtol * std::fabs(want))) {
+        return ::testing::AssertionFailure() << "row " << i << " col " << j << ": " << have << " vs exact " << want
+                                             << ", rounding bound " << bound;
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 void check_case(const Case& c, std::uint32_t seed) {
@@ -123,9 +169,9 @@ void check_case(const Case& c, std::uint32_t seed) {
   const QWeight w = make_weight(rng, c.bits, c.n, c.k, c.group, c.f16_scales, c.zero_points);
   const Tensor x = Tensor::random(DType::kF32, {c.rows, c.k}, rng, -1.0, 1.0);
   const Tensor bias = Tensor::random(DType::kF32, {c.n}, rng);
-  const bool q8_path = c.bits == 4 && c.group % 32 == 0 && c.rows <= 2;
-  const std::vector<double> want =
-      reference_linear(q8_path ? int8_rounded_activations(x) : x, w, c.bias ? &bias : nullptr, c.rows);
+  const std::int64_t block = activation_block(c.bits, c.group);
+  const Rounded r = block > 0 ? rounded_activations(x, block, block == 32 ? 127.0f : 32767.0f) : Rounded{x, {}};
+  const std::vector<double> want = reference_linear(r.x, w, c.bias ? &bias : nullptr, c.rows);
   for (int threads : {1, 2}) {
     Tensor out(DType::kF32, {c.rows, c.n});
     ASSERT_TRUE(run_linear_q(x, w, c.bias ? &bias : nullptr, out, threads).ok());
@@ -134,6 +180,10 @@ void check_case(const Case& c, std::uint32_t seed) {
     EXPECT_TRUE(all_close(out, want, 1e-4, 2e-5 * static_cast<double>(c.k)))
         << "bits " << c.bits << " rows " << c.rows << " n " << c.n << " k " << c.k << " group " << c.group
         << " threads " << threads;
+    if (block > 0) {
+      EXPECT_TRUE(within_rounding_bound(out, x, r, w, c.bias ? &bias : nullptr, c.rows, 1e-4, 2e-5 * static_cast<double>(c.k)))
+          << "bits " << c.bits << " rows " << c.rows << " n " << c.n << " k " << c.k << " group " << c.group;
+    }
   }
 }
 
@@ -181,10 +231,194 @@ TEST(LinearQKernel, Int4Group32DecodeEightBlocksAtATimeMatchesReference) {
 }
 
 TEST(LinearQKernel, BatchPathDequantizesPanelsOverManyChunksAndKBlocks) {
-  // n past several 8-panel chunks and not a multiple of 16 (a partial last panel); k = 4096
-  // in 16 K blocks of 256 (the C tile accumulates across them, bias at the last one).
-  check_case({8, 16, 1030, 4096, 4096, false, false, true}, 60);
-  check_case({4, 7, 1043, 256, 32, true, true, true}, 61);
+  // Formats the integer GEMM does not take (int8 groups not a multiple of 256, int4 groups
+  // of 16): n past several 8-panel chunks and not a multiple of 16 (a partial last panel);
+  // k = 4000 in 16 K blocks of <= 256 (the C tile accumulates across them, bias at the
+  // last one).
+  check_case({8, 16, 1030, 4000, 4000, false, false, true}, 60);
+  check_case({4, 7, 1043, 256, 16, true, true, true}, 61);
+}
+
+TEST(LinearQKernel, IntegerGemmMatchesReferenceAcrossTilesPanelsAndKBlocks) {
+  // Rows across 6-row tiles (3, 7, 13, 16, 64) and the 144-row block (150); n across
+  // 32-row panels (31, 33, 65) and 8-panel chunks on 2 threads (700); k across K blocks
+  // (int4: 512 columns, so 1056 and 800 end in a 32- and a 288-column block; int8: 256).
+  const Case cases[] = {
+      {4, 3, 33, 1056, 32, true, false, true},   {4, 7, 70, 800, 32, true, true, false},
+      {4, 13, 31, 256, 64, false, true, true},   {4, 16, 65, 4096, 128, true, false, true},
+      {4, 64, 47, 512, 32, true, false, false},  {4, 150, 40, 96, 32, false, false, true},
+      {4, 20, 700, 512, 32, true, false, true},  {8, 3, 33, 256, 256, false, false, true},
+      {8, 7, 70, 768, 768, true, false, false},  {8, 16, 31, 1024, 512, false, false, true},
+      {8, 64, 65, 4096, 4096, false, false, true}, {8, 150, 33, 512, 256, true, false, false},
+      {8, 20, 700, 512, 512, false, false, true},
+  };
+  std::uint32_t seed = 70;
+  for (const Case& c : cases) check_case(c, seed++);
+}
+
+// A random weight and activations for the table comparisons.
+struct IntGemmFixture {
+  QWeight w;
+  QuantWeight qw;
+  Tensor x, bias;
+};
+IntGemmFixture int_gemm_fixture(const Case& c, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  IntGemmFixture f;
+  f.w = make_weight(rng, c.bits, c.n, c.k, c.group, c.f16_scales, c.zero_points);
+  f.qw = QuantWeight{f.w.data.as<const std::uint8_t>(), c.bits, c.n, c.k, c.group, f.w.scales.data(), c.f16_scales,
+                     c.zero_points ? f.w.zero_points.as<const std::uint8_t>() : nullptr};
+  f.x = Tensor::random(DType::kF32, {c.rows, c.k}, rng, -3.0, 3.0);
+  f.bias = Tensor::random(DType::kF32, {c.n}, rng);
+  return f;
+}
+
+std::vector<const kernels::IntGemmKernels*> int_gemm_tables() {
+  std::vector<const kernels::IntGemmKernels*> tables{&kernels::int_gemm_kernels_scalar()};
+  if (kernels::int_gemm_kernels_avx2() != nullptr) tables.push_back(kernels::int_gemm_kernels_avx2());
+  if (kernels::int_gemm_kernels_avx512vnni() != nullptr) tables.push_back(kernels::int_gemm_kernels_avx512vnni());
+  return tables;
+}
+
+TEST(LinearQKernel, IntegerGemmTablesPackTheSameBytesAndAgree) {
+  const auto tables = int_gemm_tables();
+  const kernels::IntGemmKernels& scalar = *tables[0];
+  for (const Case& c : {Case{4, 6, 32, 512, 32, true, false, false}, Case{4, 4, 23, 96, 32, false, true, false},
+                        Case{4, 1, 17, 256, 64, true, true, false}, Case{4, 5, 9, 160, 160, false, false, false},
+                        Case{8, 6, 32, 256, 256, false, false, false}, Case{8, 2, 19, 512, 512, true, false, false},
+                        Case{8, 5, 30, 768, 256, false, false, false}}) {
+    const IntGemmFixture f = int_gemm_fixture(c, static_cast<std::uint32_t>(c.n * 7 + c.k));
+    const bool q8 = c.bits == 4;
+    const std::int64_t block = q8 ? kernels::kQ8Block : kernels::kQ16Block, blocks = c.k / block;
+    const std::size_t unit_bytes = static_cast<std::size_t>(c.k / (q8 ? 4 : 2) * 4);
+    struct Packed {
+      std::vector<std::uint8_t> a_units, b_units;
+      std::vector<float> a_scale, b_scale, out;
+      std::vector<std::int32_t> a_init;
+    };
+    auto pack = [&](const kernels::IntGemmKernels& k) {
+      Packed p;
+      p.a_units.assign(unit_bytes * kernels::kIntGemmMr, 0xAB);
+      p.a_scale.assign(static_cast<std::size_t>(blocks * kernels::kIntGemmMr), -1.0f);
+      p.a_init.assign(p.a_scale.size(), -1);
+      // 64-byte aligned panel buffers, as the driver's.
+      p.b_units.assign(unit_bytes * kernels::kIntGemmNr + 64, 0xCD);
+      p.b_scale.assign(static_cast<std::size_t>(blocks * kernels::kIntGemmNr) + 16, -1.0f);
+      auto* bu = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(p.b_units.data()) + 63) / 64 * 64);
+      auto* bs = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(p.b_scale.data()) + 63) / 64 * 64);
+      const int rows = static_cast<int>(c.rows), cols = static_cast<int>(c.n);
+      if (q8) {
+        k.quantize_q8(f.x.as<const float>(), c.k, rows, c.k, p.a_units.data(), p.a_scale.data(), p.a_init.data());
+        k.panel_q8(f.qw, 0, cols, 0, c.k, bu, bs);
+      } else {
+        k.quantize_q16(f.x.as<const float>(), c.k, rows, c.k, p.a_units.data(), p.a_scale.data());
+        k.panel_q16(f.qw, 0, cols, 0, c.k, bu, bs);
+      }
+      p.out.assign(static_cast<std::size_t>(kernels::kIntGemmMr * 40), 0.5f);
+      const kernels::IntGemmTile tile{p.a_units.data(), p.a_scale.data(), q8 ? p.a_init.data() : nullptr, bu, bs, blocks,
+                                      p.out.data(), 40, rows, cols, true, f.bias.as<const float>()};
+      (q8 ? k.tile_q8 : k.tile_q16)(tile);
+      p.b_units.assign(bu, bu + unit_bytes * kernels::kIntGemmNr);
+      p.b_scale.assign(bs, bs + blocks * kernels::kIntGemmNr);
+      return p;
+    };
+    const Packed want = pack(scalar);
+    for (const auto* table : tables) {
+      const Packed got = pack(*table);
+      const std::string where = std::string(table->name) + " bits " + std::to_string(c.bits) + " k " + std::to_string(c.k);
+      EXPECT_EQ(got.a_units, want.a_units) << where;
+      EXPECT_EQ(got.a_scale, want.a_scale) << where;
+      if (q8) {
+        EXPECT_EQ(got.a_init, want.a_init) << where;
+      }
+      EXPECT_EQ(got.b_units, want.b_units) << where;
+      EXPECT_EQ(got.b_scale, want.b_scale) << where;
+      for (std::size_t i = 0; i < want.out.size(); ++i) {
+        ASSERT_NEAR(got.out[i], want.out[i], 1e-5 * (1 + std::fabs(want.out[i]))) << where << " out " << i;
+      }
+    }
+  }
+}
+
+TEST(LinearQKernel, IntegerGemmOfEveryTableMatchesTheReference) {
+  // The whole driver on each table (the linear_q tests above run only the best one).
+  for (const Case& c : {Case{4, 13, 70, 1056, 32, true, true, true}, Case{8, 9, 45, 768, 256, false, false, true}}) {
+    const IntGemmFixture f = int_gemm_fixture(c, 90);
+    const std::int64_t block = activation_block(c.bits, c.group);
+    const Rounded r = rounded_activations(f.x, block, block == 32 ? 127.0f : 32767.0f);
+    const std::vector<double> want = reference_linear(r.x, f.w, &f.bias, c.rows);
+    for (const auto* table : int_gemm_tables()) {
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        Tensor out(DType::kF32, {c.rows, c.n});
+        ASSERT_TRUE(kernels::int_gemm(f.qw, f.x.as<const float>(), c.rows, f.bias.as<const float>(), out.as<float>(), pool,
+                                      *table)
+                        .ok());
+        EXPECT_TRUE(out.canary_intact());
+        EXPECT_TRUE(all_close(out, want, 1e-4, 2e-5 * static_cast<double>(c.k) * 3)) << table->name << " threads " << threads;
+      }
+    }
+  }
+}
+
+TEST(LinearQKernel, IntegerGemmAgreesWithTheDecodePathRowByRow) {
+  // The same rounding and integer arithmetic: a batch row's result is the decode result
+  // of that row up to float summation order.
+  for (const Case& c : {Case{4, 7, 40, 512, 32, true, false, true}, Case{8, 7, 40, 512, 256, false, false, true}}) {
+    const IntGemmFixture f = int_gemm_fixture(c, 91);
+    Tensor batch(DType::kF32, {c.rows, c.n});
+    ASSERT_TRUE(run_linear_q(f.x, f.w, &f.bias, batch, 1).ok());
+    for (std::int64_t i = 0; i < c.rows; ++i) {
+      Tensor xi(DType::kF32, {1, c.k}), yi(DType::kF32, {1, c.n});
+      std::copy_n(f.x.as<const float>() + i * c.k, c.k, xi.as<float>());
+      ASSERT_TRUE(run_linear_q(xi, f.w, &f.bias, yi, 1).ok());
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        EXPECT_NEAR(batch.at(i * c.n + j), yi.at(j), 1e-5 * (1 + std::fabs(yi.at(j)))) << c.bits << " " << i << " " << j;
+      }
+    }
+  }
+}
+
+TEST(LinearQKernel, NonFiniteActivationsGiveNonFiniteRowsOnEveryPath) {
+  // A NaN or inf in a row makes its block's scale NaN: that row's outputs are NaN (the f32
+  // product would be NaN or inf), the other rows are unaffected. Decode (1 row) and batch.
+  std::mt19937 rng(92);
+  for (const Case& c : {Case{4, 4, 20, 256, 32, true, false, false}, Case{8, 4, 20, 512, 256, false, false, false},
+                        Case{4, 1, 20, 256, 32, true, false, false}, Case{8, 1, 20, 512, 512, false, false, false}}) {
+    const QWeight w = make_weight(rng, c.bits, c.n, c.k, c.group, c.f16_scales, c.zero_points);
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      Tensor x = Tensor::random(DType::kF32, {c.rows, c.k}, rng);
+      x.as<float>()[(c.rows - 1) * c.k + 37] = bad;
+      Tensor out(DType::kF32, {c.rows, c.n});
+      ASSERT_TRUE(run_linear_q(x, w, nullptr, out, 1).ok());
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        EXPECT_FALSE(std::isfinite(out.at((c.rows - 1) * c.n + j))) << c.bits << " rows " << c.rows << " col " << j;
+        if (c.rows > 1) {
+          EXPECT_TRUE(std::isfinite(out.at(j))) << c.bits << " col " << j;
+        }
+      }
+    }
+  }
+}
+
+TEST(LinearQKernel, QuantizeBlockRoundsToNearestEvenAndFlagsSpecialBlocks) {
+  std::int32_t q[4];
+  const float halves[4] = {2.5f, -0.5f, 1.5f, 127.0f};  // scale 1: ties to even
+  EXPECT_EQ(kernels::quantize_block(halves, 4, 127.0f, q), 1.0f);
+  EXPECT_EQ(q[0], 2);
+  EXPECT_EQ(q[1], 0);
+  EXPECT_EQ(q[2], 2);
+  EXPECT_EQ(q[3], 127);
+  const float zeros[4] = {0.0f, -0.0f, 0.0f, 0.0f};
+  EXPECT_EQ(kernels::quantize_block(zeros, 4, 127.0f, q), 0.0f);
+  const float tiny[4] = {1e-40f, 0.0f, -1e-40f, 0.0f};  // max / 127 is subnormal: a zero block
+  EXPECT_EQ(kernels::quantize_block(tiny, 4, 127.0f, q), 0.0f);
+  EXPECT_EQ(q[0], 0);
+  const float nan[4] = {1.0f, std::numeric_limits<float>::quiet_NaN(), 2.0f, 3.0f};
+  EXPECT_TRUE(std::isnan(kernels::quantize_block(nan, 4, 127.0f, q)));
+  EXPECT_EQ(q[0], 0);
+  const float inf[4] = {1.0f, -std::numeric_limits<float>::infinity(), 2.0f, 3.0f};
+  EXPECT_TRUE(std::isnan(kernels::quantize_block(inf, 4, 127.0f, q)));
 }
 
 TEST(LinearQKernel, BatchPathCrossesRowBlocksAndUnalignedKBlocks) {

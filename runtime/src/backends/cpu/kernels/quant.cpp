@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "backends/cpu/gemm/gemm.h"
@@ -11,6 +12,7 @@
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/quant.h"
+#include "backends/cpu/kernels/quant_gemm.h"
 #include "backends/cpu/thread_pool.h"
 
 namespace kiln::cpu::kernels {
@@ -53,8 +55,8 @@ Status quant_weight(std::string_view op, const TensorView& w, const TensorView& 
 }
 
 // Batches up to this many rows run the GEMV once per row (the weight then stays the
-// bandwidth cost); larger ones run the SGEMM with W dequantized straight into its packed
-// B panels.
+// bandwidth cost); larger ones run the integer GEMM (int_gemm) when the weight allows it,
+// else the SGEMM's micro-kernel on panels of W dequantized right before use.
 constexpr std::int64_t kGemvMaxRows = 2;
 
 // Panels of W^T per parallel_for chunk (16 weight rows each): the chunk's C columns stay
@@ -111,7 +113,131 @@ Status gemm_dequantizing(const QuantWeight& qw, const float* x, std::int64_t row
   return Status::Ok();
 }
 
+// K columns per integer micro-kernel call: 16 KiB of panel units either way (kc / 4 or kc / 2
+// units of 32 x 4 bytes), in L1 while every activation tile of the row block runs on them.
+constexpr std::int64_t kQ8Kc = 512;
+constexpr std::int64_t kQ16Kc = 256;
+// Panels (32 weight rows each) per parallel_for chunk: the chunk's C columns stay in L2
+// across the K blocks, and the 448 panels of a 14336-row layer still split evenly.
+constexpr std::int64_t kIntPanelsPerChunk = 8;
+// Activation tiles (6 rows) swept over each unpacked panel: 144 rows, as kRowBlock.
+constexpr std::int64_t kTilesPerRowBlock = kRowBlock / kIntGemmMr;
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
 }  // namespace
+
+// The integer GEMM (quant_gemm.h): int4 weights with groups of a multiple of 32 (int8
+// activations, kQ8) and int8 weights with groups of a multiple of 256 (int16 activations,
+// kQ16), the decode kernels' arithmetic, so a row gives the same result either way up to
+// float rounding. Other weights take gemm_dequantizing.
+bool int_gemm_supported(const QuantWeight& w) {
+  return (w.bits == 4 && w.group % kQ8Block == 0) || (w.bits == 8 && w.group % kQ16Block == 0);
+}
+
+// x is quantized once into 6-row tiles (threaded over tiles); each chunk of 32-row weight panels runs, per row
+// block and K block, panel_q8/panel_q16 into a per-thread buffer and then the
+// micro-kernel over every tile of the row block, accumulating into y across K blocks.
+Status int_gemm(const QuantWeight& w, const float* x, std::int64_t rows, const float* bias, float* y, ThreadPool& pool,
+                const IntGemmKernels& kern) {
+  const bool q8 = w.bits == 4;
+  const std::int64_t block = q8 ? kQ8Block : kQ16Block, unit_cols = q8 ? 4 : 2;
+  const std::int64_t blocks = w.k / block, tiles = (rows + kIntGemmMr - 1) / kIntGemmMr;
+  // One tile: units, scales, then (kQ8) init values, rounded up to 64 bytes.
+  const std::int64_t unit_bytes = w.k / unit_cols * kIntGemmMr * 4, meta_bytes = blocks * kIntGemmMr * 4;
+  const std::int64_t tile_bytes = (unit_bytes + meta_bytes * (q8 ? 2 : 1) + 63) / 64 * 64;
+  const std::unique_ptr<void, FreeDeleter> packed_owner(std::aligned_alloc(64, static_cast<std::size_t>(tile_bytes * tiles)));
+  auto* packed = static_cast<std::uint8_t*>(packed_owner.get());
+  if (packed == nullptr) return op_error(StatusCode::kUnavailable, "linear_q", "no memory to quantize the activations");
+  auto tile_units = [&](std::int64_t t) { return packed + t * tile_bytes; };
+  auto tile_scale = [&](std::int64_t t) { return reinterpret_cast<float*>(tile_units(t) + unit_bytes); };
+  auto tile_init = [&](std::int64_t t) { return reinterpret_cast<std::int32_t*>(tile_units(t) + unit_bytes + meta_bytes); };
+  auto tile_rows = [&](std::int64_t t) { return static_cast<int>(std::min<std::int64_t>(kIntGemmMr, rows - t * kIntGemmMr)); };
+
+  const bool threaded =
+      2.0 * static_cast<double>(rows) * static_cast<double>(w.n) * static_cast<double>(w.k) >= 2.0e6;
+  auto quantize = [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const float* xt = x + t * kIntGemmMr * w.k;
+      if (q8) {
+        kern.quantize_q8(xt, w.k, tile_rows(t), w.k, tile_units(t), tile_scale(t), tile_init(t));
+      } else {
+        kern.quantize_q16(xt, w.k, tile_rows(t), w.k, tile_units(t), tile_scale(t));
+      }
+    }
+  };
+  if (threaded) {
+    pool.parallel_for(tiles, pool.even_grain(tiles, 1, 1), quantize);
+  } else {
+    quantize(0, tiles);
+  }
+
+  const std::int64_t kc_max = std::min(q8 ? kQ8Kc : kQ16Kc, w.k);
+  const std::int64_t n_panels = (w.n + kIntGemmNr - 1) / kIntGemmNr;
+  // The weight bytes of the next panel to unpack are asked into L2 while the tiles of the
+  // current one run, a few cache lines before each tile (32 rows are too many streams for
+  // the hardware prefetchers, and 128 prefetches at once stall on the miss buffers).
+  const std::int64_t row_bytes = w.k * w.bits / 8;
+  struct Prefetch {
+    const std::uint8_t* first = nullptr;  // row 0 of the panel at the K block
+    std::int64_t rows = 0, lines = 0, next = 0;  // lines per row; next of rows * lines
+  };
+  auto plan_prefetch = [&](std::int64_t p, std::int64_t k0) {
+    Prefetch f;
+    if (p >= n_panels || k0 >= w.k) return f;
+    f.first = w.data + p * kIntGemmNr * row_bytes + k0 * w.bits / 8;
+    f.rows = std::min<std::int64_t>(kIntGemmNr, w.n - p * kIntGemmNr);
+    f.lines = (std::min(kc_max, w.k - k0) * w.bits / 8 + 63) / 64;
+    return f;
+  };
+  auto prefetch_some = [&](Prefetch& f, std::int64_t count) {
+    for (; count > 0 && f.next < f.rows * f.lines; --count, ++f.next) {
+      __builtin_prefetch(f.first + (f.next / f.lines) * row_bytes + (f.next % f.lines) * 64, 0, 2);
+    }
+  };
+  auto body = [&](std::int64_t p0, std::int64_t p1) {
+    alignas(64) thread_local std::uint8_t units[std::max(kQ8Kc / 4, kQ16Kc / 2) * kIntGemmNr * 4];
+    alignas(64) thread_local float scales[std::max(kQ8Kc / kQ8Block, kQ16Kc / kQ16Block) * kIntGemmNr];
+    for (std::int64_t t0 = 0; t0 < tiles; t0 += kTilesPerRowBlock) {
+      const std::int64_t t1 = std::min(tiles, t0 + kTilesPerRowBlock);
+      for (std::int64_t k0 = 0; k0 < w.k; k0 += kc_max) {
+        const std::int64_t kc = std::min(kc_max, w.k - k0);
+        const bool last = k0 + kc >= w.k;
+        for (std::int64_t p = p0; p < p1; ++p) {
+          const std::int64_t j = p * kIntGemmNr;
+          const int cols = static_cast<int>(std::min<std::int64_t>(kIntGemmNr, w.n - j));
+          (q8 ? kern.panel_q8 : kern.panel_q16)(w, j, cols, k0, kc, units, scales);
+          Prefetch ahead = p + 1 < p1 ? plan_prefetch(p + 1, k0) : plan_prefetch(p0, k0 + kc);
+          const std::int64_t per_tile = (ahead.rows * ahead.lines + (t1 - t0) - 1) / (t1 - t0);
+          for (std::int64_t t = t0; t < t1; ++t) {
+            prefetch_some(ahead, per_tile);
+            const IntGemmTile tile{tile_units(t) + k0 / unit_cols * kIntGemmMr * 4,
+                                   tile_scale(t) + k0 / block * kIntGemmMr,
+                                   q8 ? tile_init(t) + k0 / block * kIntGemmMr : nullptr,
+                                   units,
+                                   scales,
+                                   kc / block,
+                                   y + t * kIntGemmMr * w.n + j,
+                                   w.n,
+                                   tile_rows(t),
+                                   cols,
+                                   k0 > 0,
+                                   last && bias != nullptr ? bias + j : nullptr};
+            (q8 ? kern.tile_q8 : kern.tile_q16)(tile);
+          }
+        }
+      }
+    }
+  };
+  if (threaded) {
+    pool.parallel_for(n_panels, std::min(kIntPanelsPerChunk, pool.even_grain(n_panels, 1, 1)), body);
+  } else {
+    body(0, n_panels);
+  }
+  return Status::Ok();
+}
 
 Status LinearQ(KernelContext& ctx, Inputs in, Outputs out, Attrs) {
   KILN_RETURN_IF_ERROR(check_io("linear_q", in, out, {.min_inputs = 3, .max_inputs = 5, .num_outputs = 1,
@@ -141,7 +267,10 @@ Status LinearQ(KernelContext& ctx, Inputs in, Outputs out, Attrs) {
   const float* xs = x.as<const float>();
   float* y = out[0].as<float>();
   const float* b = bias != nullptr ? bias->as<const float>() : nullptr;
-  if (rows > kGemvMaxRows && qw.k > 0) return gemm_dequantizing(qw, xs, rows, b, y, ctx.pool());
+  if (rows > kGemvMaxRows && qw.k > 0) {
+    if (int_gemm_supported(qw)) return int_gemm(qw, xs, rows, b, y, ctx.pool(), int_gemm_kernels());
+    return gemm_dequantizing(qw, xs, rows, b, y, ctx.pool());
+  }
   const QuantKernels& kern = quant_kernels();
   ThreadPool& pool = ctx.pool();
   // ~64 KiB of weight bytes per chunk at least, split evenly over the threads.

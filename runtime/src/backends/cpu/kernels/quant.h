@@ -69,6 +69,14 @@ struct QuantKernels {
                              float* out);
 };
 
+/// The rounding rule of every activation quantizer here (the decode paths' and the
+/// integer GEMM's, quant_gemm.h), for one block of n values: scale = max|x| / qmax and
+/// q[i] = nearbyint(clamp(x[i] * (1 / scale), -qmax, qmax)) (round to nearest even). A block
+/// whose scale is 0 or subnormal gets scale 0 and q = 0; a block holding an inf or NaN gets
+/// scale NaN and q = 0 (so the outputs it reaches are NaN, not silently finite). Returns the
+/// scale.
+float quantize_block(const float* x, std::int64_t n, float qmax, std::int32_t* q);
+
 /// Fills q (k values), scale and sum (k / 32 each) from x[k]; k % 32 == 0. Portable, so
 /// every ISA sees the same quantized activations.
 void quantize_activations(const float* x, std::int64_t k, std::int8_t* q, float* scale, std::int32_t* sum);

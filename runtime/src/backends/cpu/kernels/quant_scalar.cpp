@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "backends/cpu/kernels/convert.h"
 #include "backends/cpu/kernels/quant.h"
@@ -135,35 +136,42 @@ constexpr QuantKernels kScalar{"baseline", gemv_rows, dequantize_rows, dequantiz
 
 }  // namespace
 
+float quantize_block(const float* x, std::int64_t n, float qmax, std::int32_t* q) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    finite = finite && a <= std::numeric_limits<float>::max();  // false for inf and NaN
+    amax = std::fmax(amax, a);
+  }
+  const float scale = amax / qmax;
+  if (!finite || !(scale >= std::numeric_limits<float>::min())) {
+    for (std::int64_t i = 0; i < n; ++i) q[i] = 0;
+    return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  }
+  const float inv = 1.0f / scale;
+  for (std::int64_t i = 0; i < n; ++i) q[i] = static_cast<std::int32_t>(std::nearbyint(std::clamp(x[i] * inv, -qmax, qmax)));
+  return scale;
+}
+
 void quantize_activations(const float* x, std::int64_t k, std::int8_t* q, float* scale, std::int32_t* sum) {
+  std::int32_t v[32];
   for (std::int64_t b = 0; b < k / 32; ++b) {
-    const float* xb = x + b * 32;
-    float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
-    const float s = amax / 127.0f;
-    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    scale[b] = quantize_block(x + b * 32, 32, 127.0f, v);
     std::int32_t total = 0;
     for (int j = 0; j < 32; ++j) {
-      const auto v = static_cast<std::int8_t>(std::clamp(std::nearbyint(xb[j] * inv), -127.0f, 127.0f));
-      q[b * 32 + (j % 2 == 0 ? j / 2 : 16 + j / 2)] = v;
-      total += v;
+      q[b * 32 + (j % 2 == 0 ? j / 2 : 16 + j / 2)] = static_cast<std::int8_t>(v[j]);
+      total += v[j];
     }
-    scale[b] = s;
     sum[b] = total;
   }
 }
 
 void quantize_activations_i16(const float* x, std::int64_t k, std::int16_t* q, float* scale) {
+  std::int32_t v[256];
   for (std::int64_t b = 0; b < k / 256; ++b) {
-    const float* xb = x + b * 256;
-    float amax = 0.0f;
-    for (int j = 0; j < 256; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
-    const float s = amax / 32767.0f;
-    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
-    for (int j = 0; j < 256; ++j) {
-      q[b * 256 + j] = static_cast<std::int16_t>(std::clamp(std::nearbyint(xb[j] * inv), -32767.0f, 32767.0f));
-    }
-    scale[b] = s;
+    scale[b] = quantize_block(x + b * 256, 256, 32767.0f, v);
+    for (int j = 0; j < 256; ++j) q[b * 256 + j] = static_cast<std::int16_t>(v[j]);
   }
 }
 

@@ -190,7 +190,9 @@ TEST_F(Quantize, Int4KeepsTheEmbeddingTablesAndTheOutputHeadInt8UnlessEmbedHeadS
   for (const auto& l : j["layers"]) {
     EXPECT_TRUE(l["quantized"].get<bool>()) << l.dump();
     EXPECT_EQ(l["format"], l["op"] == "matmul" ? "int8" : "int4 g16") << l.dump();
-    if (l["op"] == "matmul") EXPECT_EQ(l["bytes_after"], 64 * 32 + 32 * 4) << l.dump();  // [N=32, K=64] int8, f32 scales
+    if (l["op"] == "matmul") {
+      EXPECT_EQ(l["bytes_after"], 64 * 32 + 32 * 4) << l.dump();  // [N=32, K=64] int8, f32 scales
+    }
   }
   const Tensor x = Tensor::randn({2, 128}, 5);
   const std::vector<HostValue> in{HostValue::of(host(x))};
@@ -227,7 +229,9 @@ TEST_F(Quantize, ScaleSearchLowersTheWeightErrorAgainstMaxRangeScales) {
     // int4 gains ~0.5 dB.
     const double gain = mse["layers"][0]["sqnr_db"].get<double>() - max["layers"][0]["sqnr_db"].get<double>();
     EXPECT_GE(gain, 0.0) << args;
-    if (args.find("int4") != std::string::npos) EXPECT_GT(gain, 0.2) << args;
+    if (args.find("int4") != std::string::npos) {
+      EXPECT_GT(gain, 0.2) << args;
+    }
     const Tensor x = Tensor::randn({1, 256}, 77);
     const std::vector<HostValue> in{HostValue::of(host(x))};
     EXPECT_GE(cosine(run_bundle(path("linear.mse.kiln"), in), run_bundle(path("linear.kiln"), in)),

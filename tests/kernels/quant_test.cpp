@@ -558,7 +558,7 @@ TEST(EmbeddingQKernel, GathersDequantizedRowsOfInt8AndInt4Tables) {
   for (const Case& c : {Case{8, 0, 11, 37, 37, false, false, false}, Case{4, 0, 9, 40, 8, true, true, false},
                         Case{4, 0, 6, 64, 32, true, false, false}}) {
     const QWeight w = make_weight(rng, c.bits, c.n, c.k, c.group, c.f16_scales, c.zero_points);
-    const Tensor idx = Tensor::of(DType::kI64, {2, 3}, {0, c.n - 1, 3, 3, 1, 2});
+    const Tensor idx = Tensor::of(DType::kI64, {2, 3}, {0, static_cast<double>(c.n - 1), 3, 3, 1, 2});
     Tensor out(DType::kF32, {2, 3, c.k});
     std::vector<const Tensor*> in{&w.data, &w.scales, &idx};
     if (c.zero_points) in.push_back(&w.zero_points);

@@ -259,5 +259,75 @@ TEST(LayoutPass, DenseBlocksWithBatchNormBeforeTheirConvsStayBlocked) {
   }
 }
 
+// Squeeze-excitation: mean over H and W -> 1x1 -> relu -> 1x1 -> sigmoid -> mul(x, s) -> 1x1
+// projection. The mul is folded into the projection (profile "mul+conv2d...", no "mul"):
+// with weights smaller than an image of x (scaled weights per image, here with the block's
+// residual add too) and with weights larger than it (x * s into a scratch copy); a scale of
+// [1, C, 1, 1] that is a graph input (plain) keeps its mul and conv plain, unfolded. Channel
+// counts are not multiples of 8 (padded lanes). Eager, unfused and observed runs agree.
+TEST(LayoutPass, SqueezeExcitationScalesFoldIntoTheConvAfterThem) {
+  if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
+  const Tensor w1 = Tensor::randn({20, 3, 3, 3}, 31) * 0.3, b1 = Tensor::randn({20}, 32);
+  const Tensor f1 = Tensor::randn({6, 20, 1, 1}, 33) * 0.3, fb1 = Tensor::randn({6}, 34);
+  const Tensor f2 = Tensor::randn({20, 6, 1, 1}, 35) * 0.3, fb2 = Tensor::randn({20}, 36);
+  const Tensor wp = Tensor::randn({12, 20, 1, 1}, 37) * 0.2, bp = Tensor::randn({12}, 38);
+  const Tensor wz = Tensor::randn({12, 3, 1, 1}, 39) * 0.3;
+  const Tensor wa = Tensor::randn({44, 12, 3, 3}, 40) * 0.1, wb = Tensor::randn({70, 44, 1, 1}, 41) * 0.1;
+  const Tensor wc = Tensor::randn({9, 70, 1, 1}, 42) * 0.1;
+  auto model = [&](Tensor x, Tensor g) {
+    Tensor a = relu(conv2d(x, w1, b1, {1, 1}, {1, 1}));
+    Tensor s = sigmoid(conv2d(relu(conv2d(mean(a, {2, 3}, true), f1, fb1)), f2, fb2));
+    Tensor y = conv2d(a * s, wp, bp) + conv2d(x, wz);  // path: scaled weights (12x20 < 20x9x9)
+    Tensor t = relu(conv2d(y, wa, Tensor(), {3, 3}));  // 44 channels at 3x3
+    Tensor u = conv2d(t * sigmoid(mean(t, {2, 3}, true)), wb);  // path: scaled copy (70x44 > 44x3x3)
+    return conv2d(relu(u) * g, wc);                             // a [1, 70, 1, 1] scale for every image
+  };
+  const Tensor x = Tensor::randn({2, 3, 9, 9}, 43), g = Tensor::randn({1, 70, 1, 1}, 44);
+  auto ep = export_program([&](Tensor a, Tensor b) { return model(a, b); },
+                           {input("x", x, {Dim("batch", 1, 8)}), input("g", g)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const auto program = testing::load_exported(*ep);
+  const auto unfused = testing::load_exported(*ep, {.fuse_activations = false});
+  ASSERT_NE(program, nullptr);
+  ASSERT_NE(unfused, nullptr);
+  for (std::int64_t batch : {2, 1, 3}) {
+    const Tensor xb = Tensor::randn({batch, 3, 9, 9}, 50 + static_cast<std::uint64_t>(batch));
+    const std::vector<float> want = model(xb, g).to_vector<float>();
+    const std::vector<HostValue> in{HostValue::of(testing::host_tensor(xb)), HostValue::of(testing::host_tensor(g))};
+    for (int threads : {1, 2}) {
+      Session s(*program, {.threads = threads, .profile = true});
+      auto r = s.run(in);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      expect_close(floats_of(r->outputs[0].tensor), want, 1e-4f, "folded vs eager, batch " + std::to_string(batch));
+      std::map<std::string, int> ops;
+      for (const RunStats::Op& op : s.last_stats().ops) ++ops[op.op];
+      EXPECT_EQ(ops["mul"], 1);  // by g: a plain operand keeps its group plain, the conv too
+      EXPECT_EQ(ops["mul+conv2d+add"], 1);
+      EXPECT_EQ(ops["mul+conv2d+relu"], 1);
+      Session su(*unfused, {.threads = threads});
+      auto ru = su.run(in);
+      ASSERT_TRUE(ru.ok()) << ru.status().message();
+      expect_close(floats_of(r->outputs[0].tensor), floats_of(ru->outputs[0].tensor), 1e-4f, "folded vs unfused");
+    }
+  }
+  // An observer sees the mul's product (computed for it) and the same output.
+  std::vector<std::vector<float>> products;
+  SessionOptions o;
+  o.observer = [&](const NodeObservation& obs) {
+    if (program->placement(obs.graph).at(obs.node).op != "mul" || obs.outputs.empty()) return;
+    std::vector<float> f(obs.outputs[0].data.size() / sizeof(float));
+    std::memcpy(f.data(), obs.outputs[0].data.data(), obs.outputs[0].data.size());
+    products.push_back(std::move(f));
+  };
+  Session so(*program, o);
+  auto ro = so.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x)), HostValue::of(testing::host_tensor(g))});
+  ASSERT_TRUE(ro.ok()) << ro.status().message();
+  expect_close(floats_of(ro->outputs[0].tensor), model(x, g).to_vector<float>(), 1e-4f, "observed run");
+  ASSERT_EQ(products.size(), 3u);
+  const Tensor a = relu(conv2d(x, w1, b1, {1, 1}, {1, 1}));
+  const Tensor se = sigmoid(conv2d(relu(conv2d(mean(a, {2, 3}, true), f1, fb1)), f2, fb2));
+  expect_close(products[0], (a * se).to_vector<float>(), 1e-4f, "observed first product");
+}
+
 }  // namespace
 }  // namespace kiln

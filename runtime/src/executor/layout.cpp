@@ -300,4 +300,50 @@ void plan_layouts(const fb::Program& p, const Bundle& bundle, std::uint32_t g, G
   pass.run();
 }
 
+void fold_channel_scales(const fb::Program& p, const Bundle& bundle, std::uint32_t g, GraphInfo& info) {
+  const Pass shapes{p, bundle, *p.graphs()->Get(g), info, {}, {}};
+  std::vector<std::uint32_t> readers(info.values.size(), 0);
+  std::vector<std::int32_t> reader(info.values.size(), -1);
+  for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
+    for (std::uint32_t v : info.nodes[n].inputs) ++readers[v], reader[v] = static_cast<std::int32_t>(n);
+  }
+  auto same_shape = [&](std::uint32_t a, std::uint32_t b) {
+    const ValueInfo &x = info.values[a], &y = info.values[b];
+    return count(x.shape) == count(y.shape) && std::equal(x.shape->begin(), x.shape->end(), y.shape->begin());
+  };
+  for (std::uint32_t m = 0; m < info.nodes.size(); ++m) {
+    NodeInfo& mul = info.nodes[m];
+    if (mul.op != OpKind::Mul || mul.segment >= 0 || mul.inputs.size() != 2 || mul.outputs.size() != 1 || mul.fused_away ||
+        mul.folded || mul.b_slice >= 0 || !info.bindings_of[m].empty() || mul.kernel_allocates[0] || mul.inputs[0] == mul.inputs[1]) {
+      continue;
+    }
+    const std::uint32_t o = mul.outputs[0];
+    const ValueInfo& oi = info.values[o];
+    if (readers[o] != 1 || oi.graph_output || !shapes.f32_tensor(o) || shapes.rank(o) != 4) continue;
+    const auto r = static_cast<std::size_t>(reader[o]);
+    NodeInfo& conv = info.nodes[r];
+    if (conv.op != OpKind::Conv2d || conv.segment >= 0 || conv.inputs.empty() || conv.inputs[0] != o || conv.fused_away ||
+        conv.scale_mul >= 0 || ((conv.in_blocked & 1u) == 0 && (conv.out_blocked & 1u) == 0) ||
+        std::find(conv.inputs.begin() + 1, conv.inputs.end(), o) != conv.inputs.end()) {
+      continue;
+    }
+    // x: the operand of the output's shape; s: [N or 1, C, 1, 1].
+    std::uint8_t k = 2;
+    for (std::uint8_t i = 0; i < 2 && k == 2; ++i) {
+      const std::uint32_t x = mul.inputs[1u - i], sc = mul.inputs[i];
+      if (!same_shape(x, o) || info.values[x].blocked != oi.blocked || !shapes.f32_tensor(sc) || shapes.rank(sc) != 4) continue;
+      const ValueInfo& si = info.values[sc];
+      const bool channels = si.shape->Get(1) == oi.shape->Get(1) || (shapes.dim(sc, 1) && shapes.dim(sc, 1) == shapes.dim(o, 1));
+      const bool batch = si.shape->Get(0) == oi.shape->Get(0) || shapes.dim(sc, 0) == 1;
+      if (channels && batch && shapes.dim(sc, 2) == 1 && shapes.dim(sc, 3) == 1) k = i;
+    }
+    if (k == 2) continue;
+    mul.folded = true;
+    conv.scale_mul = static_cast<std::int32_t>(m);
+    conv.scale_operand = k;
+    // x and s are read by the conv now: alive (and unchanged) until it runs.
+    for (std::uint32_t v : mul.inputs) info.values[v].last_use = std::max(info.values[v].last_use, static_cast<std::int32_t>(r));
+  }
+}
+
 }  // namespace kiln

@@ -756,7 +756,10 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
     }
   }
   if (options.blocked_layout && !layout_switched_off() && cpu::nchwc::kernels_available()) {
-    for (std::uint32_t g = 0; g < count(p.graphs()); ++g) plan_layouts(p, *bundle, g, impl.graphs[g]);
+    for (std::uint32_t g = 0; g < count(p.graphs()); ++g) {
+      plan_layouts(p, *bundle, g, impl.graphs[g]);
+      if (options.fuse_activations) fold_channel_scales(p, *bundle, g, impl.graphs[g]);
+    }
   }
   if (options.prepack_weights) {
     KILN_ASSIGN_OR_RETURN(impl.released_weight_bytes, pack_weights(p, *bundle, impl));

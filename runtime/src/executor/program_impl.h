@@ -45,6 +45,12 @@ struct NodeInfo {
   // before the activation (y = act(conv + bias + residual)), and the add node after it is
   // fused_away, its output sharing this node's bytes through its input `alias_input`.
   std::int32_t residual = -1;
+  // Channel-scale folding (fold_channel_scales): a mul(x, s) with s [N or 1, C, 1, 1] whose
+  // only reader is this blocked conv2d is `folded` (it computes nothing, unless an observer
+  // watches); this conv2d reads x and gets s as KernelContext::input_scale. `scale_mul` is
+  // the mul node, `scale_operand` the index of s among its inputs.
+  std::int32_t scale_mul = -1;
+  std::uint8_t scale_operand = 1;
   std::uint8_t alias_input = 0;  // alias_ok / fused_away: the input whose bytes the output shares
   // Slice folding (CPU, f32): a slice along one of the last two dims whose only reader is
   // a matmul's B is `folded` (it computes nothing); that matmul's `b_slice` is the slice
@@ -61,6 +67,7 @@ struct NodeInfo {
 // and Program::placement name a node.
 inline std::string op_label(const NodeInfo& ni) {
   std::string name(op_info(ni.op).name);
+  if (ni.scale_mul >= 0) name = "mul+" + name;
   if (ni.residual >= 0) name += "+add";
   if (ni.fused_act != cpu::FusedActivation::kNone) name = name + "+" + cpu::activation_name(ni.fused_act);
   return name;
@@ -101,6 +108,12 @@ struct GraphInfo {
 /// the nodes' in_blocked/out_blocked masks (executor/layout.cpp). Runs after the
 /// accelerator partition and activation fusion.
 void plan_layouts(const fb::Program& p, const Bundle& bundle, std::uint32_t g, GraphInfo& info);
+
+/// Folds a squeeze-excitation's channel scale into the convolution that reads it: a CPU
+/// mul(x, s), x a 4-D f32 tensor and s of shape [N or 1, C, 1, 1], whose output only a
+/// blocked conv2d (after plan_layouts) reads as its input, becomes that conv's
+/// NodeInfo::scale_mul (executor/layout.cpp). Saves a full pass over x.
+void fold_channel_scales(const fb::Program& p, const Bundle& bundle, std::uint32_t g, GraphInfo& info);
 
 // A node's attributes as kernels take them (AttrValue), with storage for their spans.
 struct NodeAttrs {

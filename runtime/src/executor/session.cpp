@@ -55,6 +55,14 @@ class KernelCtx final : public KernelContext {
     if (blocked != nullptr) *blocked = residual_blocked_;
     return residual_;
   }
+  void set_input_scale(const TensorView* view, bool blocked) {
+    scale_ = view;
+    scale_blocked_ = blocked;
+  }
+  const TensorView* input_scale(bool* blocked) const override {
+    if (blocked != nullptr) *blocked = scale_blocked_;
+    return scale_;
+  }
   bool output_blocked(int index) const override { return index >= 0 && index < 32 && (out_blocked_ >> index & 1u) != 0; }
   const OperandWindow* operand_window(int index) const override { return index == 1 ? window1_ : nullptr; }
   const cpu::PackedB* packed_b(int index) const override { return index == 1 ? packed_b1_ : nullptr; }
@@ -82,6 +90,8 @@ class KernelCtx final : public KernelContext {
   std::uint32_t in_blocked_, out_blocked_;
   const TensorView* residual_ = nullptr;
   bool residual_blocked_ = false;
+  const TensorView* scale_ = nullptr;
+  bool scale_blocked_ = false;
 };
 
 }  // namespace
@@ -292,6 +302,13 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
   auto alloc = [&](int index, std::size_t bytes) { return heap_alloc(f, ni.outputs[static_cast<std::size_t>(index)], bytes); };
   KernelCtx ctx(out, pool, alloc, ni, windowed ? &window : nullptr);
   if (ni.residual >= 0) ctx.set_residual(&f.views[static_cast<std::size_t>(ni.residual)], f.info->values[static_cast<std::size_t>(ni.residual)].blocked);
+  if (ni.scale_mul >= 0 && !options.observer) {
+    // The folded mul(x, s) computed nothing: read x in place of its output, and s as the scale.
+    const NodeInfo& mul = f.info->nodes[static_cast<std::size_t>(ni.scale_mul)];
+    const std::uint32_t xv = mul.inputs[1u - ni.scale_operand], sv = mul.inputs[ni.scale_operand];
+    ins[0] = f.views[xv];
+    ctx.set_input_scale(&f.views[sv], f.info->values[sv].blocked);
+  }
   const auto t0 = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const Status st = ni.kernel(ctx, ins, out, attrs->values);
   if (options.profile) {

@@ -94,6 +94,14 @@ class KernelContext {
     if (blocked != nullptr) *blocked = false;
     return nullptr;
   }
+  /// conv2d with a channel scale of its input fused into it (executor: fold_channel_scales,
+  /// a squeeze-excitation's `mul(x, s)` before a 1x1 convolution): the kernel convolves
+  /// x * s, s of shape [N or 1, C, 1, 1] with x's C; `blocked` says s's layout. Null when
+  /// nothing was fused.
+  virtual const TensorView* input_scale(bool* blocked) const {
+    if (blocked != nullptr) *blocked = false;
+    return nullptr;
+  }
 };
 
 using KernelFn = Status (*)(KernelContext& ctx, std::span<const TensorView> inputs,

@@ -601,6 +601,52 @@ Result<std::unique_ptr<DenseWeights>> prepare_dense_width(const float* w, const 
   return std::unique_ptr<DenseWeights>(std::move(packed));
 }
 
+std::int64_t dense_weight_floats(const DenseWeights& weights) {
+  const auto& w = static_cast<const PackedDense&>(weights);
+  return w.group_floats * w.shape.groups;
+}
+
+Result<std::unique_ptr<DenseWeights>> scale_dense_inputs(const DenseWeights& weights, const float* scale, ThreadPool& pool) {
+  const auto& w = static_cast<const PackedDense&>(weights);
+  auto out = std::unique_ptr<PackedDense>(new (std::nothrow) PackedDense);
+  if (out == nullptr) return Status(StatusCode::kUnavailable, "[scale_dense_inputs] out of memory");
+  out->shape = w.shape;
+  out->width = w.width;
+  out->in_blocks = w.in_blocks;
+  out->out_blocks = w.out_blocks;
+  out->taps = w.taps;
+  out->group_floats = w.group_floats;
+  const std::int64_t total = w.group_floats * w.shape.groups;
+  const auto bytes = static_cast<std::size_t>((total * 4 + 63) / 64 * 64);
+  out->data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+  if (out->data == nullptr) {
+    return Status(StatusCode::kUnavailable, "[scale_dense_inputs] cannot allocate " + std::to_string(bytes) + " bytes");
+  }
+  // Layout (conv_nchwc_kernels.h): per group and block group q, [cb][tap][ci: 8][b: width_q][8];
+  // one input channel's run is width_q * 8 floats.
+  const std::int64_t cin = w.shape.in_channels / w.shape.groups, groups = w.shape.groups, qs = w.block_groups();
+  const std::int64_t units = groups * qs * w.in_blocks;
+  pool.parallel_for(units, pool.even_grain(units, w.taps * 64 * w.width, 1 << 14), [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t u = first; u < last; ++u) {
+      const std::int64_t g = u / (qs * w.in_blocks), q = u / w.in_blocks % qs, cb = u % w.in_blocks;
+      const std::int64_t width_q = std::min<std::int64_t>(w.width, w.out_blocks - q * w.width), run = width_q * kBlock;
+      const std::int64_t at = (w.block_group(g, q) - w.data.get()) + cb * w.taps * kBlock * run;
+      const float* src = w.data.get() + at;
+      float* dst = out->data.get() + at;
+      for (std::int64_t t = 0; t < w.taps; ++t) {
+        for (std::int64_t ci = 0; ci < kBlock; ++ci) {
+          const std::int64_t c = cb * kBlock + ci;
+          const float f = c < cin ? scale[g * cin + c] : 0.0f;
+          for (std::int64_t j = 0; j < run; ++j) dst[j] = src[j] * f;
+          src += run;
+          dst += run;
+        }
+      }
+    }
+  });
+  return std::unique_ptr<DenseWeights>(std::move(out));
+}
+
 Result<std::unique_ptr<DenseWeights>> prepare_dense(const float* w, const ConvShape& s) {
   if (!dense_supported(s)) return prepare_dense_width(w, s, 1);  // the error
   const std::int64_t out_blocks = ceil_div(s.out_channels / s.groups, kBlock);

@@ -118,14 +118,71 @@ Status run_plain(KernelFn plain, KernelContext& ctx, std::span<const TensorView>
   return Status::Ok();
 }
 
-Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in, std::span<TensorView> out,
+namespace {
+
+// KernelContext::input_scale's s for image i: the C floats of its scale (s is [N or 1, C,
+// 1, 1], plain or blocked: with H = W = 1 both store channel c of an image at c, padded
+// to whole blocks when blocked).
+struct ChannelScale {
+  const float* data = nullptr;
+  std::int64_t image_stride = 0;  // 0: one scale for every image
+  const float* of(std::int64_t i) const { return data + i * image_stride; }
+};
+
+Result<ChannelScale> channel_scale(const TensorView& v, bool blocked, const BlockedOperand& x) {
+  const std::int64_t c = x.act.c;
+  bool ok = v.dtype == DType::kF32;
+  std::int64_t n = 0, stored = 0;
+  if (blocked) {
+    ok = ok && v.rank == 5 && v.shape[1] * nc::kBlock == nc::padded_channels(c) && v.shape[2] == 1 && v.shape[3] == 1 &&
+         v.shape[4] == nc::kBlock;
+    stored = nc::padded_channels(c);
+  } else {
+    ok = ok && v.rank == 4 && v.shape[1] == c && v.shape[2] == 1 && v.shape[3] == 1;
+    stored = c;
+  }
+  if (ok) n = v.shape[0];
+  if (!ok || (n != 1 && n != x.act.n)) {
+    return invalid("conv2d", "the fused input scale's shape ", shape_text(v), " is not [", x.act.n, " or 1, ", c, ", 1, 1]");
+  }
+  return ChannelScale{v.as<float>(), n == 1 ? 0 : stored};
+}
+
+// dst = x * s per channel, in x's layout.
+void scale_channels(const nc::Act& x, const ChannelScale& s, float* dst, ThreadPool& pool) {
+  const std::int64_t hw = x.h * x.w, planes = x.n * (x.blocked ? x.stored_channels() / nc::kBlock : x.c);
+  const std::int64_t plane = x.blocked ? hw * nc::kBlock : hw;
+  pool.parallel_for(planes, pool.even_grain(planes, plane, 16384), [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t i = first; i < last; ++i) {
+      const std::int64_t per_image = planes / x.n, img = i / per_image, k = i % per_image;
+      const float* src = x.data + i * plane;
+      float* d = dst + i * plane;
+      const float* sc = s.of(img);
+      if (x.blocked) {
+        // Padded lanes: scale 0 would do, but their s may hold anything finite; keep them finite.
+        float f[nc::kBlock];
+        for (std::int64_t l = 0; l < nc::kBlock; ++l) f[l] = k * nc::kBlock + l < x.c ? sc[k * nc::kBlock + l] : 0.0f;
+        for (std::int64_t p = 0; p < hw; ++p) {
+          for (std::int64_t l = 0; l < nc::kBlock; ++l) d[p * nc::kBlock + l] = src[p * nc::kBlock + l] * f[l];
+        }
+      } else {
+        const float f = sc[k];
+        for (std::int64_t p = 0; p < hw; ++p) d[p] = src[p] * f;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in_span, std::span<TensorView> out,
                       std::span<const AttrValue> attrs) {
-  const TensorView& w = in[1];
+  const TensorView& w = in_span[1];
   if (w.rank != 4 || w.dtype != DType::kF32 || attrs.size() < 4 || attrs[3].type != AttrType::kInt) {
     return invalid("conv2d", "a blocked conv2d needs a 4-D f32 weight and an int groups attribute");
   }
   const std::int64_t groups = attrs[3].i;
-  KILN_ASSIGN_OR_RETURN(const BlockedOperand x, blocked_operand("conv2d", "x", in[0], ctx.input_blocked(0), w.shape[1] * groups));
+  KILN_ASSIGN_OR_RETURN(BlockedOperand x, blocked_operand("conv2d", "x", in_span[0], ctx.input_blocked(0), w.shape[1] * groups));
   KILN_ASSIGN_OR_RETURN(const BlockedOperand y, blocked_operand("conv2d", "out", out[0], ctx.output_blocked(0), w.shape[0]));
   bool residual_blocked = false;
   const TensorView* rv = ctx.residual(&residual_blocked);
@@ -136,6 +193,18 @@ Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in, std::s
         residual.act.h != y.act.h || residual.act.w != y.act.w) {
       return invalid("conv2d", "residual.shape=", shape_text(residual.logical), " but out.shape=", shape_text(y.logical));
     }
+  }
+  // A fused channel scale (conv(x * s)): scaled weights per image when they are smaller than
+  // an image of x (the usual squeeze-excitation before a 1x1 projection), else x * s into a
+  // scratch copy that every path below reads instead of x.
+  bool scale_blocked = false;
+  const TensorView* sv = ctx.input_scale(&scale_blocked);
+  ChannelScale scale;
+  FloatBuffer scaled_x;
+  std::vector<TensorView> in_copy;
+  std::span<const TensorView> in = in_span;
+  if (sv != nullptr) {
+    KILN_ASSIGN_OR_RETURN(scale, channel_scale(*sv, scale_blocked, x));
   }
   const auto* prepared = static_cast<const ConvWeights*>(ctx.prepared_weights(1));
   if (prepared != nullptr && (prepared->nchwc_dense != nullptr || prepared->nchwc_depthwise != nullptr)) {
@@ -154,9 +223,33 @@ Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in, std::s
       e.act = ctx.fused_activation();
       e.residual = rv != nullptr ? &residual.act : nullptr;
       nc::Act xa = x.act, ya = y.act;
+      const bool winograd = prepared->nchwc_winograd != nullptr && nc::winograd_supported(s) &&
+                            nc::winograd_preferred(s, ya.n, ya.h, ya.w, ctx.pool().num_threads());
+      if (sv != nullptr && !winograd && prepared->nchwc_dense != nullptr &&
+          nc::dense_weight_floats(*prepared->nchwc_dense) < xa.image_floats()) {
+        for (std::int64_t i = 0; i < xa.n; ++i) {
+          KILN_ASSIGN_OR_RETURN(auto wi, nc::scale_dense_inputs(*prepared->nchwc_dense, scale.of(i), ctx.pool()));
+          nc::Act xi = xa, yi = ya, ri;
+          xi.data += i * xa.image_floats(), xi.n = 1;
+          yi.data += i * ya.image_floats(), yi.n = 1;
+          nc::Epilogue ei = e;
+          if (e.residual != nullptr) {
+            ri = *e.residual;
+            ri.data += i * ri.image_floats(), ri.n = 1;
+            ei.residual = &ri;
+          }
+          KILN_RETURN_IF_ERROR(nc::conv2d_dense(xi, *wi, s, ei, yi, ctx.pool()));
+        }
+        return Status::Ok();
+      }
+      if (sv != nullptr) {
+        if (!scaled_x.alloc(xa.floats())) return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate the scaled input");
+        scale_channels(xa, scale, scaled_x.data.get(), ctx.pool());
+        xa.data = x.act.data = scaled_x.data.get();
+        sv = nullptr;
+      }
       Status st;
-      if (prepared->nchwc_winograd != nullptr && nc::winograd_supported(s) &&
-          nc::winograd_preferred(s, ya.n, ya.h, ya.w, ctx.pool().num_threads())) {
+      if (winograd) {
         st = nc::conv2d_winograd(xa, *prepared->nchwc_winograd, s, e, ya, ctx.pool());
       } else if (prepared->nchwc_dense != nullptr) {
         st = nc::conv2d_dense(xa, *prepared->nchwc_dense, s, e, ya, ctx.pool());
@@ -165,6 +258,17 @@ Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in, std::s
       }
       if (st.code() != StatusCode::kUnsupported) return st;
     }
+  }
+  if (sv != nullptr) {
+    if (!scaled_x.alloc(x.act.floats())) return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate the scaled input");
+    scale_channels(x.act, scale, scaled_x.data.get(), ctx.pool());
+    x.act.data = scaled_x.data.get();
+  }
+  if (x.act.data != in_span[0].data) {
+    in_copy.assign(in_span.begin(), in_span.end());
+    in_copy[0].data = x.act.data;
+    x.logical.data = x.act.data;
+    in = in_copy;
   }
   return run_plain(Conv2d, ctx, in, out, attrs, x, y, rv != nullptr ? &residual : nullptr);
 }

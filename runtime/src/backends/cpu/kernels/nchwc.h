@@ -118,6 +118,15 @@ struct Epilogue {
   FusedActivation act = FusedActivation::kNone;
 };
 
+/// The weights of conv(x * scale) for conv2d_dense: `w`'s with input channel c multiplied
+/// by scale[c] (c < s.in_channels, every group's channels in order), made in one pass over
+/// `w` on `pool` (a squeeze-excitation's scale folded into the 1x1 convolution after it
+/// costs the weights' size instead of a pass over the activation). kUnavailable when the
+/// memory cannot be had.
+Result<std::unique_ptr<DenseWeights>> scale_dense_inputs(const DenseWeights& w, const float* scale, ThreadPool& pool);
+/// Floats `w` holds (its packed, padded size).
+std::int64_t dense_weight_floats(const DenseWeights& w);
+
 /// y = conv(x) with y.n == x.n, y.c == s.out_channels, y.h/y.w the output size; x.c ==
 /// s.in_channels. Either layout on either side.
 Status conv2d_dense(const Act& x, const DenseWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,

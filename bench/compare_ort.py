@@ -1,8 +1,9 @@
 """Kiln vs ONNX Runtime, side by side in one run, on torchvision CNNs with the same weights.
 
 For each fixture directory (a torch.export archive model.pt2 or model.core.pt2 of a torchvision
-model named by manifest.json's "model", plus cases/*.npy): the weights are read from the
-archive (bench/pt2_weights.py) into torchvision's own nn.Module, which `torch.onnx.export`
+model named by manifest.json's "model", or of a model class of the fixtures' generate.py given
+with --generate (mlp, convnet, decoder), plus cases/*.npy): the weights are read from the
+archive (bench/pt2_weights.py) into that nn.Module, which `torch.onnx.export`
 writes as an ONNX file (opset 13, PyTorch 1.13 from Debian 12 suffices); the archive is
 imported with `kiln import`. Each valid case then runs on both sides, alternating, --rounds
 times: ONNX Runtime through bench/ort_bench.mjs (the npm package onnxruntime-node, CPU
@@ -15,6 +16,8 @@ ONNX Runtime is a benchmark-only dependency, never needed by the build or CI:
     mkdir -p /work/.ort && (cd /work/.ort && npm install --ignore-scripts onnxruntime-node)
     /usr/bin/python3 bench/compare_ort.py --kiln build/dev/bin/kiln --ort-dir /work/.ort --threads 2 --rounds 5 \
         ../shared/fixtures/torch_export_perf/{resnet18,mobilenet_v2}
+    /usr/bin/python3 bench/compare_ort.py --kiln build/dev/bin/kiln --ort-dir /work/.ort --threads 2 --rounds 5 \
+        --generate tests/fixtures/torch_export/generate.py tests/fixtures/torch_export/{mlp,convnet,decoder}
 """
 import argparse, json, os, subprocess, sys, tempfile, time
 
@@ -33,6 +36,7 @@ ap.add_argument("--iters", type=int, default=50)
 ap.add_argument("--warmup", type=int, default=5)
 ap.add_argument("--rounds", type=int, default=5, help="alternate the two sides this many times; best median each")
 ap.add_argument("--work", help="folder for the .onnx and .kiln files (default: a temporary one)")
+ap.add_argument("--generate", help="generate.py whose model classes (mlp, convnet, decoder) give the ONNX side its module")
 ap.add_argument("fixtures", nargs="+")
 args = ap.parse_args()
 torch.set_grad_enabled(False)
@@ -46,10 +50,26 @@ def archive_path(d):
     sys.exit(f"{d}: no model.pt2 or model.core.pt2")
 
 
-def export_onnx(model_name, pt2, onnx_path, example):
+classes = {}
+if args.generate:
+    src = open(args.generate).read()
+    src = src[src.index("class MLP"): src.index("def build_visible")]
+    ns = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
+    exec(compile(src, args.generate, "exec"), ns)
+    classes = {"mlp": ns["MLP"], "convnet": ns["ConvNet"], "decoder": ns["Decoder"]}
+
+
+def export_onnx(model_name, pt2, onnx_path, example, input_name):
     import torchvision
+    if model_name in classes:  # a fixture of generate.py: its class with the archive's weights
+        module = classes[model_name]()
+        module.load_state_dict(archive_state(pt2), strict=False)
+        module.eval()
+        torch.onnx.export(module, (example,), onnx_path, input_names=[input_name], output_names=["y"], opset_version=14,
+                          do_constant_folding=True)  # 14: the decoder's causal mask (tril)
+        return module
     if not hasattr(torchvision.models, model_name):
-        sys.exit(f"torchvision {torchvision.__version__} has no model '{model_name}'")
+        sys.exit(f"torchvision {torchvision.__version__} has no model '{model_name}' (mlp/convnet/decoder need --generate)")
     module = getattr(torchvision.models, model_name)()
     state = archive_state(pt2)
     if model_name.startswith("mnasnet"):  # its loader insists on the state dict's version metadata
@@ -57,7 +77,7 @@ def export_onnx(model_name, pt2, onnx_path, example):
         state._metadata = {"": {"version": 2}}
     module.load_state_dict(state, strict=True)
     module.eval()
-    torch.onnx.export(module, (example,), onnx_path, input_names=["x"], output_names=["y"], opset_version=13,
+    torch.onnx.export(module, (example,), onnx_path, input_names=[input_name], output_names=["y"], opset_version=13,
                       do_constant_folding=True)
     return module
 
@@ -89,17 +109,18 @@ for d in args.fixtures:
     for case in man["valid"]:
         if len(man["inputs"]) != 1:
             sys.exit(f"{name}: only single-input models are supported")
-        x_file = os.path.join(d, case["inputs"][man["inputs"][0]])
+        input_name = man["inputs"][0]
+        x_file = os.path.join(d, case["inputs"][input_name])
         golden = os.path.join(d, case["outputs"][0])
         x, want = np.load(x_file), np.load(golden)
-        module = export_onnx(model_name, pt2, onnx_path, torch.from_numpy(x))
+        module = export_onnx(model_name, pt2, onnx_path, torch.from_numpy(x), input_name)
         torch_err, _ = errors(module(torch.from_numpy(x)).numpy(), want)
         out_dir = os.path.join(work, name + ".out")
-        run([args.kiln, "run", bundle, "--input", f"x={x_file}", "--output-dir", out_dir])
+        run([args.kiln, "run", bundle, "--input", f"{input_name}={x_file}", "--output-dir", out_dir])
         kiln_err, kiln_ok = errors(np.load(os.path.join(out_dir, "out0.npy")), want)
         kiln_cmd = [args.kiln, "bench", bundle, "--threads", str(args.threads), "--iters", str(args.iters),
-                    "--warmup", str(args.warmup), "--json", "--input", f"x={x_file}"]
-        ort_cmd = [args.node, ORT_DRIVER, "--ort-dir", args.ort_dir, "--model", onnx_path, "--input", f"x={x_file}",
+                    "--warmup", str(args.warmup), "--json", "--input", f"{input_name}={x_file}"]
+        ort_cmd = [args.node, ORT_DRIVER, "--ort-dir", args.ort_dir, "--model", onnx_path, "--input", f"{input_name}={x_file}",
                    "--golden", golden, "--threads", str(args.threads), "--iters", str(args.iters),
                    "--warmup", str(args.warmup)]
         kiln_ms, ort_ms, ort = [], [], None
@@ -121,5 +142,5 @@ print(f"\n{args.threads} threads, {args.rounds} rounds alternating, best median 
 print(f"| model | input | ONNX Runtime {version} ms | Kiln ms | ORT / Kiln |")
 print("| --- | --- | ---: | ---: | ---: |")
 for name, shape, o_best, o_worst, k_best, k_worst, _ in rows:
-    print(f"| {name} | {shape} | {o_best:.2f} ({o_best:.2f}–{o_worst:.2f}) | {k_best:.2f} ({k_best:.2f}–{k_worst:.2f}) | "
+    print(f"| {name} | {shape} | {o_best:.4g} ({o_best:.4g}–{o_worst:.4g}) | {k_best:.4g} ({k_best:.4g}–{k_worst:.4g}) | "
           f"{o_best / k_best:.2f} |")

@@ -28,7 +28,7 @@ function parseArgs(argv) {
   return a;
 }
 
-// A little-endian float32 C-order .npy (version 1 to 3).
+// A little-endian float32 or int64 C-order .npy (version 1 to 3).
 function readNpy(file) {
   const buf = fs.readFileSync(file);
   if (buf.toString("latin1", 0, 6) !== "\x93NUMPY") throw new Error(`${file}: not a .npy file`);
@@ -37,13 +37,14 @@ function readNpy(file) {
   const start = major === 1 ? 10 : 12;
   const header = buf.toString("latin1", start, start + headerLen);
   const descr = /'descr':\s*'([^']+)'/.exec(header)?.[1];
-  if (descr !== "<f4") throw new Error(`${file}: dtype ${descr}, only <f4 is supported`);
+  if (descr !== "<f4" && descr !== "<i8") throw new Error(`${file}: dtype ${descr}, only <f4 and <i8 are supported`);
   if (/'fortran_order':\s*True/.test(header)) throw new Error(`${file}: Fortran order is not supported`);
   const shape = (/'shape':\s*\(([^)]*)\)/.exec(header)?.[1] ?? "").split(",").map((s) => s.trim()).filter((s) => s).map(Number);
   const body = buf.subarray(start + headerLen);
-  const data = new Float32Array(body.buffer.slice(body.byteOffset, body.byteOffset + body.length));
-  if (data.length !== shape.reduce((x, y) => x * y, 1)) throw new Error(`${file}: ${data.length} floats for shape ${shape}`);
-  return { shape, data };
+  const bytes = body.buffer.slice(body.byteOffset, body.byteOffset + body.length);
+  const data = descr === "<f4" ? new Float32Array(bytes) : new BigInt64Array(bytes);
+  if (data.length !== shape.reduce((x, y) => x * y, 1)) throw new Error(`${file}: ${data.length} elements for shape ${shape}`);
+  return { shape, data, type: descr === "<f4" ? "float32" : "int64" };
 }
 
 function percentile(sorted, q) {
@@ -70,8 +71,8 @@ const session = await ort.InferenceSession.create(args.model, {
 const feeds = {};
 for (const spec of args.inputs) {
   const eq = spec.indexOf("=");
-  const { shape, data } = readNpy(spec.slice(eq + 1));
-  feeds[spec.slice(0, eq)] = new ort.Tensor("float32", data, shape);
+  const { shape, data, type } = readNpy(spec.slice(eq + 1));
+  feeds[spec.slice(0, eq)] = new ort.Tensor(type, data, shape);
 }
 let result;
 for (let i = 0; i < args.warmup; ++i) result = await session.run(feeds);

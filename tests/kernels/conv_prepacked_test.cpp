@@ -17,6 +17,7 @@
 #include "backends/cpu/gemm/gemm_packed_a.h"
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/kernels/conv_prepared.h"
+#include "backends/cpu/kernels/nchwc.h"
 #include "backends/cpu/thread_pool.h"
 #include "kernels/kernel_testutil.h"
 
@@ -379,6 +380,50 @@ TEST(Conv2dPrepacked, CoversFixedEdgeShapes) {
   for (std::size_t i = 0; i < std::size(cases); ++i) {
     EXPECT_EQ(check_conv(cases[i], FusedActivation::kRelu6, rng), kinds[i]) << cases[i].text();
   }
+}
+
+// Blocked weights (NCHW8c kernels): a 3x3 stride-1 weight gets Winograd's and makes its
+// direct copy only when a run asks for it (nchwc_dense_for: once, the same copy after);
+// other weights get their direct copy at load. The lazy copy packs what prepare_dense does.
+TEST(Conv2dPrepacked, BlockedWinogradWeightsMakeTheirDirectCopyOnFirstUse) {
+  if (!nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels";
+  std::mt19937 rng(77);
+  const AttrList attrs = AttrList().ints({1, 1}).ints({1, 1}).ints({1, 1}).i(1);
+  Tensor w3(DType::kF32, {24, 20, 3, 3}), w1(DType::kF32, {24, 20, 1, 1});
+  const std::vector<float> v3 = uniform(rng, 24 * 20 * 9), v1 = uniform(rng, 24 * 20);
+  std::copy(v3.begin(), v3.end(), w3.as<float>());
+  std::copy(v1.begin(), v1.end(), w1.as<float>());
+  auto made3 = prepare_weights(OpKind::Conv2d, 1, w3.view(), attrs.span(), /*blocked=*/true);
+  ASSERT_TRUE(made3.ok()) << made3.status().message();
+  const auto* c3 = static_cast<const kernels::ConvWeights*>(made3->get());
+  ASSERT_NE(c3, nullptr);
+  if (c3->nchwc_winograd == nullptr) GTEST_SKIP() << "Winograd is switched off (KILN_CONV_WINOGRAD=0)";
+  EXPECT_TRUE(c3->nchwc_dense_lazy);
+  EXPECT_EQ(c3->nchwc_dense, nullptr);  // nothing until a run picks the direct kernel
+  const nchwc::DenseWeights* dense = c3->nchwc_dense_for(w3.as<float>());
+  ASSERT_NE(dense, nullptr);
+  EXPECT_EQ(c3->nchwc_dense_for(w3.as<float>()), dense);
+  nchwc::ConvShape s;
+  s.in_channels = 20, s.out_channels = 24, s.kh = s.kw = 3, s.pad_h = s.pad_w = 1;
+  auto eager = nchwc::prepare_dense(w3.as<float>(), s);
+  ASSERT_TRUE(eager.ok());
+  const std::vector<float> x = uniform(rng, nchwc::blocked_floats(2, 20, 9, 7));
+  std::vector<float> a(static_cast<std::size_t>(nchwc::blocked_floats(2, 24, 9, 7))), b(a.size());
+  const nchwc::Act xa{const_cast<float*>(x.data()), 2, 20, 9, 7, true};
+  ThreadPool pool(2);
+  ASSERT_TRUE(nchwc::conv2d_dense(xa, *dense, s, {}, {a.data(), 2, 24, 9, 7, true}, pool).ok());
+  ASSERT_TRUE(nchwc::conv2d_dense(xa, **eager, s, {}, {b.data(), 2, 24, 9, 7, true}, pool).ok());
+  EXPECT_EQ(a, b);
+
+  auto made1 = prepare_weights(OpKind::Conv2d, 1, w1.view(), AttrList().ints({1, 1}).ints({0, 0}).ints({1, 1}).i(1).span(),
+                               /*blocked=*/true);
+  ASSERT_TRUE(made1.ok()) << made1.status().message();
+  const auto* c1 = static_cast<const kernels::ConvWeights*>(made1->get());
+  ASSERT_NE(c1, nullptr);
+  EXPECT_FALSE(c1->nchwc_dense_lazy);
+  EXPECT_EQ(c1->nchwc_winograd, nullptr);
+  EXPECT_NE(c1->nchwc_dense, nullptr);
+  EXPECT_EQ(c1->nchwc_dense_for(w1.as<float>()), c1->nchwc_dense.get());
 }
 
 }  // namespace

@@ -45,7 +45,15 @@ struct ConvWeights final : PreparedWeights {
   mutable std::once_flag pointwise_once;
   /// A conv2d whose activations are NCHW8c (executor/layout.cpp): the blocked kernels'
   /// weights (nchwc.h), one of the two, made at load for `nchwc_shape`; nothing else is.
-  std::unique_ptr<nchwc::DenseWeights> nchwc_dense;
+  /// Except for a weight Winograd may run (nchwc_winograd set): its direct kernel's copy is
+  /// made by the first run that picks the direct kernel (nchwc_dense_lazy, nchwc_dense_for),
+  /// so a layer that always runs Winograd never holds both.
+  mutable std::unique_ptr<nchwc::DenseWeights> nchwc_dense;
+  bool nchwc_dense_lazy = false;
+  mutable std::once_flag nchwc_dense_once;
+  /// nchwc_dense, made from `w` (this weight) on the first call when lazy, once,
+  /// thread-safe; null when it could not be made (the caller then runs the plain kernel).
+  const nchwc::DenseWeights* nchwc_dense_for(const float* w) const;
   std::unique_ptr<nchwc::DepthwiseWeights> nchwc_depthwise;
   /// With nchwc_dense, for a 3x3 stride-1 weight: Winograd's transform, which the cost rule
   /// (nchwc::winograd_preferred) picks per input size.

@@ -207,7 +207,8 @@ Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in_span, s
     KILN_ASSIGN_OR_RETURN(scale, channel_scale(*sv, scale_blocked, x));
   }
   const auto* prepared = static_cast<const ConvWeights*>(ctx.prepared_weights(1));
-  if (prepared != nullptr && (prepared->nchwc_dense != nullptr || prepared->nchwc_depthwise != nullptr)) {
+  if (prepared != nullptr &&
+      (prepared->nchwc_dense != nullptr || prepared->nchwc_dense_lazy || prepared->nchwc_depthwise != nullptr)) {
     // The plain kernel's checks (shapes, attributes, the output size) first: a blocked run
     // accepts exactly what the plain one does.
     ConvCheck check;
@@ -225,10 +226,10 @@ Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in_span, s
       nc::Act xa = x.act, ya = y.act;
       const bool winograd = prepared->nchwc_winograd != nullptr && nc::winograd_supported(s) &&
                             nc::winograd_preferred(s, ya.n, ya.h, ya.w, ctx.pool().num_threads());
-      if (sv != nullptr && !winograd && prepared->nchwc_dense != nullptr &&
-          nc::dense_weight_floats(*prepared->nchwc_dense) < xa.image_floats()) {
+      const nc::DenseWeights* dense = winograd ? nullptr : prepared->nchwc_dense_for(w.as<float>());
+      if (sv != nullptr && dense != nullptr && nc::dense_weight_floats(*dense) < xa.image_floats()) {
         for (std::int64_t i = 0; i < xa.n; ++i) {
-          KILN_ASSIGN_OR_RETURN(auto wi, nc::scale_dense_inputs(*prepared->nchwc_dense, scale.of(i), ctx.pool()));
+          KILN_ASSIGN_OR_RETURN(auto wi, nc::scale_dense_inputs(*dense, scale.of(i), ctx.pool()));
           nc::Act xi = xa, yi = ya, ri;
           xi.data += i * xa.image_floats(), xi.n = 1;
           yi.data += i * ya.image_floats(), yi.n = 1;
@@ -251,10 +252,12 @@ Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in_span, s
       Status st;
       if (winograd) {
         st = nc::conv2d_winograd(xa, *prepared->nchwc_winograd, s, e, ya, ctx.pool());
-      } else if (prepared->nchwc_dense != nullptr) {
-        st = nc::conv2d_dense(xa, *prepared->nchwc_dense, s, e, ya, ctx.pool());
-      } else {
+      } else if (dense != nullptr) {
+        st = nc::conv2d_dense(xa, *dense, s, e, ya, ctx.pool());
+      } else if (prepared->nchwc_depthwise != nullptr) {
         st = nc::conv2d_depthwise(xa, *prepared->nchwc_depthwise, s, e, ya, ctx.pool());
+      } else {
+        st = Status(StatusCode::kUnsupported, "");  // the direct copy could not be made: the plain kernel
       }
       if (st.code() != StatusCode::kUnsupported) return st;
     }
@@ -341,6 +344,17 @@ bool winograd_allowed() {
 }
 }  // namespace
 
+const nchwc::DenseWeights* ConvWeights::nchwc_dense_for(const float* w) const {
+  if (!nchwc_dense_lazy) return nchwc_dense.get();
+  std::call_once(nchwc_dense_once, [&] {
+    // From the weight as the program holds it: its mapped pages, if released after load,
+    // fault back in from the file.
+    auto made = nchwc::prepare_dense(w, nchwc_shape);
+    if (made.ok()) nchwc_dense = std::move(made).value();  // else null: the plain kernel
+  });
+  return nchwc_dense.get();
+}
+
 Result<std::unique_ptr<PreparedWeights>> conv2d_prepare_blocked(const TensorView& weight, std::span<const AttrValue> attrs) {
   std::unique_ptr<PreparedWeights> none;
   if (weight.dtype != DType::kF32 || weight.rank != 4 || attrs.size() < 4 || attrs[3].type != AttrType::kInt) return none;
@@ -356,11 +370,15 @@ Result<std::unique_ptr<PreparedWeights>> conv2d_prepare_blocked(const TensorView
   if (nc::depthwise_supported(s)) {
     KILN_ASSIGN_OR_RETURN(prepared->nchwc_depthwise, nc::prepare_depthwise(weight.as<float>(), s));
   } else if (nc::dense_supported(s)) {
-    KILN_ASSIGN_OR_RETURN(prepared->nchwc_dense, nc::prepare_dense(weight.as<float>(), s));
-    // KILN_CONV_WINOGRAD=0: no Winograd (its transforms hold 4x the weights they replace).
+    // KILN_CONV_WINOGRAD=0: no Winograd (its transforms hold 1.8-4x the weights they replace).
     if (nc::winograd_supported(s) && winograd_allowed()) {
       auto winograd = nc::prepare_winograd(weight.as<float>(), s);
       if (winograd.ok()) prepared->nchwc_winograd = std::move(winograd).value();  // else the direct kernel only
+    }
+    // With Winograd, the direct kernel's copy waits for a run that picks it (nchwc_dense_for).
+    prepared->nchwc_dense_lazy = prepared->nchwc_winograd != nullptr;
+    if (!prepared->nchwc_dense_lazy) {
+      KILN_ASSIGN_OR_RETURN(prepared->nchwc_dense, nc::prepare_dense(weight.as<float>(), s));
     }
   } else {
     return none;

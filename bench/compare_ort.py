@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pt2_weights import archive_state  # noqa: E402
+from pt2_weights import archive_state, fixture_classes  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--kiln", required=True, help="the kiln CLI")
@@ -50,13 +50,7 @@ def archive_path(d):
     sys.exit(f"{d}: no model.pt2 or model.core.pt2")
 
 
-classes = {}
-if args.generate:
-    src = open(args.generate).read()
-    src = src[src.index("class MLP"): src.index("def build_visible")]
-    ns = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
-    exec(compile(src, args.generate, "exec"), ns)
-    classes = {"mlp": ns["MLP"], "convnet": ns["ConvNet"], "decoder": ns["Decoder"]}
+classes = fixture_classes(args.generate) if args.generate else {}
 
 
 def export_onnx(model_name, pt2, onnx_path, example, input_name):

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pt2_weights import archive_state  # noqa: E402
+from pt2_weights import archive_state, fixture_classes  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--kiln", required=True)
@@ -34,13 +34,7 @@ args = ap.parse_args()
 torch.set_num_threads(args.threads)
 torch.set_grad_enabled(False)
 
-classes = {}
-if args.generate:
-    src = open(args.generate).read()
-    src = src[src.index("class MLP"): src.index("def build_visible")]
-    ns = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
-    exec(compile(src, args.generate, "exec"), ns)
-    classes = {"mlp": ns["MLP"], "convnet": ns["ConvNet"], "decoder": ns["Decoder"]}
+classes = fixture_classes(args.generate) if args.generate else {}
 
 
 def torch_module(name, ep):

@@ -33,3 +33,14 @@ def archive_state(pt2):
                                                   [s * raw.itemsize for s in strides]).copy()
             state[name] = torch.from_numpy(arr)
     return state
+
+
+def fixture_classes(generate_path):
+    """{fixture name: nn.Module class} for mlp, convnet and decoder, from the fixtures'
+    generate.py (its model classes only: the code from `class MLP` up to `def build_visible`)."""
+    import torch
+    src = open(generate_path).read()
+    src = src[src.index("class MLP"): src.index("def build_visible")]
+    ns = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
+    exec(compile(src, generate_path, "exec"), ns)
+    return {"mlp": ns["MLP"], "convnet": ns["ConvNet"], "decoder": ns["Decoder"]}

@@ -302,15 +302,10 @@ void plan_layouts(const fb::Program& p, const Bundle& bundle, std::uint32_t g, G
 
 void fold_channel_scales(const fb::Program& p, const Bundle& bundle, std::uint32_t g, GraphInfo& info) {
   const Pass shapes{p, bundle, *p.graphs()->Get(g), info, {}, {}};
-  std::vector<std::uint32_t> readers(info.values.size(), 0);
-  std::vector<std::int32_t> reader(info.values.size(), -1);
-  for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
-    for (std::uint32_t v : info.nodes[n].inputs) ++readers[v], reader[v] = static_cast<std::int32_t>(n);
-  }
-  auto same_shape = [&](std::uint32_t a, std::uint32_t b) {
-    const ValueInfo &x = info.values[a], &y = info.values[b];
-    return count(x.shape) == count(y.shape) && std::equal(x.shape->begin(), x.shape->end(), y.shape->begin());
-  };
+  const ValueReaders value_readers = readers_of(info);
+  const std::vector<std::uint32_t>& readers = value_readers.count;
+  const std::vector<std::int32_t>& reader = value_readers.last;
+  auto same_shape = [&](std::uint32_t a, std::uint32_t b) { return same_value_shape(info, a, b); };
   for (std::uint32_t m = 0; m < info.nodes.size(); ++m) {
     NodeInfo& mul = info.nodes[m];
     if (mul.op != OpKind::Mul || mul.segment >= 0 || mul.inputs.size() != 2 || mul.outputs.size() != 1 || mul.fused_away ||

@@ -241,6 +241,23 @@ void fuse_activations(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
   }
 }
 
+}  // namespace
+
+ValueReaders readers_of(const GraphInfo& info) {
+  ValueReaders r{std::vector<std::uint32_t>(info.values.size(), 0), std::vector<std::int32_t>(info.values.size(), -1)};
+  for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
+    for (std::uint32_t v : info.nodes[n].inputs) ++r.count[v], r.last[v] = static_cast<std::int32_t>(n);
+  }
+  return r;
+}
+
+bool same_value_shape(const GraphInfo& info, std::uint32_t a, std::uint32_t b) {
+  const ValueInfo &x = info.values[a], &y = info.values[b];
+  return count(x.shape) == count(y.shape) && std::equal(x.shape->begin(), x.shape->end(), y.shape->begin());
+}
+
+namespace {
+
 // A conv2d run by a blocked kernel (weights prepared for NCHW8c) whose f32 result only an
 // add reads, the add's other operand computed before the conv and of the add's shape
 // (a residual connection), takes the add into its epilogue: y = act(conv + bias +
@@ -248,15 +265,10 @@ void fuse_activations(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
 // that activation then pass the conv's bytes on (fused_away).
 void fuse_residual_adds(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
   const auto* graph = p.graphs()->Get(g);
-  std::vector<std::uint32_t> readers(info.values.size(), 0);
-  std::vector<std::int32_t> reader(info.values.size(), -1);
-  for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
-    for (std::uint32_t v : info.nodes[n].inputs) ++readers[v], reader[v] = static_cast<std::int32_t>(n);
-  }
-  auto same_shape = [&](std::uint32_t a, std::uint32_t b) {
-    const ValueInfo &x = info.values[a], &y = info.values[b];
-    return count(x.shape) == count(y.shape) && std::equal(x.shape->begin(), x.shape->end(), y.shape->begin());
-  };
+  const ValueReaders value_readers = readers_of(info);
+  const std::vector<std::uint32_t>& readers = value_readers.count;
+  const std::vector<std::int32_t>& reader = value_readers.last;
+  auto same_shape = [&](std::uint32_t a, std::uint32_t b) { return same_value_shape(info, a, b); };
   auto plain_f32 = [&](std::uint32_t v) {
     const ValueInfo& vi = info.values[v];
     return vi.kind == fb::ValueKind::Tensor && vi.dtype == DType::kF32 && !vi.graph_output;
@@ -477,11 +489,9 @@ class ActivationPatterns {
 // the slice's input must stay alive (and unchanged) until the matmul.
 void fold_slices(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
   const auto* graph = p.graphs()->Get(g);
-  std::vector<std::uint32_t> readers(info.values.size(), 0);
-  std::vector<std::int32_t> reader(info.values.size(), -1);
-  for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
-    for (std::uint32_t v : info.nodes[n].inputs) ++readers[v], reader[v] = static_cast<std::int32_t>(n);
-  }
+  const ValueReaders value_readers = readers_of(info);
+  const std::vector<std::uint32_t>& readers = value_readers.count;
+  const std::vector<std::int32_t>& reader = value_readers.last;
   for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
     NodeInfo& slice = info.nodes[n];
     if (slice.op != OpKind::Slice || slice.segment >= 0 || slice.inputs.size() != 1 || slice.outputs.size() != 1 ||

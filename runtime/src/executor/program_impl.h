@@ -104,6 +104,17 @@ struct GraphInfo {
   std::vector<Segment> segments;
 };
 
+/// Per value of a graph: how many node inputs read it (`count`), and the last node that
+/// does (`last`, -1 when none); for the load-time fusions.
+struct ValueReaders {
+  std::vector<std::uint32_t> count;
+  std::vector<std::int32_t> last;
+};
+ValueReaders readers_of(const GraphInfo& info);
+/// Whether values a and b of `info` have the same symbolic shape (the same expression in
+/// every dim).
+bool same_value_shape(const GraphInfo& info, std::uint32_t a, std::uint32_t b);
+
 /// Decides which values of graph `info` are stored NCHW8c (ValueInfo::blocked) and sets
 /// the nodes' in_blocked/out_blocked masks (executor/layout.cpp). Runs after the
 /// accelerator partition and activation fusion.

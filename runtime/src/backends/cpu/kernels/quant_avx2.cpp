@@ -333,6 +333,11 @@ void int4_q8_block(const QuantWeight& w, const QuantizedActivations& x, std::int
       z[i] = zero_at(w, (r0 + i) * groups + g);
     }
     for (std::int64_t b = g * blocks_per_group; b < (g + 1) * blocks_per_group; ++b) {
+      if ((b & 3) == 0) {  // the next R rows' line at these columns (as int4_q8_g32_block)
+        for (int i = 0; i < R && r0 + R + i < w.n; ++i) {
+          _mm_prefetch(reinterpret_cast<const char*>(w.data + (r0 + R + i) * row_bytes + b * 16), _MM_HINT_T0);
+        }
+      }
       const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + b * 32));
       const float xs = x.scale[b];
       const auto xsum = static_cast<float>(x.sum[b]);
@@ -366,6 +371,14 @@ void int4_q8_g32_block(const QuantWeight& w, const QuantizedActivations& x, std:
   __m256 acc[R], corr[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps(), corr[i] = _mm256_setzero_ps();
   for (std::int64_t b0 = 0; b0 < blocks; b0 += 8) {
+    // The next R rows' bytes at these columns, one row block ahead: the rows are read 32
+    // bytes at a time each, row_bytes apart, a pattern the hardware prefetcher follows
+    // poorly (decode of a [14336, 4096] int4 weight: 2.4-2.6 -> 1.1-1.5 ms on 2 threads).
+    for (int i = 0; i < R && r0 + R + i < w.n; ++i) {
+      const char* next = reinterpret_cast<const char*>(rows + (R + i) * row_bytes + b0 * 16);
+      _mm_prefetch(next, _MM_HINT_T0);
+      _mm_prefetch(next + 64, _MM_HINT_T0);
+    }
     const __m256 xs = _mm256_loadu_ps(x.scale + b0);
     const __m256 xsx = _mm256_mul_ps(xs, _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sum + b0))));
     __m256 combined[R];

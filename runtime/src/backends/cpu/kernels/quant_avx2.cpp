@@ -440,6 +440,11 @@ void int8_q16_block(const QuantWeight& w, const Int16Activations& x, std::int64_
       __m256i dot[R];
       for (int i = 0; i < R; ++i) dot[i] = _mm256_setzero_si256();
       for (std::int64_t c = b * 256; c < (b + 1) * 256; c += 16) {
+        if ((c & 63) == 0) {  // the row block after next, into L2 (2.2-2.8 -> 1.75-2.0 ms on [14336, 4096])
+          for (int i = 0; i < R && r0 + 2 * R + i < w.n; ++i) {
+            _mm_prefetch(reinterpret_cast<const char*>(rows + (2 * R + i) * row_bytes + c), _MM_HINT_T1);
+          }
+        }
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + c));
         for (int i = 0; i < R; ++i) {
           const __m256i wv =

@@ -426,5 +426,82 @@ TEST(Conv2dPrepacked, BlockedWinogradWeightsMakeTheirDirectCopyOnFirstUse) {
   EXPECT_EQ(c1->nchwc_dense_for(w1.as<float>()), c1->nchwc_dense.get());
 }
 
+// conv2d with a fused input scale (KernelContext::input_scale, the executor's
+// fold_channel_scales) convolves x * s: a plain input, a blocked output, s of [1, C, 1, 1]
+// (one scale for every image) and of [N, C, 1, 1]; weights smaller than an image of x
+// (scaled per image) and larger (a scaled copy of x). A scale of the wrong shape is the
+// kernel's clear error, not a read past it.
+class ScaleContext : public PoolContext {
+ public:
+  using PoolContext::PoolContext;
+  bool output_blocked(int index) const override { return index == 0; }
+  const TensorView* input_scale(bool* blocked) const override {
+    if (blocked != nullptr) *blocked = false;
+    return scale;
+  }
+  const TensorView* scale = nullptr;
+};
+
+TEST(Conv2dPrepacked, FusedInputScaleConvolvesTheScaledInput) {
+  if (!nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels";
+  std::mt19937 rng(91);
+  struct Case {
+    ConvCase conv;
+    std::int64_t scale_n;
+  };
+  // 1x1, 20 -> 12 at 9x7 (weights < an image: scaled weights); 44 -> 70 at 3x3 (a scaled copy).
+  for (const Case& c : {Case{{2, 20, 9, 7, 12, 1, 1, 1, 1, 1, 0, 0, 1, 1}, 1}, Case{{2, 20, 9, 7, 12, 1, 1, 1, 1, 1, 0, 0, 1, 1}, 2},
+                        Case{{2, 44, 3, 3, 70, 1, 1, 1, 1, 1, 0, 0, 1, 1}, 2}, Case{{3, 44, 3, 3, 70, 1, 1, 1, 1, 1, 0, 0, 1, 1}, 1}}) {
+    const ConvCase& s = c.conv;
+    const std::vector<float> x = uniform(rng, s.n * s.c * s.h * s.w), w = uniform(rng, s.o * s.c), b = uniform(rng, s.o),
+                             sc = uniform(rng, c.scale_n * s.c);
+    std::vector<float> xs(x.size());
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(x.size()); ++i) {
+      const std::int64_t img = i / (s.c * s.h * s.w), ch = i / (s.h * s.w) % s.c;
+      xs[static_cast<std::size_t>(i)] = x[static_cast<std::size_t>(i)] * sc[static_cast<std::size_t>((c.scale_n == 1 ? 0 : img) * s.c + ch)];
+    }
+    std::vector<double> sum, mag;
+    naive_conv(s, xs, w, b, sum, mag);
+    const AttrList attrs = AttrList().ints({1, 1}).ints({0, 0}).ints({1, 1}).i(1);
+    Tensor xt(DType::kF32, {s.n, s.c, s.h, s.w}), wt(DType::kF32, {s.o, s.c, 1, 1}), bt(DType::kF32, {s.o}),
+        st(DType::kF32, {c.scale_n, s.c, 1, 1});
+    std::copy(x.begin(), x.end(), xt.as<float>());
+    std::copy(w.begin(), w.end(), wt.as<float>());
+    std::copy(b.begin(), b.end(), bt.as<float>());
+    std::copy(sc.begin(), sc.end(), st.as<float>());
+    auto made = prepare_weights(OpKind::Conv2d, 1, wt.view(), attrs.span(), /*blocked=*/true);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    for (int threads : {1, 2}) {
+      ScaleContext ctx(threads);
+      ctx.prepared = made->get();
+      const TensorView sv = st.view();
+      ctx.scale = &sv;
+      Tensor out(DType::kF32, {s.n, nchwc::padded_channels(s.o) / nchwc::kBlock, s.oh(), s.ow(), nchwc::kBlock});
+      std::vector<TensorView> ov{out.view()};
+      ASSERT_TRUE(testing::run_views(OpKind::Conv2d, {xt.view(), wt.view(), bt.view()}, ov, attrs, &ctx).ok()) << s.text();
+      EXPECT_TRUE(out.canary_intact());
+      std::vector<float> plain(sum.size());
+      nchwc::to_plain(out.as<float>(), plain.data(), s.n, s.o, s.oh() * s.ow(), ctx.pool());
+      for (std::size_t i = 0; i < sum.size(); ++i) {
+        ASSERT_NEAR(plain[i], sum[i], 1e-5 + 1e-5 * mag[i]) << s.text() << " scale n " << c.scale_n << " at " << i;
+      }
+    }
+  }
+  // A scale of 19 channels for 20: refused, naming the shapes.
+  const AttrList attrs = AttrList().ints({1, 1}).ints({0, 0}).ints({1, 1}).i(1);
+  Tensor xt(DType::kF32, {2, 20, 5, 5}), wt(DType::kF32, {12, 20, 1, 1}), bad(DType::kF32, {2, 19, 1, 1});
+  auto made = prepare_weights(OpKind::Conv2d, 1, wt.view(), attrs.span(), /*blocked=*/true);
+  ASSERT_TRUE(made.ok());
+  ScaleContext ctx(1);
+  ctx.prepared = made->get();
+  const TensorView sv = bad.view();
+  ctx.scale = &sv;
+  Tensor out(DType::kF32, {2, 2, 5, 5, nchwc::kBlock});
+  std::vector<TensorView> ov{out.view()};
+  EXPECT_TRUE(testing::fails_with(testing::run_views(OpKind::Conv2d, {xt.view(), wt.view(), testing::absent()}, ov, attrs, &ctx),
+                                  StatusCode::kInvalidBundle, "conv2d",
+                                  "the fused input scale's shape [2, 19, 1, 1] is not [2 or 1, 20, 1, 1]"));
+}
+
 }  // namespace
 }  // namespace kiln::cpu

@@ -21,7 +21,6 @@
 // inside layout kernels, at the edges of a blocked region, never between two blocked ops.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <optional>
 
 #include "backends/cpu/kernels/nchwc.h"
@@ -98,16 +97,7 @@ struct Pass {
     return sa == 1 || (sa && so && *sa == *so);
   }
 
-  // A one-element f32 constant's value.
-  std::optional<float> constant_scalar(std::uint32_t v) const {
-    const ValueInfo& vi = info.values[v];
-    if (vi.kind != fb::ValueKind::Constant || vi.dtype != DType::kF32) return std::nullopt;
-    const auto data = bundle.constant_data(vi.constant);
-    if (data.size() != sizeof(float)) return std::nullopt;
-    float f;
-    std::memcpy(&f, data.data(), sizeof f);
-    return f;
-  }
+  std::optional<float> constant_scalar(std::uint32_t v) const { return constant_f32_scalar(bundle, info, v); }
 
   // A value the blocked layout can hold at all.
   bool blockable(std::uint32_t v) const {

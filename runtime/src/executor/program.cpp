@@ -3,10 +3,10 @@
 // per-graph facts every run needs, and (with an accelerator) partition graphs into
 // segments of consecutive nodes the accelerator supports.
 #include <algorithm>
-#include <optional>
-#include <cstring>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <map>
 #include <string_view>
 
@@ -256,6 +256,16 @@ bool same_value_shape(const GraphInfo& info, std::uint32_t a, std::uint32_t b) {
   return count(x.shape) == count(y.shape) && std::equal(x.shape->begin(), x.shape->end(), y.shape->begin());
 }
 
+std::optional<float> constant_f32_scalar(const Bundle& bundle, const GraphInfo& info, std::uint32_t v) {
+  const ValueInfo& vi = info.values[v];
+  if (vi.kind != fb::ValueKind::Constant || vi.dtype != DType::kF32) return std::nullopt;
+  const auto data = bundle.constant_data(vi.constant);
+  if (data.size() != sizeof(float)) return std::nullopt;
+  float f;
+  std::memcpy(&f, data.data(), sizeof f);
+  return f;
+}
+
 namespace {
 
 // A conv2d run by a blocked kernel (weights prepared for NCHW8c) whose f32 result only an
@@ -321,7 +331,7 @@ void fuse_residual_adds(const fb::Program& p, std::uint32_t g, GraphInfo& info) 
 class ActivationPatterns {
  public:
   ActivationPatterns(const fb::Program& p, const Bundle& bundle, std::uint32_t g, GraphInfo& info)
-      : p_(p), bundle_(bundle), graph_(*p.graphs()->Get(g)), info_(info), readers_(info.values.size()) {
+      : bundle_(bundle), graph_(*p.graphs()->Get(g)), info_(info), readers_(info.values.size()) {
     for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
       for (std::uint32_t v : info.nodes[n].inputs) readers_[v].push_back(n);
     }
@@ -363,16 +373,7 @@ class ActivationPatterns {
   }
   // ... its intermediate values may not.
   bool plain_tensor(std::uint32_t v) const { return f32_tensor(v) && !info_.values[v].graph_output; }
-  // A one-element f32 constant's value.
-  std::optional<float> scalar(std::uint32_t v) const {
-    const ValueInfo& vi = info_.values[v];
-    if (vi.kind != fb::ValueKind::Constant || vi.dtype != DType::kF32) return std::nullopt;
-    const auto data = bundle_.constant_data(vi.constant);
-    if (data.size() != sizeof(float)) return std::nullopt;
-    float f;
-    std::memcpy(&f, data.data(), sizeof f);
-    return f;
-  }
+  std::optional<float> scalar(std::uint32_t v) const { return constant_f32_scalar(bundle_, info_, v); }
   bool near(std::optional<float> v, float want) const { return v && std::fabs(*v - want) <= 1e-6f * std::fabs(want); }
   // The one CPU node reading v (an elementwise candidate), or -1.
   std::int32_t only_reader(std::uint32_t v) const {
@@ -476,7 +477,6 @@ class ActivationPatterns {
     return cpu::FusedActivation::kHardswish;
   }
 
-  const fb::Program& p_;
   const Bundle& bundle_;
   const fb::Graph& graph_;
   GraphInfo& info_;

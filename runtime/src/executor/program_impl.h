@@ -114,6 +114,8 @@ ValueReaders readers_of(const GraphInfo& info);
 /// Whether values a and b of `info` have the same symbolic shape (the same expression in
 /// every dim).
 bool same_value_shape(const GraphInfo& info, std::uint32_t a, std::uint32_t b);
+/// The value of a one-element f32 constant of `info`; nullopt for anything else.
+std::optional<float> constant_f32_scalar(const Bundle& bundle, const GraphInfo& info, std::uint32_t v);
 
 /// Decides which values of graph `info` are stored NCHW8c (ValueInfo::blocked) and sets
 /// the nodes' in_blocked/out_blocked masks (executor/layout.cpp). Runs after the

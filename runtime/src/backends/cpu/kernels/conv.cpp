@@ -711,6 +711,8 @@ Status check_conv(Inputs in, const TensorView& out, Attrs attrs, ConvGeometry& g
 
 }  // namespace
 
+bool conv_winograd_enabled() { return winograd_enabled(); }
+
 Status conv2d_check(Inputs in, const TensorView& out, Attrs attrs, ConvCheck& check) {
   if (in.size() < 2) return invalid("conv2d", "expects x and weight");
   ConvGeometry g;

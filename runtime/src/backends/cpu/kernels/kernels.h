@@ -167,6 +167,8 @@ Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight
 // With `blocked` (a conv2d the layout pass keeps NCHW8c): a ConvWeights holding only the
 // blocked kernels' weights (layout_kernels.cpp).
 Result<std::unique_ptr<PreparedWeights>> conv2d_prepare_blocked(const TensorView& weight, std::span<const AttrValue> attrs);
+// Whether conv2d may use Winograd: unless KILN_CONV_WINOGRAD=0 (read once; conv.cpp).
+bool conv_winograd_enabled();
 
 // Normalizations (norm.cpp): f32 f64.
 //   batch_norm(x[N, C, ...], weight?, bias?, running_mean, running_var): inference only

@@ -6,11 +6,9 @@
 // kernel on plain copies (run_plain): correct for every shape, one reorder each way.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
-#include <string_view>
 #include <vector>
 
 #include "backends/cpu/kernels/common.h"
@@ -334,16 +332,6 @@ Status batch_norm_blocked(KernelContext& ctx, std::span<const TensorView> in, st
   return Status::Ok();
 }
 
-namespace {
-bool winograd_allowed() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("KILN_CONV_WINOGRAD");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
-  return allowed;
-}
-}  // namespace
-
 const nchwc::DenseWeights* ConvWeights::nchwc_dense_for(const float* w) const {
   if (!nchwc_dense_lazy) return nchwc_dense.get();
   std::call_once(nchwc_dense_once, [&] {
@@ -371,7 +359,7 @@ Result<std::unique_ptr<PreparedWeights>> conv2d_prepare_blocked(const TensorView
     KILN_ASSIGN_OR_RETURN(prepared->nchwc_depthwise, nc::prepare_depthwise(weight.as<float>(), s));
   } else if (nc::dense_supported(s)) {
     // KILN_CONV_WINOGRAD=0: no Winograd (its transforms hold 1.8-4x the weights they replace).
-    if (nc::winograd_supported(s) && winograd_allowed()) {
+    if (nc::winograd_supported(s) && conv_winograd_enabled()) {
       auto winograd = nc::prepare_winograd(weight.as<float>(), s);
       if (winograd.ok()) prepared->nchwc_winograd = std::move(winograd).value();  // else the direct kernel only
     }

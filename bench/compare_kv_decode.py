@@ -1,10 +1,8 @@
 """One KV-cache decode step: Kiln vs PyTorch eager, same model, same weights, batch 1.
 
 The model is samples/models/kv_decoder.h (GPT-style, pre-norm, learned positions) written
-here as a PyTorch nn.Module whose attention layers keep k_cache / v_cache buffers
-[1, heads, max_ctx, head_dim] and write them in place (`cache[:, :, pos:pos + t] = k`), as
-gpt-fast-style decoders do (Kiln's model keeps its keys transposed, where PyTorch's
-`keys.transpose(-1, -2)` is a free view; the results are the same). Its weights
+as a PyTorch nn.Module (bench/kv_decoder_torch.py) whose attention layers keep k_cache /
+v_cache buffers [1, heads, max_ctx, head_dim] and write them in place. Its weights
 come from the Kiln sample (`--weights-out`), and the script first checks that PyTorch's
 greedy decoding reproduces the sample's tokens. Then, for each context N, both sides
 prefill N tokens and time one decode step at position N: PyTorch in this process
@@ -21,8 +19,8 @@ import argparse, json, math, os, statistics, subprocess, time
 
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+from kv_decoder_torch import load_model
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--weights", required=True, help="directory written by kiln_sample_kv_decode --weights-out")
@@ -36,60 +34,7 @@ args = ap.parse_args()
 torch.set_num_threads(args.threads)
 torch.set_grad_enabled(False)
 
-cfg = {}
-for line in open(os.path.join(args.weights, "config.txt")):
-    key, value = line.split()
-    cfg[key] = int(value)
-
-
-class Attention(nn.Module):
-    def __init__(self, d, heads, max_ctx):
-        super().__init__()
-        self.heads, self.hd = heads, d // heads
-        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.register_buffer("k_cache", torch.zeros(1, heads, max_ctx, self.hd))
-        self.register_buffer("v_cache", torch.zeros(1, heads, max_ctx, self.hd))
-
-    def forward(self, x, pos):
-        _, t, d = x.shape
-        q, k, v = (p.view(1, t, self.heads, self.hd).transpose(1, 2) for p in self.qkv(x).split(d, -1))
-        self.k_cache[:, :, pos:pos + t] = k
-        self.v_cache[:, :, pos:pos + t] = v
-        keys, values = self.k_cache[:, :, :pos + t], self.v_cache[:, :, :pos + t]
-        a = q @ keys.transpose(-1, -2) / math.sqrt(self.hd)
-        allowed = torch.arange(pos + t)[None, :] <= torch.arange(pos, pos + t)[:, None]
-        a = a.masked_fill(~allowed, float("-inf")).softmax(-1)
-        return self.o((a @ values).transpose(1, 2).reshape(1, t, d))
-
-
-class KvDecoder(nn.Module):
-    def __init__(self, vocab, d, layers, heads, max_ctx, **_):
-        super().__init__()
-        self.emb, self.pos = nn.Embedding(vocab, d), nn.Embedding(max_ctx, d)
-        self.ln1 = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
-        self.att = nn.ModuleList(Attention(d, heads, max_ctx) for _ in range(layers))
-        self.ln2 = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
-        self.mlp = nn.ModuleList(nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)) for _ in range(layers))
-        self.lnf, self.out = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
-
-    def forward(self, ids, pos):
-        x = self.emb(ids) + self.pos(torch.arange(pos, pos + ids.shape[1]))
-        for ln1, att, ln2, mlp in zip(self.ln1, self.att, self.ln2, self.mlp):
-            x = x + att(ln1(x), pos)
-            x = x + mlp(ln2(x))
-        return self.out(self.lnf(x))
-
-    def reset(self):
-        for att in self.att:
-            att.k_cache.zero_()
-            att.v_cache.zero_()
-
-
-model = KvDecoder(**cfg).eval()
-state = {f[:-4]: torch.from_numpy(np.load(os.path.join(args.weights, f)))
-         for f in os.listdir(args.weights) if f.endswith(".npy") and f != "tokens.npy"}
-missing, unexpected = model.load_state_dict(state, strict=False)
-assert not unexpected and all(k.endswith("_cache") for k in missing), (missing, unexpected)
+model, cfg = load_model(args.weights)
 
 # Same weights, same tokens: PyTorch's greedy decoding must reproduce the sample's.
 tokens = np.load(os.path.join(args.weights, "tokens.npy")).tolist()

@@ -7,21 +7,25 @@
 //
 //   kiln_sample_kv_decode OUT.kiln [--d 256] [--layers 4] [--heads 4] [--max-ctx 1024]
 //                         [--prompt 32] [--new 64] [--threads 1] [--weights-out DIR]
+//                         [--weights-in DIR]
 //
 // Writes OUT.kiln (stateful: inputs ids i64[1, seq] and input_pos, states
-// att.<i>.k_cache / v_cache) and OUT.full.kiln (stateless: ids i64[1, seq]). --weights-out
-// writes every parameter as DIR/<name>.npy, DIR/tokens.npy (prompt then generated tokens)
-// and DIR/config.txt, which bench/compare_kv_decode.py loads into the PyTorch model.
+// att.<i>.k_cache / v_cache) and OUT.full.kiln (stateless: ids i64[1, seq]). The weights
+// are deterministic pseudo-random, or with --weights-in read from DIR (the format of
+// models/kv_decoder_weights.h: DIR/<name>.npy and DIR/config.txt, whose sizes replace the
+// --d/--layers/--heads/--max-ctx defaults; e.g. tests/fixtures/kv_decoder_trained, trained
+// by bench/train_kv_decoder.py), so a trained model can be exported and then quantized
+// (`kiln quantize OUT.kiln -o OUT.q4.kiln --weights int4`). --weights-out writes every
+// parameter as DIR/<name>.npy, DIR/tokens.npy (prompt then generated tokens) and
+// DIR/config.txt, which bench/compare_kv_decode.py loads into the PyTorch model.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
-#include "../models/kv_decoder.h"
+#include "../models/kv_decoder_weights.h"
 #include "kiln/runtime/npy.h"
 #include "kiln/runtime/program.h"
 
@@ -34,7 +38,7 @@ struct Options {
   models::KvDecoderConfig model;
   std::int64_t prompt = 32, generate = 64;
   int threads = 1;
-  std::string weights_out;
+  std::string weights_out, weights_in;
 };
 
 [[noreturn]] void die(const std::string& what, const Status& s) {
@@ -45,10 +49,11 @@ struct Options {
 Options parse(int argc, char** argv) {
   Options o;
   if (argc < 2 || argv[1][0] == '-') {
-    std::fprintf(stderr, "usage: %s OUT.kiln [--d N] [--layers N] [--heads N] [--max-ctx N] [--prompt N] [--new N] [--threads N] [--weights-out DIR]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s OUT.kiln [--d N] [--layers N] [--heads N] [--max-ctx N] [--prompt N] [--new N] [--threads N] [--weights-out DIR] [--weights-in DIR]\n", argv[0]);
     std::exit(1);
   }
   o.out = argv[1];
+  std::vector<std::string> sizes;  // the model-size flags given
   for (int i = 2; i < argc; i += 2) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) die("usage", Status(StatusCode::kUsage, flag + " needs a value"));
@@ -59,6 +64,7 @@ Options parse(int argc, char** argv) {
       if (*end != '\0' || v < 1) die("usage", Status(StatusCode::kUsage, flag + " must be a positive integer, got '" + value + "'"));
       return static_cast<std::int64_t>(v);
     };
+    if (flag == "--d" || flag == "--layers" || flag == "--heads" || flag == "--max-ctx") sizes.push_back(flag);
     if (flag == "--d") o.model.d = number();
     else if (flag == "--layers") o.model.layers = number();
     else if (flag == "--heads") o.model.heads = number();
@@ -67,7 +73,14 @@ Options parse(int argc, char** argv) {
     else if (flag == "--new") o.generate = number();
     else if (flag == "--threads") o.threads = static_cast<int>(number());
     else if (flag == "--weights-out") o.weights_out = value;
+    else if (flag == "--weights-in") o.weights_in = value;
     else die("usage", Status(StatusCode::kUsage, "unknown option " + flag));
+  }
+  if (!o.weights_in.empty()) {
+    if (!sizes.empty()) die("usage", Status(StatusCode::kUsage, sizes[0] + " with --weights-in: the sizes come from " + o.weights_in + "/config.txt"));
+    auto config = models::read_kv_decoder_config(o.weights_in);
+    if (!config.ok()) die("--weights-in", config.status());
+    o.model = *config;
   }
   if (o.model.d % o.model.heads != 0) die("usage", Status(StatusCode::kUsage, "--d must be a multiple of --heads"));
   if (o.prompt + o.generate > o.model.max_ctx) {
@@ -106,18 +119,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 void write_weights(const Options& o, models::KvDecoder& model, const std::vector<std::int64_t>& tokens) {
-  std::filesystem::create_directories(o.weights_out);
-  for (const auto& [name, t] : model.named_parameters()) {
-    if (name.find("_cache") != std::string::npos) continue;  // the (zero) initial caches
-    HostTensor h{t.dtype(), t.concrete_shape(), t.bytes()};
-    if (Status s = write_npy(o.weights_out + "/" + name + ".npy", h); !s.ok()) die("write weights", s);
+  if (Status st = models::write_kv_decoder_weights(model, o.weights_out, "prompt " + std::to_string(o.prompt) + "\n"); !st.ok()) {
+    die("write weights", st);
   }
   HostTensor tok{DType::kI64, {static_cast<std::int64_t>(tokens.size())}, std::vector<std::uint8_t>(tokens.size() * 8)};
   std::memcpy(tok.data.data(), tokens.data(), tok.data.size());
   if (Status s = write_npy(o.weights_out + "/tokens.npy", tok); !s.ok()) die("write tokens", s);
-  std::ofstream cfg(o.weights_out + "/config.txt");
-  cfg << "vocab " << o.model.vocab << "\nd " << o.model.d << "\nlayers " << o.model.layers << "\nheads " << o.model.heads
-      << "\nmax_ctx " << o.model.max_ctx << "\nprompt " << o.prompt << "\n";
   std::printf("wrote the weights, tokens and config to %s\n", o.weights_out.c_str());
 }
 
@@ -126,6 +133,9 @@ void write_weights(const Options& o, models::KvDecoder& model, const std::vector
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   models::KvDecoder model(o.model);
+  if (!o.weights_in.empty()) {
+    if (Status s = models::load_kv_decoder_weights(model, o.weights_in); !s.ok()) die("--weights-in", s);
+  }
   const std::int64_t total = o.prompt + o.generate;
 
   Dim seq("seq", 1, o.model.max_ctx);

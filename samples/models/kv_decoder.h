@@ -1,7 +1,6 @@
 // A GPT-style decoder with a KV cache, written with Kiln's export API: the model of
-// samples/kv_decode, bench/kv_decode_bench.cpp (and, in PyTorch, bench/kv_decoder_torch.py)
-// and tests/export/state_test.cpp. Its weights directory (trained weights in, the
-// sample's out): kv_decoder_weights.h.
+// samples/kv_decode, bench/kv_decode_bench.cpp, tests/export/state_test.cpp (PyTorch:
+// bench/kv_decoder_torch.py); its weights directory (in and out): kv_decoder_weights.h.
 //
 // Two forwards over the same weights:
 //  * step(ids [1, seq], pos): the cached decoder. Each attention layer keeps its keys and

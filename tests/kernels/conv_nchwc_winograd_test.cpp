@@ -222,8 +222,11 @@ void check_conv(const Case& c, const Options& o, std::uint32_t seed) {
   const ConvShape s = shape_of(c);
   for (const WinogradKernels* kernels : kernel_tables()) {
    for (WinogradTile tile : {WinogradTile::kF4, WinogradTile::kF2}) {
-    SCOPED_TRACE(std::string(kernels->name) + (tile == WinogradTile::kF4 ? " F(4x4)" : " F(2x2)"));
-    auto prepared = o.width == 0 ? prepare_winograd(w.data(), s) : prepare_winograd_width(w.data(), s, o.width);
+    for (WinogradWeightMode mode : {WinogradWeightMode::kStreamed, WinogradWeightMode::kCached}) {
+    SCOPED_TRACE(std::string(kernels->name) + (tile == WinogradTile::kF4 ? " F(4x4)" : " F(2x2)") +
+                 (mode == WinogradWeightMode::kStreamed ? " streamed" : " cached"));
+    const int width = o.width != 0 ? o.width : kernels->preferred_width((c.cout + 7) / 8);
+    auto prepared = prepare_winograd_width(w.data(), s, width, mode);
     ASSERT_TRUE(prepared.ok()) << prepared.status().message();
     Stored xs(x, c.n, c.cin, c.h, c.w, o.in_blocked);
     const bool res_in_y = o.residual == Residual::kOutput;
@@ -255,9 +258,13 @@ void check_conv(const Case& c, const Options& o, std::uint32_t seed) {
       }
     }
     EXPECT_EQ(bad, 0);
+    // kCached holds the transform the run made; kStreamed never holds one.
     WinogradTile made = WinogradTile::kF4;
-    EXPECT_TRUE(winograd_transformed_tile(**prepared, &made));
-    EXPECT_EQ(made, tile);
+    EXPECT_EQ(winograd_transformed_tile(**prepared, &made), mode == WinogradWeightMode::kCached);
+    if (mode == WinogradWeightMode::kCached) {
+      EXPECT_EQ(made, tile);
+    }
+    }
    }
   }
 }
@@ -370,6 +377,7 @@ TEST(NchwcWinograd, MatchesNaiveConvolutionOnNetworkShapes) {
       {1, 256, 64, 7, 7, 1, 1},
       {2, 64, 128, 12, 9, 1, 1},
       {3, 32, 48, 17, 17, 1, 1},
+      {1, 160, 160, 20, 20, 1, 1},  // streamed: a U over 1 MiB, two tile groups (per pass)
   };
   std::uint32_t seed = 50;
   for (const Case& c : cases) {
@@ -524,15 +532,41 @@ TEST(NchwcWinograd, RejectsMismatchedExtentsNamingThem) {
   EXPECT_EQ(message(small_x, y_any, {}, unpadded), "[conv2d_winograd] y.h=1 != output height -1 (x.h=1, pad_h=0)");
 }
 
-// The transform is made by the first run, for the tile size it asks: until then the
-// weights hold the raw copy only; a later run asking the other tile size runs the one made.
-TEST(NchwcWinograd, TransformsTheWeightsOnTheFirstRun) {
+// kStreamed (the default): the weights hold their kernels packed (1x, padded to whole
+// blocks), copied at prepare, and never a transform; every run transforms what it needs,
+// for either tile size.
+TEST(NchwcWinograd, StreamedWeightsHoldOnlyThePackedKernels) {
+  const Case c{1, 60, 20, 8, 8, 1, 1};  // 64 x 24 padded channels
+  std::vector<float> w(20 * 60 * 9, 0.25f), x(static_cast<std::size_t>(blocked_floats(1, 60, 8, 8)), 1.0f),
+      y(static_cast<std::size_t>(blocked_floats(1, 20, 8, 8)));
+  const Act xa{x.data(), 1, 60, 8, 8, true}, ya{y.data(), 1, 20, 8, 8, true};
+  EXPECT_EQ(winograd_weight_mode(), WinogradWeightMode::kStreamed);  // unless KILN_WINOGRAD_WEIGHTS=cached
+  auto prepared = prepare_winograd_width(w.data(), shape_of(c), 2, WinogradWeightMode::kStreamed);
+  ASSERT_TRUE(prepared.ok());
+  EXPECT_EQ(winograd_weight_bytes(**prepared), 24 * 64 * 9 * 4);
+  w.assign(w.size(), -1.0f);  // the kernels were copied: the source may change
+  for (WinogradTile tile : {WinogradTile::kF4, WinogradTile::kF2, WinogradTile::kF4}) {
+    for (int threads : {1, 2}) {
+      y.assign(y.size(), 0.0f);
+      ASSERT_TRUE(conv2d_winograd_tile(winograd_kernels(), tile, xa, **prepared, shape_of(c), {}, ya, pool_for(threads)).ok());
+      // An interior pixel of the last output channel: 60 channels x 9 taps x 0.25.
+      EXPECT_NEAR(y[static_cast<std::size_t>(((2 * 8 + 3) * 8 + 3) * 8 + 3)], 135.0f, 1e-3f);
+      WinogradTile made = WinogradTile::kF4;
+      EXPECT_FALSE(winograd_transformed_tile(**prepared, &made));
+      EXPECT_EQ(winograd_weight_bytes(**prepared), 24 * 64 * 9 * 4);
+    }
+  }
+}
+
+// kCached: the transform is made by the first run, for the tile size it asks, and the
+// packed kernels dropped; a later run asking the other tile size runs the one made.
+TEST(NchwcWinograd, CachedWeightsTransformOnTheFirstRun) {
   const Case c{1, 64, 64, 8, 8, 1, 1};
   std::vector<float> w(64 * 64 * 9, 0.25f), x(static_cast<std::size_t>(blocked_floats(1, 64, 8, 8)), 1.0f),
       y(static_cast<std::size_t>(blocked_floats(1, 64, 8, 8)));
   const Act xa{x.data(), 1, 64, 8, 8, true}, ya{y.data(), 1, 64, 8, 8, true};
   for (WinogradTile first : {WinogradTile::kF4, WinogradTile::kF2}) {
-    auto prepared = prepare_winograd(w.data(), shape_of(c));
+    auto prepared = prepare_winograd_width(w.data(), shape_of(c), 2, WinogradWeightMode::kCached);
     ASSERT_TRUE(prepared.ok());
     EXPECT_EQ(winograd_weight_bytes(**prepared), 64 * 64 * 9 * 4);
     WinogradTile made = WinogradTile::kF4;

@@ -17,6 +17,7 @@
 #include "backends/cpu/gemm/gemm_packed_a.h"
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/kernels/conv_prepared.h"
+#include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/nchwc.h"
 #include "backends/cpu/thread_pool.h"
 #include "kernels/kernel_testutil.h"
@@ -424,6 +425,35 @@ TEST(Conv2dPrepacked, BlockedWinogradWeightsMakeTheirDirectCopyOnFirstUse) {
   EXPECT_EQ(c1->nchwc_winograd, nullptr);
   EXPECT_NE(c1->nchwc_dense, nullptr);
   EXPECT_EQ(c1->nchwc_dense_for(w1.as<float>()), c1->nchwc_dense.get());
+}
+
+// A 3x3 weight whose attributes rule Winograd out (stride 2, dilation 2, padding 3) gets
+// only the direct kernel's copy, made at load: holding Winograd's kernels as well would
+// double it (resnet's strided 3x3 layers did, and read their raw weight back in besides).
+TEST(Conv2dPrepacked, StridedThreeByThreeWeightsHoldOnlyTheDirectCopy) {
+  if (!nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels";
+  Tensor w3(DType::kF32, {24, 20, 3, 3});
+  std::fill(w3.as<float>(), w3.as<float>() + 24 * 20 * 9, 0.5f);
+  const AttrList ruled_out[] = {AttrList().ints({2, 2}).ints({1, 1}).ints({1, 1}).i(1),
+                                AttrList().ints({1, 1}).ints({2, 2}).ints({2, 2}).i(1),
+                                AttrList().ints({1, 1}).ints({3, 3}).ints({1, 1}).i(1)};
+  for (const AttrList& attrs : ruled_out) {
+    auto made = prepare_weights(OpKind::Conv2d, 1, w3.view(), attrs.span(), /*blocked=*/true);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    const auto* c = static_cast<const kernels::ConvWeights*>(made->get());
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->nchwc_winograd, nullptr);
+    EXPECT_FALSE(c->nchwc_dense_lazy);
+    EXPECT_NE(c->nchwc_dense, nullptr);
+  }
+  auto made = prepare_weights(OpKind::Conv2d, 1, w3.view(), AttrList().ints({1, 1}).ints({2, 2}).ints({1, 1}).i(1).span(),
+                              /*blocked=*/true);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  const auto* c = static_cast<const kernels::ConvWeights*>(made->get());
+  ASSERT_NE(c, nullptr);
+  if (kernels::conv_winograd_enabled()) {
+    EXPECT_NE(c->nchwc_winograd, nullptr);  // stride 1, padding 2: Winograd's
+  }
 }
 
 // conv2d with a fused input scale (KernelContext::input_scale, the executor's

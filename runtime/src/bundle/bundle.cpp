@@ -218,7 +218,13 @@ Status Bundle::load_segments(const LoadOptions& options) {
     const auto stored = bytes_.subspan(e.offset, e.stored_size);
     if (e.compression == format::Compression::kNone) {
       if (e.size != e.stored_size) return invalid(where + ": raw segment size " + std::to_string(e.size) + " != stored size " + std::to_string(e.stored_size));
-      if (options.verify_segment_checksums && format::checksum(stored) != e.checksum) return invalid(where + ": checksum mismatch");
+      if (options.verify_segment_checksums) {
+        if (format::checksum(stored) != e.checksum) return invalid(where + ": checksum mismatch");
+        // Checking read every page: drop them from the resident set again (a mapping; they
+        // stay in the page cache), so that a load does not hold every weight twice while
+        // its kernels prepare their copies. A later read faults them back in.
+        release_pages(stored);
+      }
       seg.data = stored;
     } else if (e.compression == format::Compression::kZstd) {
       if (!fits(declared, e.size, options.max_decompressed_bytes)) {
@@ -230,6 +236,7 @@ Status Bundle::load_segments(const LoadOptions& options) {
       if (!options.decompress_segments) continue;
       if (format::checksum(stored) != e.checksum) return invalid(where + ": checksum mismatch");
       KILN_RETURN_IF_ERROR(decompress(seg, where));
+      release_pages(stored);  // never read again
     } else {
       return invalid(where + ": unknown compression " + std::to_string(static_cast<std::uint32_t>(e.compression)));
     }
@@ -263,6 +270,7 @@ Status Bundle::verify_segments() const {
     if (format::checksum(bytes_.subspan(e.offset, e.stored_size)) != e.checksum) {
       return invalid("segment " + std::to_string(i) + ": checksum mismatch");
     }
+    release_pages(bytes_.subspan(e.offset, e.stored_size));
   }
   return Status::Ok();
 }

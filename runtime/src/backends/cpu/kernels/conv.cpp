@@ -713,6 +713,16 @@ Status check_conv(Inputs in, const TensorView& out, Attrs attrs, ConvGeometry& g
 
 bool conv_winograd_enabled() { return winograd_enabled(); }
 
+bool conv_attrs_winograd(Attrs attrs, std::int64_t max_padding) {
+  auto all = [&](std::size_t i, auto pred) {
+    if (attrs.size() <= i || attrs[i].type == AttrType::kNone) return true;
+    if (attrs[i].type != AttrType::kInts || attrs[i].ints.empty()) return false;
+    return std::all_of(attrs[i].ints.begin(), attrs[i].ints.end(), pred);
+  };
+  const auto one = [](std::int64_t v) { return v == 1; };
+  return all(0, one) && all(2, one) && all(1, [&](std::int64_t v) { return v >= 0 && v <= max_padding; });
+}
+
 Status conv2d_check(Inputs in, const TensorView& out, Attrs attrs, ConvCheck& check) {
   if (in.size() < 2) return invalid("conv2d", "expects x and weight");
   ConvGeometry g;
@@ -815,14 +825,10 @@ Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight
   const std::int64_t k = weight.shape[0], c = weight.shape[1], kh = weight.shape[2], kw = weight.shape[3];
   if (groups < 1 || k % groups != 0 || k == 0 || c == 0 || kh == 0 || kw == 0) return none;
   if (blocked) return conv2d_prepare_blocked(weight, attrs);
-  auto all_ones = [&](std::size_t i) {
-    if (attrs[i].type == AttrType::kNone) return true;
-    if (attrs[i].type != AttrType::kInts || attrs[i].ints.empty()) return false;
-    return std::all_of(attrs[i].ints.begin(), attrs[i].ints.end(), [](std::int64_t v) { return v == 1; });
-  };
   auto prepared = std::unique_ptr<ConvWeights>(new (std::nothrow) ConvWeights());
   if (prepared == nullptr) return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate prepared weights");
-  if (kh == 3 && kw == 3 && groups == 1 && all_ones(0) && all_ones(2) && winograd_enabled() && winograd_channels(c, k)) {
+  if (kh == 3 && kw == 3 && groups == 1 && conv_attrs_winograd(attrs, std::numeric_limits<std::int64_t>::max()) &&
+      winograd_enabled() && winograd_channels(c, k)) {
     prepared->winograd_eligible = true;  // transformed on first use: winograd_for
     prepared->winograd_k = k;
     prepared->winograd_c = c;

@@ -36,7 +36,7 @@ constexpr WinogradKernels make_winograd_kernels() {
   WinogradKernels k{"baseline",
                     {4, 2, 1, 1, 1, 1},
                     &winograd_width,
-                    {{&wino4_input, &wino4_output}, {&wino2_input, &wino2_output}},
+                    {{&wino4_input, &wino4_output, &wino4_weights}, {&wino2_input, &wino2_output, &wino2_weights}},
                     {}};
   wino_fill<1, 4>(k);
   wino_fill<2, 2>(k);
@@ -100,53 +100,40 @@ std::int64_t xi_stride(std::int64_t floats) {
   return stride;
 }
 
-// G of each tile size: U = G g G^T.
-constexpr double kG4[6][3] = {{0.25, 0.0, 0.0},
-                              {-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0},
-                              {-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0},
-                              {1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0},
-                              {1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0},
-                              {0.0, 0.0, 1.0}};
-constexpr double kG2[4][3] = {{1.0, 0.0, 0.0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0.0, 0.0, 1.0}};
-
-// U = G g G^T of one 3x3 kernel g, in double (rounded once, by the caller); G: kA x 3.
-template <int kA>
-void transform_kernel(const double (&G)[kA][3], const float* g, double* u) {
-  double gg[kA][3];
-  for (int i = 0; i < kA; ++i) {
-    for (int c = 0; c < 3; ++c) gg[i][c] = G[i][0] * g[c] + G[i][1] * g[3 + c] + G[i][2] * g[6 + c];
-  }
-  for (int i = 0; i < kA; ++i) {
-    for (int j = 0; j < kA; ++j) u[kA * i + j] = gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2];
-  }
-}
-
-// The weights: a copy of the raw 3x3 kernels until the first run, which transforms them
-// for the tile size it runs (4x the raw size for F(4x4), 1.78x for F(2x2)) and drops the
-// copy. A layer whose input sizes never pick Winograd never holds a transform.
+// The weights: the 3x3 kernels packed for the weight transform (`taps`: per block group q,
+// [input channel][9 taps][width_q blocks][8 lanes], zeros past the real channels: 1x the
+// raw weights, padding aside), and, in kCached, the whole transform U made by the first
+// run, which then drops the packed kernels. A layer whose input sizes never pick Winograd
+// never holds a transform.
 class PackedWinograd final : public WinogradWeights {
  public:
   ConvShape shape;
   int width = 1;
   std::int64_t in_blocks = 0, out_blocks = 0;
-  std::int64_t u_stride = 0;  // floats between the xi matrices of U
-  mutable std::unique_ptr<float[]> raw;  // [out][in][3][3] until transform()
+  std::int64_t u_stride = 0;  // floats between the xi matrices of the whole U
+  WinogradWeightMode mode = WinogradWeightMode::kStreamed;
+  mutable std::unique_ptr<float, FreeDeleter> packed_taps;  // until a whole U is made
 
   std::int64_t block_groups() const { return ceil_div(out_blocks, width); }
+  std::int64_t width_of(std::int64_t q) const { return std::min<std::int64_t>(width, out_blocks - q * width); }
+  // Block group q's packed kernels (earlier groups are all `width` blocks wide).
+  const float* taps(std::int64_t q) const { return packed_taps.get() + q * width * 72 * in_blocks * kBlock; }
   // U[xi] of block group q: [input channel][width_q blocks][8].
   const float* u(std::int64_t xi, std::int64_t q) const { return u_.get() + xi * u_stride + q * width * 64 * in_blocks; }
 
-  // The transform, made by the first caller for `wanted`; false when it could not be
-  // allocated. *made: the tile size it has.
-  bool transformed(WinogradTile wanted, WinogradTile* made, ThreadPool& pool) const {
-    std::call_once(once_, [&] { transform(wanted, pool); });
+  // kCached: the whole transform, made by the first caller for `wanted`; then true and
+  // *made its tile size. False in kStreamed; *failed when it could not be allocated.
+  bool whole(WinogradTile wanted, const WinogradKernels& k, WinogradTile* made, bool* failed, ThreadPool& pool) const {
+    if (mode != WinogradWeightMode::kCached) return false;
+    std::call_once(once_, [&] { transform(wanted, k, pool); });
     *made = tile_;
+    *failed = u_ == nullptr;
     return u_ != nullptr;
   }
   // Not concurrently with the first run.
   std::int64_t bytes() const {
-    const std::int64_t r = raw != nullptr ? shape.out_channels * shape.in_channels * 9 * 4 : 0;
-    return r + (u_ != nullptr ? winograd_values(tile_) * u_stride * 4 : 0);
+    const std::int64_t p = packed_taps != nullptr ? padded_channels(shape.out_channels) * in_blocks * kBlock * 9 * 4 : 0;
+    return p + (u_ != nullptr ? winograd_values(tile_) * u_stride * 4 : 0);
   }
   bool made(WinogradTile* tile) const {
     *tile = tile_;
@@ -154,9 +141,7 @@ class PackedWinograd final : public WinogradWeights {
   }
 
  private:
-  void transform(WinogradTile tile, ThreadPool& pool) const;
-  template <int kA>
-  void fill(const double (&G)[kA][3], std::int64_t q) const;
+  void transform(WinogradTile tile, const WinogradKernels& k, ThreadPool& pool) const;
 
   mutable std::once_flag once_;
   mutable std::unique_ptr<float, FreeDeleter> u_;
@@ -165,40 +150,18 @@ class PackedWinograd final : public WinogradWeights {
 
 // Block groups over the pool: writing U's pages costs more than computing it (a first touch
 // of each 4 KiB page), and both cores take page faults.
-void PackedWinograd::transform(WinogradTile tile, ThreadPool& pool) const {
+void PackedWinograd::transform(WinogradTile tile, const WinogradKernels& k, ThreadPool& pool) const {
   const int values = winograd_values(tile);
   u_.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>((values * u_stride * 4 + 63) / 64 * 64))));
   if (u_ == nullptr) return;
   tile_ = tile;
+  const auto fn = k.transforms[static_cast<int>(tile)].weights;
   pool.parallel_for(block_groups(), 1, [&](std::int64_t q0, std::int64_t q1) {
     for (std::int64_t q = q0; q < q1; ++q) {
-      if (tile == WinogradTile::kF4) {
-        fill<6>(kG4, q);
-      } else {
-        fill<4>(kG2, q);
-      }
+      fn(taps(q), in_blocks * kBlock, width_of(q) * kBlock, u_.get() + q * width * 64 * in_blocks, u_stride);
     }
   });
-  raw.reset();
-}
-
-// Block group q of U, in U's order (each xi matrix written front to back).
-template <int kA>
-void PackedWinograd::fill(const double (&G)[kA][3], std::int64_t q) const {
-  const std::int64_t cin = shape.in_channels, cout = shape.out_channels;
-  float* const u = u_.get();
-  const std::int64_t width_q = std::min<std::int64_t>(width, out_blocks - q * width);
-  for (std::int64_t c = 0; c < in_blocks * kBlock; ++c) {
-    for (std::int64_t b = 0; b < width_q; ++b) {
-      for (std::int64_t lane = 0; lane < kBlock; ++lane) {
-        const std::int64_t o = (q * width + b) * kBlock + lane;
-        double t[kA * kA] = {};
-        if (o < cout && c < cin) transform_kernel<kA>(G, raw.get() + (o * cin + c) * 9, t);
-        float* dst = u + q * width * 64 * in_blocks + (c * width_q + b) * kBlock + lane;
-        for (int xi = 0; xi < kA * kA; ++xi) dst[xi * u_stride] = static_cast<float>(t[xi]);
-      }
-    }
-  }
+  packed_taps.reset();
 }
 
 std::string dims(const Act& a) {
@@ -281,6 +244,11 @@ TileActivation tile_activation(FusedActivation act) {
 constexpr std::int64_t kGroupBytes = 512 << 10;
 constexpr std::int64_t kPassBytes = 256 << 10;
 constexpr std::int64_t kMinGroupTiles = 16;
+// kStreamed: the U a pass transforms into the thread's buffer, at most this (at least one
+// block group's).
+constexpr std::int64_t kPassUBytes = 160 << 10;
+// kStreamed with several tile groups: a whole U up to this is transformed once per run.
+constexpr std::int64_t kRunUBytes = 1 << 20;
 
 struct Schedule {
   std::int64_t tiles = 0;        // of the batch
@@ -294,7 +262,7 @@ struct Schedule {
 // too few to share, the block groups split between the threads (each transforming the
 // group's input itself).
 Schedule make_schedule(int values, std::int64_t cin, std::int64_t tiles, std::int64_t block_groups, int width,
-                       int threads) {
+                       int threads, bool streamed) {
   Schedule s;
   s.tiles = tiles;
   const std::int64_t per_tile = values * 4 * padded_channels(cin);
@@ -314,6 +282,9 @@ Schedule make_schedule(int values, std::int64_t cin, std::int64_t tiles, std::in
   s.groups = std::min(s.groups, tiles);
   const std::int64_t group_tiles = ceil_div(tiles, s.groups);
   s.pass_groups = std::max<std::int64_t>(1, kPassBytes / (values * 4 * group_tiles * width * kBlock));
+  if (streamed) {
+    s.pass_groups = std::min(s.pass_groups, std::max<std::int64_t>(1, kPassUBytes / (values * 4 * width * kBlock * padded_channels(cin))));
+  }
   return s;
 }
 
@@ -336,6 +307,11 @@ struct Run {
   bool direct;   // the output transform writes y itself (blocked y, no plain residual)
   TileActivation tile_act;
   bool late_act;  // an activation applied over the output after the tile stores
+  // The whole U ([xi][block group][input channel][width_q][8], xi matrices u_stride
+  // apart): the weights' own or this run's; null: transformed per pass into the thread's
+  // buffer.
+  const float* u;
+  std::int64_t u_stride;
 };
 
 // A thread's buffers, grown on demand (64-byte aligned).
@@ -358,6 +334,9 @@ struct Buffer {
   }
 };
 thread_local Buffer t_buffer;
+// A run's whole U (kStreamed, tile groups that would each transform it again): the calling
+// thread's.
+thread_local Buffer t_run_u;
 
 // Row blocks of a group of `tiles` tiles: `count` even blocks of at most `rows`.
 struct RowBlocks {
@@ -413,11 +392,29 @@ void input_transform(const Run& r, std::int64_t g0, std::int64_t g1, float* v, s
 }
 
 // 2. M of output block groups [q0, q1) (blocks from q0 * width): [xi][block][tile][8].
+// U: the whole transform's, or with `u_pass` that pass's ([xi][q - q0][input channel]
+// [width_q][8], xi matrices u_xi apart; just written: nothing to prefetch).
+// With `u_pass`, the register tiles prefetch `next` instead: the packed kernels of the next
+// pass, `next_lines` cache lines, spread over all of them.
 void multiply(const Run& r, std::int64_t tiles, std::int64_t q0, std::int64_t q1, const float* v, std::int64_t v_xi,
-              float* m, std::int64_t m_xi) {
+              float* m, std::int64_t m_xi, const float* u_pass, std::int64_t u_xi, const float* next,
+              std::int64_t next_taps_lines) {
   const PackedWinograd& w = r.w;
+  const auto u_of = [&](std::int64_t xi, std::int64_t q) {
+    return u_pass != nullptr ? u_pass + xi * u_xi + (q - q0) * w.width * 64 * w.in_blocks
+                             : r.u + xi * r.u_stride + q * w.width * 64 * w.in_blocks;
+  };
   const std::int64_t cpad = w.in_blocks * kBlock;
   const RowBlocks rb(tiles, r.rows);
+  std::int64_t taps_per_call = 0;
+  if (u_pass != nullptr && next != nullptr) {
+    std::int64_t calls = 0;
+    for (std::int64_t q = q0; q < q1; ++q) {
+      const int most = r.k.max_rows[w.width_of(q) - 1];
+      calls += rb.count * ceil_div(ceil_div(tiles, rb.count), most);
+    }
+    taps_per_call = ceil_div(next_taps_lines, calls * r.values);
+  }
   for (int xi = 0; xi < r.values; ++xi) {
     for (std::int64_t q = q0; q < q1; ++q) {
       const int width = static_cast<int>(std::min<std::int64_t>(w.width, w.out_blocks - q * w.width));
@@ -426,15 +423,18 @@ void multiply(const Run& r, std::int64_t tiles, std::int64_t q0, std::int64_t q1
       const bool last = q + 1 == q1;
       const std::int64_t next_q = last ? q0 : q + 1, next_xi = last ? xi + 1 : xi;
       std::int64_t next_lines =
-          next_xi < r.values ? std::min<std::int64_t>(w.width, w.out_blocks - next_q * w.width) * 4 * w.in_blocks
-                             : 0;  // width * 8 floats per input channel: width * 4 lines per block
+          next_xi < r.values && u_pass == nullptr ? w.width_of(next_q) * 4 * w.in_blocks
+                                                  : 0;  // width * 8 floats per input channel: width * 4 lines per block
       const std::int64_t calls = rb.count * ceil_div(ceil_div(tiles, rb.count), most);
       WinogradGemmArgs a;
       a.in_blocks = w.in_blocks;
-      a.u = w.u(xi, q);
+      a.u = u_of(xi, q);
       a.m_block_stride = tiles * kBlock;
-      const float* prefetch = next_lines > 0 ? w.u(next_xi, next_q) : nullptr;
-      const std::int64_t per_call = ceil_div(next_lines, calls);
+      const float* prefetch = next_lines > 0 ? u_of(next_xi, next_q) : nullptr;
+      std::int64_t per_call = ceil_div(next_lines, calls);
+      if (taps_per_call > 0 && next_taps_lines > 0) {
+        prefetch = next, next_lines = next_taps_lines, per_call = taps_per_call;
+      }
       a.prefetch_per_block = ceil_div(per_call, w.in_blocks);
       for (std::int64_t b = 0; b < rb.count; ++b) {
         const std::int64_t first = rb.first(b), size = rb.size(b);
@@ -451,6 +451,7 @@ void multiply(const Run& r, std::int64_t tiles, std::int64_t q0, std::int64_t q1
             prefetch += 16 * a.prefetch_lines;
             next_lines -= a.prefetch_lines;
             if (next_lines <= 0) prefetch = nullptr;
+            if (taps_per_call > 0) next = prefetch, next_taps_lines = next_lines;
           }
           r.k.gemm[width - 1][parts.size(p) - 1](a);
         }
@@ -545,15 +546,28 @@ bool run_unit(const Run& r, std::int64_t g, std::int64_t chunk) {
   // a finished row).
   const std::int64_t rows_floats = r.x.blocked ? 0 : r.in_side * r.x.w * kBlock;
   const std::int64_t scratch_floats = r.direct ? 0 : (r.side + 1) * r.side * (r.tiles_w + 1) * kBlock;
-  float* buf = t_buffer.get(r.values * (v_xi + m_xi) + rows_floats + scratch_floats);
+  const bool streamed = r.u == nullptr;
+  const std::int64_t u_xi = streamed ? xi_stride(pass * w.width * 64 * w.in_blocks) : 0;
+  float* buf = t_buffer.get(r.values * (v_xi + m_xi + u_xi) + rows_floats + scratch_floats);
   if (buf == nullptr) return false;
   float* v = buf;
   float* m = v + r.values * v_xi;
-  float* extra = m + r.values * m_xi;
+  float* u = streamed ? m + r.values * m_xi : nullptr;
+  float* extra = m + r.values * (m_xi + u_xi);
   input_transform(r, g0, g1, v, v_xi, extra);
   for (std::int64_t qa = q0; qa < q1; qa += pass) {
     const std::int64_t qb = std::min(q1, qa + pass);
-    multiply(r, tiles, qa, qb, v, v_xi, m, m_xi);
+    if (u != nullptr) {
+      for (std::int64_t q = qa; q < qb; ++q) {
+        r.t.weights(w.taps(q), w.in_blocks * kBlock, w.width_of(q) * kBlock, u + (q - qa) * w.width * 64 * w.in_blocks,
+                    u_xi);
+      }
+    }
+    // The next pass's packed kernels, fetched into L2 along this pass's register tiles.
+    const std::int64_t qn = std::min(q1, qb + pass);
+    const float* next = u != nullptr && qb < q1 ? w.taps(qb) : nullptr;
+    const std::int64_t next_lines = next != nullptr ? (w.taps(qn - 1) - next + 72 * w.in_blocks * kBlock * w.width_of(qn - 1)) / 16 : 0;
+    multiply(r, tiles, qa, qb, v, v_xi, m, m_xi, u, u_xi, next, next_lines);
     output_transform(r, g0, g1, qa * w.width, std::min(b1, qb * w.width), m, m_xi, extra + rows_floats);
   }
   return true;
@@ -567,7 +581,20 @@ bool winograd_supported(const ConvShape& s) {
          s.pad_w <= 2;
 }
 
-Result<std::unique_ptr<WinogradWeights>> prepare_winograd_width(const float* w, const ConvShape& s, int width) {
+namespace {
+
+}  // namespace
+
+WinogradWeightMode winograd_weight_mode() {
+  static const WinogradWeightMode mode = [] {
+    const char* v = std::getenv("KILN_WINOGRAD_WEIGHTS");
+    return v != nullptr && std::strcmp(v, "cached") == 0 ? WinogradWeightMode::kCached : WinogradWeightMode::kStreamed;
+  }();
+  return mode;
+}
+
+Result<std::unique_ptr<WinogradWeights>> prepare_winograd_width(const float* w, const ConvShape& s, int width,
+                                                                WinogradWeightMode mode) {
   if (!winograd_supported(s)) {
     return Status(StatusCode::kInvalidInput,
                   "[prepare_winograd] unsupported convolution: kernel " + std::to_string(s.kh) + "x" +
@@ -580,12 +607,12 @@ Result<std::unique_ptr<WinogradWeights>> prepare_winograd_width(const float* w, 
                                                  std::to_string(kWinogradMaxWidth) + "]");
   }
   if (w == nullptr) return Status(StatusCode::kInvalidInput, "[prepare_winograd] w is null");
-  std::int64_t raw = 0, blocks = 0;
-  if (__builtin_mul_overflow(s.out_channels, s.in_channels, &raw) || __builtin_mul_overflow(raw, 9, &raw) ||
-      __builtin_mul_overflow(padded_channels(s.in_channels), padded_channels(s.out_channels), &blocks) ||
+  std::int64_t blocks = 0, taps = 0;
+  if (__builtin_mul_overflow(padded_channels(s.in_channels), padded_channels(s.out_channels), &blocks) ||
       blocks > (std::int64_t{1} << 36)) {
     return Status(StatusCode::kInvalidInput, "[prepare_winograd] weight size overflows");
   }
+  taps = blocks * 9;
   auto packed = std::unique_ptr<PackedWinograd>(new (std::nothrow) PackedWinograd);
   if (packed == nullptr) return Status(StatusCode::kUnavailable, "[prepare_winograd] out of memory");
   packed->shape = s;
@@ -593,11 +620,27 @@ Result<std::unique_ptr<WinogradWeights>> prepare_winograd_width(const float* w, 
   packed->out_blocks = ceil_div(s.out_channels, kBlock);
   packed->width = static_cast<int>(std::min<std::int64_t>(width, packed->out_blocks));
   packed->u_stride = xi_stride(blocks);
-  packed->raw.reset(new (std::nothrow) float[static_cast<std::size_t>(raw)]);
-  if (packed->raw == nullptr) {
-    return Status(StatusCode::kUnavailable, "[prepare_winograd] cannot allocate " + std::to_string(raw * 4) + " bytes");
+  packed->mode = mode;
+  packed->packed_taps.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>((taps * 4 + 63) / 64 * 64))));
+  if (packed->packed_taps == nullptr) {
+    return Status(StatusCode::kUnavailable, "[prepare_winograd] cannot allocate " + std::to_string(taps * 4) + " bytes");
   }
-  std::memcpy(packed->raw.get(), w, static_cast<std::size_t>(raw) * sizeof(float));
+  // [q][c][tap][b][lane], in that order: zeros past the real channels.
+  const std::int64_t cin = s.in_channels, cout = s.out_channels, cpad = packed->in_blocks * kBlock;
+  float* dst = packed->packed_taps.get();
+  for (std::int64_t q = 0; q < packed->block_groups(); ++q) {
+    const std::int64_t width_q = packed->width_of(q);
+    for (std::int64_t c = 0; c < cpad; ++c) {
+      for (int t = 0; t < 9; ++t) {
+        for (std::int64_t b = 0; b < width_q; ++b) {
+          for (std::int64_t lane = 0; lane < kBlock; ++lane) {
+            const std::int64_t o = (q * packed->width + b) * kBlock + lane;
+            *dst++ = o < cout && c < cin ? w[(o * cin + c) * 9 + t] : 0.0f;
+          }
+        }
+      }
+    }
+  }
   return std::unique_ptr<WinogradWeights>(std::move(packed));
 }
 
@@ -628,11 +671,14 @@ Status conv2d_winograd_tile(const WinogradKernels& kernels, WinogradTile wanted,
   KILN_RETURN_IF_ERROR(check(x, w, s, e, y));
   if (x.n == 0) return Status::Ok();
   WinogradTile tile = wanted;
-  if (!w.transformed(wanted, &tile, pool)) {
+  bool no_memory = false;
+  const bool whole = w.whole(wanted, kernels, &tile, &no_memory, pool);
+  if (no_memory) {
     return Status(StatusCode::kUnavailable, kOp + std::string("cannot allocate ") +
                                                 std::to_string(winograd_values(wanted) * w.u_stride * 4) +
                                                 " bytes of transformed weights");
   }
+  if (!whole) tile = wanted;
   std::unique_ptr<float[]> bias(new (std::nothrow) float[static_cast<std::size_t>(w.out_blocks * kBlock)]());
   if (bias == nullptr) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory"));
   if (e.bias != nullptr) std::copy(e.bias, e.bias + s.out_channels, bias.get());
@@ -640,8 +686,26 @@ Status conv2d_winograd_tile(const WinogradKernels& kernels, WinogradTile wanted,
   const int side = winograd_out_side(tile), values = winograd_values(tile);
   const std::int64_t tiles_h = ceil_div(y.h, side), tiles_w = ceil_div(y.w, side);
   const int rows = kernels.max_rows[w.width - 1];
-  const Schedule sched =
-      make_schedule(values, s.in_channels, x.n * tiles_h * tiles_w, w.block_groups(), w.width, pool.num_threads());
+  const std::int64_t tiles = x.n * tiles_h * tiles_w;
+  Schedule sched = make_schedule(values, s.in_channels, tiles, w.block_groups(), w.width, pool.num_threads(), !whole);
+  // kStreamed: several tile groups would each transform every block group again; a small
+  // U is transformed once for the run instead (over the pool), into the calling thread's
+  // buffer.
+  const float* u = whole ? w.u(0, 0) : nullptr;
+  if (!whole && sched.groups > 1 && values * w.u_stride * 4 <= kRunUBytes) {
+    float* run_u = t_run_u.get(values * w.u_stride);
+    if (run_u != nullptr) {
+      const auto fn = kernels.transforms[static_cast<int>(tile)].weights;
+      pool.parallel_for(w.block_groups(), 1, [&](std::int64_t q0, std::int64_t q1) {
+        for (std::int64_t q = q0; q < q1; ++q) {
+          fn(w.taps(q), w.in_blocks * kBlock, w.width_of(q) * kBlock, run_u + q * w.width * 64 * w.in_blocks,
+             w.u_stride);
+        }
+      });
+      u = run_u;
+      sched = make_schedule(values, s.in_channels, tiles, w.block_groups(), w.width, pool.num_threads(), false);
+    }
+  }
   const TileActivation tile_act = tile_activation(e.act);
   const Run run{x,
                 w,
@@ -661,7 +725,9 @@ Status conv2d_winograd_tile(const WinogradKernels& kernels, WinogradTile wanted,
                 rows,
                 y.blocked && (e.residual == nullptr || e.residual->blocked),
                 tile_act,
-                e.act != FusedActivation::kNone && tile_act == TileActivation::kNone};
+                e.act != FusedActivation::kNone && tile_act == TileActivation::kNone,
+                u,
+                w.u_stride};
   const std::int64_t units = sched.groups * sched.chunks;
   std::atomic<bool> failed{false};
   pool.parallel_for(units, 1, [&](std::int64_t first, std::int64_t last) {
@@ -691,6 +757,9 @@ constexpr double kDirectSmallFlopsPerUs = 90e3;  // on smaller ones (more border
 // Per (tile, channel block): the input and output transforms of F(4x4) and F(2x2).
 constexpr double kInputUs[2] = {0.045, 0.012};
 constexpr double kOutputUs[2] = {0.025, 0.010};
+// kStreamed, per input channel and 8 output channels: the weight transform (written to the
+// thread's buffer; resnet18's 256@14 and 512@7 layers).
+constexpr double kWeightUs[2] = {0.027, 0.0096};
 // Bytes per microsecond from memory (one thread, two or more), and from L3 (weights
 // streamed again by a later tile group).
 double memory_bytes_per_us(int threads) { return threads > 1 ? 27e3 : 24e3; }
@@ -717,24 +786,32 @@ double direct_estimate_us(const ConvShape& s, std::int64_t n, std::int64_t oh, s
 }
 
 double winograd_estimate_us(WinogradTile tile, const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow,
-                            int threads) {
+                            int threads, WinogradWeightMode mode) {
   const int side = winograd_out_side(tile), values = winograd_values(tile);
   const std::int64_t tiles = n * ceil_div(oh, side) * ceil_div(ow, side);
   const std::int64_t in_blocks = ceil_div(s.in_channels, kBlock), out_blocks = ceil_div(s.out_channels, kBlock);
   const int width = winograd_kernels().preferred_width(out_blocks);
-  const Schedule sched = make_schedule(values, s.in_channels, tiles, ceil_div(out_blocks, width), width, threads);
+  const bool streamed = mode == WinogradWeightMode::kStreamed;
+  Schedule sched = make_schedule(values, s.in_channels, tiles, ceil_div(out_blocks, width), width, threads, streamed);
   const double cp = static_cast<double>(in_blocks * kBlock), kp = static_cast<double>(out_blocks * kBlock);
   const double t = static_cast<double>(tiles);
+  // kStreamed: U made once for the run (several tile groups, a small U; then the cached
+  // schedule) or by every tile group per pass.
+  const bool run_u = streamed && sched.groups > 1 && values * xi_stride(static_cast<std::int64_t>(cp * kp)) * 4 <= kRunUBytes;
+  if (run_u) sched = make_schedule(values, s.in_channels, tiles, ceil_div(out_blocks, width), width, threads, false);
   // A block group of one output block fills half a register tile's lanes; a register
   // tile's loads and stores weigh on short sums (few input blocks).
   const double efficiency = (out_blocks == 1 ? 0.5 : 1.0) * static_cast<double>(in_blocks) / (in_blocks + 0.5);
   const double gemm = 2.0 * values * t * cp * kp / (kGemmFlopsPerUs * efficiency);
   // Each chunk of a group transforms the group's input again.
-  const double transforms = t * (static_cast<double>(in_blocks * sched.chunks) * kInputUs[static_cast<int>(tile)] +
-                                 static_cast<double>(out_blocks) * kOutputUs[static_cast<int>(tile)]);
+  double transforms = t * (static_cast<double>(in_blocks * sched.chunks) * kInputUs[static_cast<int>(tile)] +
+                           static_cast<double>(out_blocks) * kOutputUs[static_cast<int>(tile)]);
+  const std::int64_t weight_passes = run_u ? 1 : sched.groups;
+  if (streamed) transforms += cp * kp / kBlock * kWeightUs[static_cast<int>(tile)] * static_cast<double>(weight_passes);
   const double units = static_cast<double>(sched.groups * sched.chunks);
   const double parallel = std::min<double>(threads, units);
-  return combine((gemm + transforms) / parallel, weight_stream_us(values * cp * kp * 4.0, sched.groups, threads));
+  const double weight_bytes = (streamed ? 9.0 : values) * cp * kp * 4.0;
+  return combine((gemm + transforms) / parallel, weight_stream_us(weight_bytes, weight_passes, threads));
 }
 
 WinogradTile winograd_tile(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads) {

@@ -35,12 +35,19 @@
 // channel][width blocks][8 lanes] (the last block group narrower), so one input channel's
 // weights for a register tile are width * 8 consecutive floats, like conv2d_dense's.
 //
-// The weights (prepare_winograd) hold a copy of the raw kernels until the first run, which
-// transforms them (in double, rounded once) for the tile size the cost rule gives it, and
-// drops the copy: resnet18 at 224x224 holds 37.8 MB of raw 3x3 stride-1 weights until its
-// first run, then 37.8 MB of F(4x4) transforms for layers 1-3 and 50.3 MB of F(2x2) ones
-// for layer4 (88 MB; F(4x4) everywhere would be 151 MB). The first run pays for writing
-// them: ~85 ms for resnet18, mostly faulting in the pages.
+// The weights (prepare_winograd) hold the 3x3 kernels packed for the weight transform
+// ([block group][input channel][9 taps][width blocks][8 lanes]: 1x the raw weights), and by
+// default (WinogradWeightMode::kStreamed) nothing else: each run transforms U itself, per
+// pass over a few block groups into the thread's buffer (its packed kernels prefetched into
+// L2 along the previous pass's register tiles), or, when several tile groups would each
+// transform a small U (up to 1 MiB) again, once for the run over the pool. A run then reads
+// 9 floats per kernel from memory instead of 36 (F(4x4)) or 16 (F(2x2)) and pays the
+// transform (~1-20% of a layer's time: most on 256@14, where the cached U came from memory
+// anyway). kCached (KILN_WINOGRAD_WEIGHTS=cached) keeps the whole U made by the first run
+// instead: resnet18 then holds 37.8 MB of F(4x4) transforms for layers 1-3 and 50.3 MB of
+// F(2x2) ones for layer4 (88 MB for 37.8 MB of weights). resnet18 at 224x224, `kiln run`
+// peak RSS: 119.5 MiB cached, 62.5 MiB streamed (44.5 MiB of weights); time within -9..+5%
+// of cached on resnet18/50 and densenet121 (docs/PERFORMANCE.md).
 //
 // Performance (AMD Zen 4, 1 core, resnet18 224x224 in a network run: weights from memory;
 // the direct kernel conv2d_dense and the plain layout's Winograd for comparison), per 3x3
@@ -147,6 +154,10 @@ using WinogradGemmFn = void (*)(const WinogradGemmArgs& a);
 struct WinogradTransforms {
   void (*input)(const WinogradInputRun& r);
   void (*output)(const WinogradOutputRun& r);
+  /// U = G g G^T of `channels` input channels' 3x3 kernels for `lanes` output channels (a
+  /// multiple of 8): channel c's tap t (3 * row + column) for output lane l at g + (9 c +
+  /// t) * lanes + l; its value xi to u + c * lanes + l + xi * xi_stride.
+  void (*weights)(const float* g, std::int64_t channels, std::int64_t lanes, float* u, std::int64_t xi_stride);
 };
 
 /// The kernels of one ISA: transforms[WinogradTile], gemm[B - 1][P - 1] for every B <=
@@ -177,20 +188,43 @@ Status conv2d_winograd_on(const WinogradKernels& kernels, const Act& x, const Wi
 Status conv2d_winograd_tile(const WinogradKernels& kernels, WinogradTile tile, const Act& x, const WinogradWeights& w,
                             const ConvShape& s, const Epilogue& e, const Act& y, ThreadPool& pool);
 
-/// prepare_winograd with the block-group width chosen by the caller (1..kWinogradMaxWidth).
-Result<std::unique_ptr<WinogradWeights>> prepare_winograd_width(const float* w, const ConvShape& s, int width);
+/// Where a run's transformed weights U come from.
+enum class WinogradWeightMode {
+  /// Transformed inside the run from the kernels packed at load (as large as the raw
+  /// weights): per pass over a few block groups into the thread's buffer, or, when several
+  /// tile groups would each transform it again and it is small (up to 1 MiB), once for the
+  /// run. The weights hold 1x their raw size and each run reads 9 floats per kernel from
+  /// memory instead of 36 (16). The default.
+  kStreamed,
+  /// Transformed whole by the first run and kept (4x the raw weights for F(4x4), 1.78x for
+  /// F(2x2)), the packed kernels dropped: no transform per run, 2-5% faster on some CNNs,
+  /// 1.5-2x the memory (KILN_WINOGRAD_WEIGHTS=cached).
+  kCached,
+};
+/// The mode prepare_winograd gives: kCached when KILN_WINOGRAD_WEIGHTS=cached, else
+/// kStreamed (read once).
+WinogradWeightMode winograd_weight_mode();
 
-/// Bytes the weights hold now: the raw copy until the first run, then the transform.
+/// prepare_winograd with the block-group width chosen by the caller (1..kWinogradMaxWidth)
+/// and the weight mode.
+Result<std::unique_ptr<WinogradWeights>> prepare_winograd_width(const float* w, const ConvShape& s, int width,
+                                                                WinogradWeightMode mode = winograd_weight_mode());
+
+/// Bytes the weights hold now: the packed kernels, and the whole transform once a run has
+/// made it (kCached; then the packed kernels are dropped).
 std::int64_t winograd_weight_bytes(const WinogradWeights& w);
-/// The tile size of the transform the weights hold (false until the first run).
+/// The tile size of the whole transform the weights hold (false while they hold none:
+/// before the first run, and always in kStreamed).
 bool winograd_transformed_tile(const WinogradWeights& w, WinogradTile* tile);
+
 
 /// The cost rule behind winograd_preferred: estimated microseconds of conv2d_dense and of
 /// Winograd with each tile size on `threads` threads (this CPU's measured rates; weights
-/// streamed from memory, as in a network), and the tile size it picks for Winograd.
+/// streamed from memory, as in a network; Winograd in `mode`), and the tile size it picks
+/// for Winograd.
 double direct_estimate_us(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads);
 double winograd_estimate_us(WinogradTile tile, const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow,
-                            int threads);
+                            int threads, WinogradWeightMode mode = winograd_weight_mode());
 WinogradTile winograd_tile(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads);
 
 }  // namespace kiln::cpu::nchwc

@@ -31,7 +31,7 @@ int preferred_width(std::int64_t out_blocks) {
 constexpr WinogradKernels make_kernels() {
   WinogradKernels k{"avx2", {12, 6, 4, 3, 1, 1},
                     &preferred_width,
-                    {{&wino4_input, &wino4_output}, {&wino2_input, &wino2_output}},
+                    {{&wino4_input, &wino4_output, &wino4_weights}, {&wino2_input, &wino2_output, &wino2_weights}},
                     {}};
   wino_fill<1, 12>(k);
   wino_fill<2, 6>(k);

@@ -121,7 +121,7 @@ int preferred_width(std::int64_t out_blocks) {
 constexpr WinogradKernels make_kernels() {
   WinogradKernels k{"avx512", {16, 16, 12, 12, 8, 8},
                     &preferred_width,
-                    {{&wino4_input, &wino4_output}, {&wino2_input, &wino2_output}},
+                    {{&wino4_input, &wino4_output, &wino4_weights}, {&wino2_input, &wino2_output, &wino2_weights}},
                     {}};
   fill<1, 16>(k);
   fill<2, 16>(k);

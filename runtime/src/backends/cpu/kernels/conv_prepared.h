@@ -55,8 +55,9 @@ struct ConvWeights final : PreparedWeights {
   /// thread-safe; null when it could not be made (the caller then runs the plain kernel).
   const nchwc::DenseWeights* nchwc_dense_for(const float* w) const;
   std::unique_ptr<nchwc::DepthwiseWeights> nchwc_depthwise;
-  /// With nchwc_dense, for a 3x3 stride-1 weight: Winograd's transform, which the cost rule
-  /// (nchwc::winograd_preferred) picks per input size.
+  /// For a 3x3 weight whose attributes allow it (stride and dilation 1, padding <= 2):
+  /// Winograd's weights (its kernels packed, 1x; transformed per run by default), which the
+  /// cost rule (nchwc::winograd_preferred) picks per input size.
   std::unique_ptr<nchwc::WinogradWeights> nchwc_winograd;
   nchwc::ConvShape nchwc_shape;
 };

@@ -169,6 +169,9 @@ Result<std::unique_ptr<PreparedWeights>> conv2d_prepare(const TensorView& weight
 Result<std::unique_ptr<PreparedWeights>> conv2d_prepare_blocked(const TensorView& weight, std::span<const AttrValue> attrs);
 // Whether conv2d may use Winograd: unless KILN_CONV_WINOGRAD=0 (read once; conv.cpp).
 bool conv_winograd_enabled();
+// Whether conv2d's attributes (0-2: stride, padding, dilation; absent: 1, 0, 1) allow
+// Winograd: stride and dilation 1, padding at most `max_padding` (conv.cpp).
+bool conv_attrs_winograd(std::span<const AttrValue> attrs, std::int64_t max_padding);
 
 // Normalizations (norm.cpp): f32 f64.
 //   batch_norm(x[N, C, ...], weight?, bias?, running_mean, running_var): inference only

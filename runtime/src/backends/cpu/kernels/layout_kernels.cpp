@@ -358,8 +358,10 @@ Result<std::unique_ptr<PreparedWeights>> conv2d_prepare_blocked(const TensorView
   if (nc::depthwise_supported(s)) {
     KILN_ASSIGN_OR_RETURN(prepared->nchwc_depthwise, nc::prepare_depthwise(weight.as<float>(), s));
   } else if (nc::dense_supported(s)) {
-    // KILN_CONV_WINOGRAD=0: no Winograd (its transforms hold 1.8-4x the weights they replace).
-    if (nc::winograd_supported(s) && conv_winograd_enabled()) {
+    // KILN_CONV_WINOGRAD=0: no Winograd. Only where the attributes allow it: a strided 3x3
+    // layer holding Winograd's kernels would also make the direct kernel's copy on its first
+    // run and read its raw weight back in (twice its size, resident).
+    if (nc::winograd_supported(s) && conv_attrs_winograd(attrs, 2) && conv_winograd_enabled()) {
       auto winograd = nc::prepare_winograd(weight.as<float>(), s);
       if (winograd.ok()) prepared->nchwc_winograd = std::move(winograd).value();  // else the direct kernel only
     }

@@ -138,14 +138,13 @@ class WinogradWeights {
  public:
   virtual ~WinogradWeights() = default;
 };
-/// Whether conv2d_winograd runs `s`: 3x3, stride 1, dilation 1, groups 1, padding <= 2,
-/// at most 256 input and output channels (the transformed weights are 4x the direct ones:
-/// 36 MB for a 512 x 512 layer).
+/// Whether conv2d_winograd runs `s`: 3x3, stride 1, dilation 1, groups 1, padding <= 2.
 bool winograd_supported(const ConvShape& s);
 /// The cost rule: whether conv2d_winograd beats conv2d_dense for `s` on an input of n
 /// images with an oh x ow output, on `threads` threads.
 bool winograd_preferred(const ConvShape& s, std::int64_t n, std::int64_t oh, std::int64_t ow, int threads);
-/// The transformed weights (w as for prepare_dense). kUnavailable without memory.
+/// Winograd's weights (w as for prepare_dense; conv_nchwc_winograd.h: the kernels packed,
+/// transformed per run by default). kUnavailable without memory.
 Result<std::unique_ptr<WinogradWeights>> prepare_winograd(const float* w, const ConvShape& s);
 /// Same contract as conv2d_dense.
 Status conv2d_winograd(const Act& x, const WinogradWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,

@@ -122,12 +122,11 @@ class PackedWinograd final : public WinogradWeights {
   const float* u(std::int64_t xi, std::int64_t q) const { return u_.get() + xi * u_stride + q * width * 64 * in_blocks; }
 
   // kCached: the whole transform, made by the first caller for `wanted`; then true and
-  // *made its tile size. False in kStreamed; *failed when it could not be allocated.
-  bool whole(WinogradTile wanted, const WinogradKernels& k, WinogradTile* made, bool* failed, ThreadPool& pool) const {
+  // *made its tile size. False in kStreamed and when it could not be allocated.
+  bool whole(WinogradTile wanted, const WinogradKernels& k, WinogradTile* made, ThreadPool& pool) const {
     if (mode != WinogradWeightMode::kCached) return false;
     std::call_once(once_, [&] { transform(wanted, k, pool); });
     *made = tile_;
-    *failed = u_ == nullptr;
     return u_ != nullptr;
   }
   // Not concurrently with the first run.
@@ -670,14 +669,10 @@ Status conv2d_winograd_tile(const WinogradKernels& kernels, WinogradTile wanted,
   const auto& w = static_cast<const PackedWinograd&>(weights);
   KILN_RETURN_IF_ERROR(check(x, w, s, e, y));
   if (x.n == 0) return Status::Ok();
+  // kCached without the memory for the whole U streams it instead (the packed kernels
+  // stay until a whole U is made).
   WinogradTile tile = wanted;
-  bool no_memory = false;
-  const bool whole = w.whole(wanted, kernels, &tile, &no_memory, pool);
-  if (no_memory) {
-    return Status(StatusCode::kUnavailable, kOp + std::string("cannot allocate ") +
-                                                std::to_string(winograd_values(wanted) * w.u_stride * 4) +
-                                                " bytes of transformed weights");
-  }
+  const bool whole = w.whole(wanted, kernels, &tile, pool);
   if (!whole) tile = wanted;
   std::unique_ptr<float[]> bias(new (std::nothrow) float[static_cast<std::size_t>(w.out_blocks * kBlock)]());
   if (bias == nullptr) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory"));

@@ -112,10 +112,10 @@ class WindowContext : public TestContext {
   ThreadPool pool_;
 };
 
-TEST(MatmulKernel, OneRowTimesWindowsOfACacheMatchesTheReference) {
-  std::mt19937 rng(17);
-  const std::int64_t heads = 3, hd = 20, max_ctx = 45;
-  for (std::int64_t ctx : {1, 9, 33, 45}) {
+// tol: relative and absolute (float sums of ctx or hd products).
+void check_cache_windows(std::mt19937& rng, std::int64_t heads, std::int64_t hd, std::int64_t max_ctx,
+                         std::initializer_list<std::int64_t> contexts, double tol) {
+  for (std::int64_t ctx : contexts) {
     for (int threads : {1, 2}) {
       SCOPED_TRACE("ctx " + std::to_string(ctx) + ", threads " + std::to_string(threads));
       // Scores: q k^T over the window k_cache[..., :ctx].
@@ -133,7 +133,7 @@ TEST(MatmulKernel, OneRowTimesWindowsOfACacheMatchesTheReference) {
       std::vector<TensorView> outs{scores.view()};
       WindowContext kctx({.ld = max_ctx, .batch_stride = hd * max_ctx}, threads);
       ASSERT_TRUE(run_views(OpKind::Matmul, {q.view(), kw}, outs, {}, &kctx).ok());
-      EXPECT_TRUE(all_close(scores, want, 1e-5, 1e-5));
+      EXPECT_TRUE(all_close(scores, want, tol, tol));
       EXPECT_TRUE(scores.canary_intact());
       // Values: a v over the window v_cache[:, :, :ctx].
       const Tensor a = Tensor::random(DType::kF32, {1, heads, 1, ctx}, rng);
@@ -150,10 +150,58 @@ TEST(MatmulKernel, OneRowTimesWindowsOfACacheMatchesTheReference) {
       std::vector<TensorView> vouts{out.view()};
       WindowContext vctx({.ld = hd, .batch_stride = max_ctx * hd}, threads);
       ASSERT_TRUE(run_views(OpKind::Matmul, {a.view(), vw}, vouts, {}, &vctx).ok());
-      EXPECT_TRUE(all_close(out, want_v, 1e-5, 1e-5));
+      EXPECT_TRUE(all_close(out, want_v, tol, tol));
       EXPECT_TRUE(out.canary_intact());
     }
   }
+}
+
+TEST(MatmulKernel, OneRowTimesWindowsOfACacheMatchesTheReference) {
+  std::mt19937 rng(17);
+  check_cache_windows(rng, 3, 20, 45, {1, 9, 33, 45}, 1e-5);
+  // Heads too small to split one by one (64 x 300 multiply-adds each), together enough for
+  // two threads: the products go to the threads (a decode step's attention).
+  check_cache_windows(rng, 8, 64, 320, {300}, 1e-4);
+}
+
+class PoolContext : public TestContext {
+ public:
+  explicit PoolContext(int threads) : pool_(threads) {}
+  ThreadPool& pool() override { return pool_; }
+
+ private:
+  ThreadPool pool_;
+};
+
+// Many small products of a broadcast batch on two threads, each on one: the same bits as
+// on one thread, and the reference.
+TEST(MatmulKernel, SmallProductsOfABatchShareTheThreads) {
+  std::mt19937 rng(18);
+  const Tensor a = Tensor::random(DType::kF32, {4, 1, 8, 32}, rng);
+  const Tensor b = Tensor::random(DType::kF32, {1, 16, 32, 20}, rng);
+  std::vector<double> want(static_cast<std::size_t>(4 * 16 * 8 * 20), 0.0);
+  for (std::int64_t i = 0; i < 4; ++i) {
+    for (std::int64_t j = 0; j < 16; ++j) {
+      for (std::int64_t r = 0; r < 8; ++r) {
+        for (std::int64_t c = 0; c < 20; ++c) {
+          double sum = 0.0;
+          for (std::int64_t k = 0; k < 32; ++k) sum += double(a.at((i * 8 + r) * 32 + k)) * b.at((j * 32 + k) * 20 + c);
+          want[static_cast<std::size_t>(((i * 16 + j) * 8 + r) * 20 + c)] = sum;
+        }
+      }
+    }
+  }
+  std::vector<std::vector<float>> got;
+  for (int threads : {1, 2}) {
+    Tensor out(DType::kF32, {4, 16, 8, 20});
+    std::vector<TensorView> outs{out.view()};
+    PoolContext ctx(threads);
+    ASSERT_TRUE(run_views(OpKind::Matmul, {a.view(), b.view()}, outs, {}, &ctx).ok());
+    EXPECT_TRUE(all_close(out, want, 1e-5, 1e-5)) << threads;
+    EXPECT_TRUE(out.canary_intact());
+    got.emplace_back(out.as<float>(), out.as<float>() + out.numel());
+  }
+  EXPECT_EQ(got[0], got[1]);
 }
 
 }  // namespace

@@ -8,12 +8,14 @@
 #include <memory>
 #include <new>
 #include <type_traits>
+#include <vector>
 
 #include "backends/cpu/kernels/broadcast.h"
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/gemm/gemm.h"
 #include "backends/cpu/kernels/gemv.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/thread_pool.h"
 
 namespace kiln::cpu::kernels {
 namespace {
@@ -269,6 +271,31 @@ Status Matmul(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   const auto b_size = static_cast<std::int64_t>(elem) * (window != nullptr ? window->batch_stride : s.k * s.n);
   const auto c_size = static_cast<std::int64_t>(elem) * s.m * s.n;
   const std::int64_t len = plan.inner();
+  // Many f32 products each too small to split (a decode step's q kᵀ per head: 64 x 1088,
+  // under the GEMV's 128K multiply-adds per split): the products go to the threads instead,
+  // each computed on one.
+  const std::int64_t work = s.m * s.n * std::max<std::int64_t>(s.k, 1), products = s.out_batch.numel();
+  if (dtype == DType::kF32 && ctx.pool().num_threads() > 1 && products > 1 && work < (1 << 17) &&
+      products * work >= (1 << 17)) {
+    std::vector<std::array<std::int64_t, 3>> at;  // a, b, c offsets in elements of each
+    at.reserve(static_cast<std::size_t>(products));
+    for_each_row<2>(plan, [&](const std::array<std::int64_t, 2>& off, std::int64_t row) {
+      for (std::int64_t i = 0; i < len; ++i) {
+        at.push_back({off[0] + i * plan.inner_stride(0), off[1] + i * plan.inner_stride(1), row * len + i});
+      }
+    });
+    const std::int64_t ldb = window != nullptr ? window->ld : s.n;
+    const std::int64_t count = static_cast<std::int64_t>(at.size());
+    ctx.pool().parallel_for(count, ctx.pool().even_grain(count, work, 1 << 16), [&](std::int64_t first, std::int64_t last) {
+      for (std::int64_t p = first; p < last; ++p) {
+        const auto& o = at[static_cast<std::size_t>(p)];
+        matmul_f32(s.m, s.n, s.k, reinterpret_cast<const float*>(pa + o[0] * a_size), s.k,
+                   reinterpret_cast<const float*>(pb + o[1] * b_size), ldb, false,
+                   reinterpret_cast<float*>(pc + o[2] * c_size), s.n, nullptr);
+      }
+    });
+    return Status::Ok();
+  }
   for_each_row<2>(plan, [&](const std::array<std::int64_t, 2>& off, std::int64_t row) {
     for (std::int64_t i = 0; i < len; ++i) {
       const std::int64_t ai = off[0] + i * plan.inner_stride(0);

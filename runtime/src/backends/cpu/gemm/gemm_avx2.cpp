@@ -184,6 +184,14 @@ KILN_INLINE void store_tile(const __m256 (&acc)[kMr][2], const MicroTile& t, con
   }
 }
 
+// acc + x * w into acc's own register. With _mm256_fmadd_ps, GCC 12 picks the 132/213
+// forms and copies accumulators between registers, and in the 6x16 loop spilled one to
+// the stack (1024^3 on one thread: ~90 GFLOP/s, ~78 % of peak; as conv_nchwc_avx2.cpp).
+KILN_INLINE __m256 fma_into(__m256 x, __m256 w, __m256 acc) {
+  __asm__("vfmadd231ps %[w], %[x], %[acc]" : [acc] "+x"(acc) : [x] "x"(x), [w] "x"(w));
+  return acc;
+}
+
 // acc += a[0..kMr) (outer) b[0..kNr): one k step of the 6x16 tile.
 KILN_INLINE void fma_step(__m256 (&acc)[kMr][2], const float* a, const float* b) {
   const __m256 b0 = _mm256_loadu_ps(b);
@@ -191,8 +199,8 @@ KILN_INLINE void fma_step(__m256 (&acc)[kMr][2], const float* a, const float* b)
 #pragma GCC unroll 6
   for (int i = 0; i < kMr; ++i) {
     const __m256 ai = _mm256_broadcast_ss(a + i);
-    acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
-    acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+    acc[i][0] = fma_into(ai, b0, acc[i][0]);
+    acc[i][1] = fma_into(ai, b1, acc[i][1]);
   }
 }
 

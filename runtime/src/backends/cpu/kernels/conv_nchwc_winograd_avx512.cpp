@@ -23,7 +23,9 @@ namespace kiln::cpu::nchwc {
 namespace winograd_avx512_impl {
 
 #define KILN_WINO_FMA8(a, b, c) ((a) * (b) + (c))
+#define KILN_WINO_WIDE_WEIGHTS
 #include "backends/cpu/kernels/conv_nchwc_winograd.inc"
+#undef KILN_WINO_WIDE_WEIGHTS
 #undef KILN_WINO_FMA8
 
 // Accumulator sets: 4 zmm chains in flight cover the FMA latency.

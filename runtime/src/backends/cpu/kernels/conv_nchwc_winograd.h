@@ -47,7 +47,8 @@
 // instead: resnet18 then holds 37.8 MB of F(4x4) transforms for layers 1-3 and 50.3 MB of
 // F(2x2) ones for layer4 (88 MB for 37.8 MB of weights). resnet18 at 224x224, `kiln run`
 // peak RSS: 119.5 MiB cached, 62.5 MiB streamed (44.5 MiB of weights); time within -9..+5%
-// of cached on resnet18/50 and densenet121 (docs/PERFORMANCE.md).
+// of cached on resnet18/50 and densenet121 with AVX-512, +12% on resnet18 with the AVX2
+// tables (docs/PERFORMANCE.md).
 //
 // Performance (AMD Zen 4, 1 core, resnet18 224x224 in a network run: weights from memory;
 // the direct kernel conv2d_dense and the plain layout's Winograd for comparison), per 3x3

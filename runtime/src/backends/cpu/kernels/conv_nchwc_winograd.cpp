@@ -282,7 +282,8 @@ Schedule make_schedule(int values, std::int64_t cin, std::int64_t tiles, std::in
   const std::int64_t group_tiles = ceil_div(tiles, s.groups);
   s.pass_groups = std::max<std::int64_t>(1, kPassBytes / (values * 4 * group_tiles * width * kBlock));
   if (streamed) {
-    s.pass_groups = std::min(s.pass_groups, std::max<std::int64_t>(1, kPassUBytes / (values * 4 * width * kBlock * padded_channels(cin))));
+    const std::int64_t u_per_group = values * 4 * width * kBlock * padded_channels(cin);
+    s.pass_groups = std::min(s.pass_groups, std::max<std::int64_t>(1, kPassUBytes / u_per_group));
   }
   return s;
 }
@@ -562,10 +563,12 @@ bool run_unit(const Run& r, std::int64_t g, std::int64_t chunk) {
                     u_xi);
       }
     }
-    // The next pass's packed kernels, fetched into L2 along this pass's register tiles.
+    // The next pass's packed kernels (block groups [qb, qn), contiguous), fetched into L2
+    // along this pass's register tiles.
     const std::int64_t qn = std::min(q1, qb + pass);
     const float* next = u != nullptr && qb < q1 ? w.taps(qb) : nullptr;
-    const std::int64_t next_lines = next != nullptr ? (w.taps(qn - 1) - next + 72 * w.in_blocks * kBlock * w.width_of(qn - 1)) / 16 : 0;
+    const float* next_end = next != nullptr ? w.taps(qn - 1) + 72 * w.in_blocks * kBlock * w.width_of(qn - 1) : nullptr;
+    const std::int64_t next_lines = next != nullptr ? (next_end - next) / 16 : 0;
     multiply(r, tiles, qa, qb, v, v_xi, m, m_xi, u, u_xi, next, next_lines);
     output_transform(r, g0, g1, qa * w.width, std::min(b1, qb * w.width), m, m_xi, extra + rows_floats);
   }
@@ -792,7 +795,8 @@ double winograd_estimate_us(WinogradTile tile, const ConvShape& s, std::int64_t 
   const double t = static_cast<double>(tiles);
   // kStreamed: U made once for the run (several tile groups, a small U; then the cached
   // schedule) or by every tile group per pass.
-  const bool run_u = streamed && sched.groups > 1 && values * xi_stride(static_cast<std::int64_t>(cp * kp)) * 4 <= kRunUBytes;
+  const std::int64_t u_bytes = values * xi_stride(static_cast<std::int64_t>(cp * kp)) * 4;
+  const bool run_u = streamed && sched.groups > 1 && u_bytes <= kRunUBytes;
   if (run_u) sched = make_schedule(values, s.in_channels, tiles, ceil_div(out_blocks, width), width, threads, false);
   // A block group of one output block fills half a register tile's lanes; a register
   // tile's loads and stores weigh on short sums (few input blocks).

@@ -17,132 +17,132 @@ argmax agreement and KL(p_f32 || p_q). Three ways:
 Measured 2026-11-28: plain 90.4 % / 0.0343 nats, weighted 90.2 % / 0.0347, gptq 96.0 % /
 0.0112 (with one 128-byte calibration window instead of 32: gptq 93.1 % / 0.0308). Run: /usr/bin/python3 bench/gptq_emulate.py (about a minute).
 """
-import os, sys
+import os
+import sys
 
 import numpy as np
 import torch
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kv_decoder_torch import load_model
-torch.manual_seed(0)
-m, _cfg = load_model(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "kv_decoder_trained"))
-m.eval()
-held = np.frombuffer(open("/usr/share/common-licenses/Apache-2.0","rb").read(), dtype=np.uint8).astype(np.int64)
-calib = np.frombuffer(open("/usr/share/common-licenses/GPL-3","rb").read()[:4096], dtype=np.uint8).astype(np.int64)
-lins = {n: mod for n, mod in m.named_modules() if isinstance(mod, torch.nn.Linear) and n != "out"}
-stats = {n: torch.zeros(mod.in_features, dtype=torch.float64) for n, mod in lins.items()}
-counts = {n: 0 for n in lins}
-hooks = []
-for n, mod in lins.items():
-    def hook(mod, inp, out, n=n):
-        x = inp[0].reshape(-1, inp[0].shape[-1]).double()
-        stats[n] += (x * x).sum(0); counts[n] += x.shape[0]
-    hooks.append(mod.register_forward_hook(hook))
-with torch.no_grad():
-    for s in range(0, len(calib) - 128, 128):
-        m.full(torch.tensor(calib[s:s+128]).view(1, -1))
-for h in hooks: h.remove()
-H = {n: (stats[n] / counts[n]).numpy() for n in lins}
 
-def fit_group(v, h, weighted):
-    hw = h if weighted else np.ones_like(v)
-    amax_i = np.argmax(np.abs(v)); extreme = v[amax_i]
-    def err_of(scale):
-        inv = 1.0 / scale if scale != 0 else 0
-        q = np.clip(np.floor(np.abs(v * inv) + 0.5) * np.sign(v * inv) + 8, 0, 15) - 8
-        d = v - q * scale
-        return (hw * d * d).sum(), q
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from kv_decoder_torch import load_model  # noqa: E402
+
+LICENSES = "/usr/share/common-licenses"
+WINDOW = 128
+
+
+def text(name, limit=None):
+    data = open(os.path.join(LICENSES, name), "rb").read()[:limit]
+    return np.frombuffer(data, dtype=np.uint8).astype(np.int64)
+
+
+model, _ = load_model(os.path.join(HERE, "..", "tests", "fixtures", "kv_decoder_trained"))
+held = text("Apache-2.0")
+calib = text("GPL-3", 4096)
+linears = {n: mod for n, mod in model.named_modules() if isinstance(mod, torch.nn.Linear) and n != "out"}
+original = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+# Every linear's inputs over the calibration text (f32 weights): rows of X.
+inputs = {n: [] for n in linears}
+hooks = [mod.register_forward_hook(lambda mod, inp, out, n=n: inputs[n].append(inp[0].reshape(-1, inp[0].shape[-1]).double()))
+         for n, mod in linears.items()]
+with torch.no_grad():
+    for s in range(0, len(calib) - WINDOW, WINDOW):
+        model.full(torch.tensor(calib[s:s + WINDOW]).view(1, -1))
+for h in hooks:
+    h.remove()
+X = {n: torch.cat(rows) for n, rows in inputs.items()}
+second_moments = {n: (x * x).mean(0).numpy() for n, x in X.items()}
+
+
+def levels(v, scale):
+    """Symmetric int4 levels (-8..7) of v for `scale`, rounding half away from zero."""
+    inv = 1.0 / scale if scale != 0 else 0.0
+    return np.clip(np.floor(np.abs(v * inv) + 0.5) * np.sign(v * inv) + 8, 0, 15) - 8
+
+
+def fit_group(v, h):
+    """kiln quantize's int4 scale search for one group, its squared error weighted by h."""
+    extreme = v[np.argmax(np.abs(v))]
     best = extreme / -8.0
-    if best == 0: return 0.0
-    best_err, _ = err_of(best)
+    if best == 0:
+        return 0.0
+
+    def error(scale):
+        q = levels(v, scale)
+        d = v - q * scale
+        return (h * d * d).sum(), q
+
+    best_err, _ = error(best)
     for flip in (0, 1):
         for step in range(8):
-            sc = extreme * (1 - 0.04 * step) / (7.0 if flip else -8.0)
-            e, q = err_of(sc)
-            if e < best_err: best_err, best = e, sc
-            qq = (hw * q * q).sum()
-            if qq == 0: continue
-            ref = (hw * v * q).sum() / qq
-            if ref == 0: continue
-            e, _ = err_of(ref)
-            if e < best_err: best_err, best = e, ref
+            scale = extreme * (1 - 0.04 * step) / (7.0 if flip else -8.0)
+            err, q = error(scale)
+            if err < best_err:
+                best_err, best = err, scale
+            qq = (h * q * q).sum()
+            refit = (h * v * q).sum() / qq if qq != 0 else 0.0
+            if refit != 0:
+                err, _ = error(refit)
+                if err < best_err:
+                    best_err, best = err, refit
     return np.float32(np.float16(best))
 
-def quantize(w, h, weighted, g=32):
+
+def quantize(w, h, group=32):
     out = w.copy()
     for r in range(w.shape[0]):
-        for c0 in range(0, w.shape[1], g):
-            v = w[r, c0:c0+g]; sc = fit_group(v, h[c0:c0+g], weighted)
-            if sc == 0: out[r, c0:c0+g] = 0; continue
-            inv = 1.0 / sc
-            q = np.clip(np.floor(np.abs(v * inv) + 0.5) * np.sign(v * inv) + 8, 0, 15) - 8
-            out[r, c0:c0+g] = q * sc
+        for c0 in range(0, w.shape[1], group):
+            v = w[r, c0:c0 + group]
+            scale = fit_group(v, h[c0:c0 + group])
+            out[r, c0:c0 + group] = levels(v, scale) * scale
     return out
 
-orig = {n: p.detach().clone() for n, p in m.named_parameters()}
-def eval_probs():
-    P = []
-    with torch.no_grad():
-        for s in (0, 1000, 2000, 3000):
-            logits = m.full(torch.tensor(held[s:s+128]).view(1, -1))[0, 16:]
-            P.append(torch.softmax(logits.double(), -1))
-    return torch.cat(P)
-p32 = eval_probs()
-for weighted in (False, True):
-    with torch.no_grad():
-        for n, mod in lins.items():
-            w = orig[n + ".weight"].numpy().astype(np.float32)
-            mod.weight.copy_(torch.tensor(quantize(w, H[n], weighted)))
-        wo = orig["out.weight"].numpy()
-        s = np.abs(wo).max(1, keepdims=True) / 127.0
-        m.out.weight.copy_(torch.tensor(np.round(wo / s) * s))
-    pq = eval_probs()
-    agree = (pq.argmax(-1) == p32.argmax(-1)).double().mean().item()
-    kl = (p32 * (p32.clamp_min(1e-30).log() - pq.clamp_min(1e-30).log())).sum(-1).mean().item()
-    print(("weighted" if weighted else "plain   "), f"teacher-forced agreement {agree*100:.1f}%  KL {kl:.4f}")
 
-# GPTQ (error compensation with the inputs' second moments), group 32, same scale search.
-X2 = {}
-hooks = []
-xs = {n: [] for n in lins}
-for n, mod in lins.items():
-    def hook2(mod, inp, out, n=n):
-        xs[n].append(inp[0].reshape(-1, inp[0].shape[-1]).double())
-    hooks.append(mod.register_forward_hook(hook2))
-with torch.no_grad():
-    for n, mod in lins.items(): mod.weight.copy_(orig[n + ".weight"])
-    m.out.weight.copy_(orig["out.weight"])
-    for s in range(0, len(calib) - 128, 128):
-        m.full(torch.tensor(calib[s:s+128]).view(1, -1))
-for h in hooks: h.remove()
-
-def gptq(w, X, g=32, damp=0.01):
+def gptq(w, x, group=32, damp=0.01):
+    """GPTQ: columns in order, each one's rounding error spread over the later columns."""
     W = torch.tensor(w, dtype=torch.float64).clone()
-    Hm = X.T @ X / X.shape[0]
-    Hm += damp * Hm.diag().mean() * torch.eye(Hm.shape[0], dtype=torch.float64)
-    Hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(Hm)), upper=True)
+    H = x.T @ x / x.shape[0]
+    H += damp * H.diag().mean() * torch.eye(H.shape[0], dtype=torch.float64)
+    Hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
     Q = torch.zeros_like(W)
-    scales = None
+    ones = np.ones(group)
     for i in range(W.shape[1]):
-        if i % g == 0:
-            blk = W[:, i:i+g].numpy().astype(np.float32)
-            scales = np.array([fit_group(blk[r], np.ones(g), False) for r in range(W.shape[0])])
+        if i % group == 0:  # the group's scales from the weights as updated so far
+            block = W[:, i:i + group].numpy().astype(np.float32)
+            scales = np.array([fit_group(block[r], ones) for r in range(W.shape[0])])
         wi = W[:, i].numpy()
-        inv = np.where(scales != 0, 1.0 / np.where(scales != 0, scales, 1), 0)
-        q = np.clip(np.floor(np.abs(wi * inv) + 0.5) * np.sign(wi * inv) + 8, 0, 15) - 8
-        qi = torch.tensor(q * scales, dtype=torch.float64)
-        Q[:, i] = qi
-        err = (W[:, i] - qi) / Hinv[i, i]
-        W[:, i+1:] -= err.unsqueeze(1) * Hinv[i, i+1:].unsqueeze(0)
+        Q[:, i] = torch.tensor(np.array([levels(wi[r], scales[r]) * scales[r] for r in range(len(wi))]))
+        err = (W[:, i] - Q[:, i]) / Hinv[i, i]
+        W[:, i + 1:] -= err.unsqueeze(1) * Hinv[i, i + 1:].unsqueeze(0)
     return Q.numpy().astype(np.float32)
 
-with torch.no_grad():
-    for n, mod in lins.items():
-        X = torch.cat(xs[n])
-        mod.weight.copy_(torch.tensor(gptq(orig[n + ".weight"].numpy(), X)))
-    wo = orig["out.weight"].numpy()
-    s = np.abs(wo).max(1, keepdims=True) / 127.0
-    m.out.weight.copy_(torch.tensor(np.round(wo / s) * s))
-pq = eval_probs()
-agree = (pq.argmax(-1) == p32.argmax(-1)).double().mean().item()
-kl = (p32 * (p32.clamp_min(1e-30).log() - pq.clamp_min(1e-30).log())).sum(-1).mean().item()
-print("gptq    ", f"teacher-forced agreement {agree*100:.1f}%  KL {kl:.4f}")
+
+def next_token_probs():
+    probs = []
+    with torch.no_grad():
+        for s in (0, 1000, 2000, 3000):
+            logits = model.full(torch.tensor(held[s:s + WINDOW]).view(1, -1))[0, 16:]
+            probs.append(torch.softmax(logits.double(), -1))
+    return torch.cat(probs)
+
+
+def report(label, quantized):
+    """Loads `quantized` (name -> int4 weight) and the int8 head, compares with f32."""
+    with torch.no_grad():
+        for n, mod in linears.items():
+            mod.weight.copy_(torch.tensor(quantized[n]))
+        head = original["out.weight"].numpy()
+        s = np.abs(head).max(1, keepdims=True) / 127.0
+        model.out.weight.copy_(torch.tensor(np.round(head / s) * s))
+    q = next_token_probs()
+    agree = (q.argmax(-1) == p32.argmax(-1)).double().mean().item()
+    kl = (p32 * (p32.clamp_min(1e-30).log() - q.clamp_min(1e-30).log())).sum(-1).mean().item()
+    print(f"{label:9} teacher-forced agreement {agree * 100:.1f}%  KL {kl:.4f}")
+
+
+p32 = next_token_probs()
+weights = {n: original[n + ".weight"].numpy().astype(np.float32) for n in linears}
+report("plain", {n: quantize(w, np.ones(w.shape[1])) for n, w in weights.items()})
+report("weighted", {n: quantize(w, second_moments[n]) for n, w in weights.items()})
+report("gptq", {n: gptq(w, X[n]) for n, w in weights.items()})

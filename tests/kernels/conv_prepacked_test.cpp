@@ -198,17 +198,13 @@ void naive_conv(const ConvCase& s, const std::vector<float>& x, const std::vecto
   }
 }
 
-class PoolContext : public testing::TestContext {
+class PoolContext : public testing::PoolContext {
  public:
-  explicit PoolContext(int threads) : pool_(threads) {}
-  ThreadPool& pool() override { return pool_; }
+  using testing::PoolContext::PoolContext;
   FusedActivation fused_activation() const override { return act; }
   const PreparedWeights* prepared_weights(int index) const override { return index == 1 ? prepared : nullptr; }
   FusedActivation act = FusedActivation::kNone;
   const PreparedWeights* prepared = nullptr;
-
- private:
-  ThreadPool pool_;
 };
 
 GemmActivation gemm_act(FusedActivation a) {

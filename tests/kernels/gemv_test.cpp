@@ -101,15 +101,13 @@ TEST(GemvRows, AColumnRangeWritesOnlyItsColumns) {
 // cache slice: q [1, heads, 1, hd] times the first `ctx` columns of k_cache [1, heads, hd,
 // max_ctx] (rows max_ctx apart), and a [1, heads, 1, ctx] times the first ctx rows of
 // v_cache [1, heads, max_ctx, hd] (matrices max_ctx * hd apart).
-class WindowContext : public TestContext {
+class WindowContext : public PoolContext {
  public:
-  explicit WindowContext(OperandWindow w, int threads = 1) : window_(w), pool_(threads) {}
+  explicit WindowContext(OperandWindow w, int threads = 1) : PoolContext(threads), window_(w) {}
   const OperandWindow* operand_window(int index) const override { return index == 1 ? &window_ : nullptr; }
-  ThreadPool& pool() override { return pool_; }
 
  private:
   OperandWindow window_;
-  ThreadPool pool_;
 };
 
 // tol: relative and absolute (float sums of ctx or hd products).
@@ -163,15 +161,6 @@ TEST(MatmulKernel, OneRowTimesWindowsOfACacheMatchesTheReference) {
   // two threads: the products go to the threads (a decode step's attention).
   check_cache_windows(rng, 8, 64, 320, {300}, 1e-4);
 }
-
-class PoolContext : public TestContext {
- public:
-  explicit PoolContext(int threads) : pool_(threads) {}
-  ThreadPool& pool() override { return pool_; }
-
- private:
-  ThreadPool pool_;
-};
 
 // Many small products of a broadcast batch on two threads, each on one: the same bits as
 // on one thread, and the reference.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/thread_pool.h"
 #include "kiln/format/ops.h"
 
 namespace kiln::cpu::testing {
@@ -90,6 +91,16 @@ class TestContext : public KernelContext {
   Result<TensorView> allocate_output(int index, DType dtype, std::span<const std::int64_t> shape) override;
   ThreadPool& pool() override;
   std::map<int, Tensor> allocated;
+};
+
+/// A TestContext with its own pool of `threads` threads.
+class PoolContext : public TestContext {
+ public:
+  explicit PoolContext(int threads) : pool_(threads) {}
+  ThreadPool& pool() override { return pool_; }
+
+ private:
+  ThreadPool pool_;
 };
 
 /// Runs the kernel of `op` (looked up with cpu_kernel) on the given tensors.

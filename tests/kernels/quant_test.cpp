@@ -26,15 +26,6 @@ namespace {
 using kernels::QuantKernels;
 using kernels::QuantWeight;
 
-class PoolContext : public TestContext {
- public:
-  explicit PoolContext(int threads) : pool_(threads) {}
-  ThreadPool& pool() override { return pool_; }
-
- private:
-  ThreadPool pool_;
-};
-
 // A random quantized weight [n, k] with its dequantized values (double, row-major).
 struct QWeight {
   Tensor data, scales, zero_points;

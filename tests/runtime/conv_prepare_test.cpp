@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -136,6 +138,55 @@ TEST(ConvPrepare, MappedPagesOfPreparedWeightsAreReleasedAndRunsStillMatch) {
   const auto program = load_saved(*ep2, "keep", true);
   ASSERT_NE(program, nullptr);
   EXPECT_EQ(program->released_weight_bytes(), 0u);  // w2 is also read by a mul: it stays
+}
+
+// Resident bytes of the mapping that holds `p` (/proc/self/smaps); -1 when unknown.
+long long resident_bytes_of_mapping(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long long lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = at >= lo && at < hi;
+      continue;
+    }
+    if (inside && line.rfind("Rss:", 0) == 0) return std::stoll(line.substr(4)) * 1024;
+  }
+  return -1;
+}
+
+// Checking a segment's checksum (at open, or verify_segments) reads every page of it; the
+// pages leave the resident set again, so that loading a checked bundle does not hold its
+// weights twice while kernels make their prepared copies.
+TEST(ConvPrepare, CheckedSegmentsLeaveTheResidentSet) {
+  const Tensor w = Tensor::randn({1024, 512}, 51);  // 2 MiB
+  auto model = [&](Tensor x) { return matmul(x, w); };
+  auto ep = export_program(model, {input("x", Tensor::randn({1, 1024}, 52))});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("checked-" + std::to_string(::getpid()) + ".kiln")).string();
+  ASSERT_TRUE(ep->save(path).ok());
+  auto bundle = Bundle::open(path, {.verify_segment_checksums = true, .use_mmap = true});
+  std::filesystem::remove(path);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+  std::size_t largest = 0;
+  for (std::size_t i = 1; i < (*bundle)->segment_count(); ++i) {
+    if ((*bundle)->segment_data(i).size() > (*bundle)->segment_data(largest).size()) largest = i;
+  }
+  const auto data = (*bundle)->segment_data(largest);
+  ASSERT_GE(data.size(), std::size_t{2} << 20);
+  const long long checked = resident_bytes_of_mapping(data.data());
+  if (checked < 0) GTEST_SKIP() << "no /proc/self/smaps";
+  EXPECT_LT(checked, 256 << 10);
+  unsigned sum = 0;
+  for (std::size_t i = 0; i < data.size(); i += 4096) sum += data[i];  // read every page
+  EXPECT_GE(resident_bytes_of_mapping(data.data()), (std::int64_t{2} << 20) - 8192) << sum;
+  ASSERT_TRUE((*bundle)->verify_segments().ok());
+  EXPECT_LT(resident_bytes_of_mapping(data.data()), 256 << 10);
 }
 
 }  // namespace

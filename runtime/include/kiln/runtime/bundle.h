@@ -37,7 +37,8 @@ struct Program;
 namespace kiln {
 
 struct LoadOptions {
-  /// Hash every raw segment at open (cost proportional to the weights).
+  /// Hash every raw segment at open (cost proportional to the weights). The pages read
+  /// leave the resident set again after each segment's check (release_pages).
   bool verify_segment_checksums = false;
   /// Map the file; when false, read it into memory. A mapped file must not be truncated or
   /// rewritten in place while the Bundle lives (the kernel raises SIGBUS on access to pages
@@ -93,6 +94,8 @@ class Bundle {
   std::size_t release_pages(std::span<const std::uint8_t> bytes) const;
 
   /// Hashes every raw segment against its stored checksum (zstd ones were checked at open).
+  /// Like the check at open, it leaves the pages it read out of the resident set
+  /// (release_pages): checking does not make the file resident.
   Status verify_segments() const;
 
   /// Per-expression facts (type, evaluation stack depth), indexed by expression id.

@@ -25,7 +25,7 @@
 //     block group of `width` output blocks and each row block, a register tile (rows x
 //     width blocks) accumulates over every input channel and stores to M
 //     [xi][output block][tile][8] (the thread's buffer), prefetching the next block group's
-//     U meanwhile; then
+//     U meanwhile (kStreamed: the next pass's packed kernels); then
 //  3. the output transform of every (tile, output block) of the pass into y.
 // Groups hold at least 16 tiles (each U element streamed from memory feeds that many
 // FMAs) and otherwise a V of 512 KiB; with several threads, a multiple of the thread count
@@ -140,9 +140,10 @@ struct WinogradGemmArgs {
   /// Input channel c's B * 8 weights at u + c * B * 8.
   const float* u = nullptr;
   /// The cache lines [prefetch, prefetch + 16 * prefetch_lines) to fetch into L2 along the
-  /// way, prefetch_per_block per input block (the next block group's U, spread over the
-  /// register tiles before it, so that streaming U from memory overlaps the FMAs instead
-  /// of stalling the first tile that needs it); null: none.
+  /// way, prefetch_per_block per input block (the next block group's U, or in kStreamed the
+  /// next pass's packed kernels, spread over the register tiles before it, so that
+  /// streaming from memory overlaps the FMAs instead of stalling the tile or transform that
+  /// needs it first); null: none.
   const float* prefetch = nullptr;
   std::int64_t prefetch_lines = 0, prefetch_per_block = 0;
   /// Row p of output block b to m + b * m_block_stride + p * 8.

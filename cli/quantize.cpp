@@ -19,13 +19,14 @@
 #include <thread>
 #include <vector>
 
-#include "backends/cpu/kernels/convert.h"
+#include "calibrate.h"
 #include "commands.h"
 #include "kiln/export/bundle_writer.h"
 #include "kiln/format/kiln_generated.h"
 #include "kiln/runtime/bundle.h"
 #include "kiln/runtime/file_io.h"
 #include "kiln/runtime/program.h"
+#include "quantize_math.h"
 
 namespace kiln::cli {
 namespace {
@@ -42,6 +43,7 @@ struct QuantizeOptions {
   bool zero_points = false;
   std::string embed_head;  // int8, int4 or f32; default: int8 with --weights int4, else --weights
   std::string scales = "mse";  // mse (per-group scale search) or max (plain range mapping)
+  std::string calibrate;       // a folder of calibration runs: GPTQ (cli/calibrate.h)
   bool json = false;
 };
 
@@ -81,179 +83,13 @@ struct Layer {
   std::string reason;  // why not
   double sqnr_db = 0;
   std::uint64_t bytes_before = 0, bytes_after = 0;
+  // With --calibrate: GPTQ's result on the calibration inputs (quant::QuantizedWeight), or
+  // why the layer was rounded to nearest without calibration.
+  bool calibrated = false;
+  std::string uncalibrated_reason;
+  std::int64_t calibration_rows = 0, gptq_rows = 0;
+  double output_sqnr_db = 0, nearest_output_sqnr_db = 0, damp_fraction = 0;
 };
-
-// One quantized weight: rows x cols logical (rows = output channels), its storage, scales
-// and zero points, and the SQNR of the dequantized weight against the original.
-struct QuantizedWeight {
-  std::vector<std::uint8_t> data, scales, zero_points;
-  std::int64_t rows = 0, cols = 0, group = 0;
-  double sqnr_db = 0;
-};
-
-float stored_scale(float s, bool f16) {
-  return f16 ? cpu::kernels::half_to_float(cpu::kernels::float_to_half(s)) : s;
-}
-
-void put_scale(std::vector<std::uint8_t>& out, std::size_t index, float s, bool f16) {
-  if (f16) {
-    const std::uint16_t h = cpu::kernels::float_to_half(s);
-    std::memcpy(out.data() + index * 2, &h, 2);
-  } else {
-    std::memcpy(out.data() + index * 4, &s, 4);
-  }
-}
-
-// One group's scale and zero point.
-struct GroupFit {
-  float scale = 0;
-  int zero = 0;
-};
-
-// The level of v for a scale with reciprocal `inv` (0 for a zero scale): round half away
-// from zero, plus the zero point, clamped to [qmin, qmax]; the zero point itself when v / scale
-// is not finite. The search and the final quantization both use it, so they agree.
-int level(float v, float inv, int zero, int qmin, int qmax) {
-  const float x = v * inv;
-  if (inv == 0 || !std::isfinite(x)) return zero;
-  const float c = std::clamp(x, -1e6f, 1e6f);
-  return std::clamp(static_cast<int>(c + std::copysign(0.5f, c)) + zero, qmin, qmax);
-}
-
-// Squared error of v[0, n) quantized with (scale, zero) to [qmin, qmax]; also the sums
-// v (q - z) and (q - z)^2 that give the least-squares scale for those levels.
-double group_error(const float* v, std::int64_t n, float scale, int zero, int qmin, int qmax, double& vq, double& qq) {
-  const float inv = scale != 0 ? 1.0f / scale : 0.0f;
-  double err = 0;
-  vq = 0, qq = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const int q = level(v[i], inv, zero, qmin, qmax) - zero;
-    const double d = static_cast<double>(v[i]) - static_cast<double>(q) * scale;
-    err += d * d;
-    vq += static_cast<double>(v[i]) * q;
-    qq += static_cast<double>(q) * q;
-  }
-  return err;
-}
-
-// The scale (and zero point) of one group. The first candidate is the plain range mapping:
-// int8 scale = amax / 127; symmetric int4 (ggml q4_0 style) the largest-magnitude value
-// mapped to -8, scale = that value / -8, zero 8; asymmetric int4 scale = (max - min) / 15,
-// zero = round(-min / scale). For int4 with `search` (--scales mse, the default), narrower ranges
-// (the extreme value mapped to fewer levels, clipping it; for symmetric int4 also the
-// extreme mapped towards +7 instead of -8) are tried too, each followed by
-// a least-squares refit of the scale to the levels it chose, and the candidate with the
-// smallest squared error wins (ties keep the earlier one, so never worse than the plain
-// mapping). int8 keeps the plain mapping (the search gained ~0.1 dB there, at ~10x the
-// time). Scales are rounded to their stored dtype before the weights are quantized.
-GroupFit fit_group(const float* v, std::int64_t n, int bits, bool zero_points, bool f16, bool search) {
-  float amax = 0, extreme = 0, lo = 0, hi = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (std::fabs(v[i]) > amax) amax = std::fabs(v[i]), extreme = v[i];
-    lo = std::min(lo, v[i]);
-    hi = std::max(hi, v[i]);
-  }
-  const int qmin = bits == 8 ? -127 : 0, qmax = bits == 8 ? 127 : 15;
-  // The plain mapping, then (search) the range shrunk by these factors.
-  auto candidate = [&](float shrink, bool flip) {
-    GroupFit f;
-    if (bits == 8) {
-      f.scale = stored_scale(amax * shrink / 127.0f, f16);
-    } else if (!zero_points) {
-      // The extreme value towards level -8 (q4_0), or (flip) towards +7, the other side
-      // then getting the extra level.
-      f.scale = stored_scale(extreme * shrink / (flip ? 7.0f : -8.0f), f16);
-      f.zero = 8;
-    } else {
-      f.scale = stored_scale((hi - lo) * shrink / 15.0f, f16);
-      f.zero = f.scale != 0 ? std::clamp(static_cast<int>(std::lround(-lo * shrink / f.scale)), 0, 15) : 0;
-    }
-    return f;
-  };
-  GroupFit best = candidate(1.0f, false);
-  if (!search || bits == 8 || best.scale == 0 || !std::isfinite(best.scale)) return best;
-  double vq = 0, qq = 0;
-  double best_err = group_error(v, n, best.scale, best.zero, qmin, qmax, vq, qq);
-  constexpr int kSteps = 8;  // shrink 1.0, 0.96, .., 0.72
-  for (int flip = 0; flip < (zero_points ? 1 : 2); ++flip) {
-    for (int step = 0; step < kSteps; ++step) {
-      GroupFit f = candidate(1.0f - 0.04f * static_cast<float>(step), flip != 0);
-      if (f.scale == 0 || !std::isfinite(f.scale)) continue;
-      double err = group_error(v, n, f.scale, f.zero, qmin, qmax, vq, qq);
-      if (err < best_err) best_err = err, best = f;
-      // The least-squares scale for the levels this candidate chose.
-      if (qq == 0) continue;
-      const float refit = stored_scale(static_cast<float>(vq / qq), f16);
-      if (refit == 0 || !std::isfinite(refit)) continue;
-      f.scale = refit;
-      err = group_error(v, n, f.scale, f.zero, qmin, qmax, vq, qq);
-      if (err < best_err) best_err = err, best = f;
-    }
-  }
-  return best;
-}
-
-// Symmetric int8 (q in [-127, 127]), symmetric int4 (stored q + 8) or asymmetric int4 (u8
-// zero point per group), each group's scale from fit_group.
-QuantizedWeight quantize_weight(const float* w, std::int64_t rows, std::int64_t cols, bool transposed, int bits,
-                                std::int64_t group, bool f16, bool zero_points, bool search) {
-  QuantizedWeight q;
-  q.rows = rows;
-  q.cols = cols;
-  q.group = group;
-  const std::int64_t groups = cols / group;
-  q.data.assign(static_cast<std::size_t>(bits == 8 ? rows * cols : rows * cols / 2), 0);
-  q.scales.assign(static_cast<std::size_t>(rows * groups) * (f16 ? 2 : 4), 0);
-  if (zero_points) q.zero_points.assign(static_cast<std::size_t>(rows * groups), 0);
-  auto at = [&](std::int64_t r, std::int64_t c) { return transposed ? w[c * rows + r] : w[r * cols + c]; };
-  const int qmin = bits == 8 ? -127 : 0, qmax = bits == 8 ? 127 : 15;
-  // Rows [r0, r1): every row writes its own bytes, scales and zero points, so row ranges
-  // run on separate threads (the int4 scale search costs ~4 us per 1,000 weights).
-  auto quantize_rows = [&](std::int64_t r0, std::int64_t r1, double& signal, double& noise) {
-    std::vector<float> values(static_cast<std::size_t>(group));
-    for (std::int64_t r = r0; r < r1; ++r) {
-      for (std::int64_t g = 0; g < groups; ++g) {
-        const std::int64_t c0 = g * group;
-        for (std::int64_t c = c0; c < c0 + group; ++c) values[static_cast<std::size_t>(c - c0)] = at(r, c);
-        const GroupFit fit = fit_group(values.data(), group, bits, zero_points, f16, search);
-        const float scale = fit.scale, inv = scale != 0 ? 1.0f / scale : 0.0f;
-        const int zero = fit.zero;
-        if (zero_points) q.zero_points[static_cast<std::size_t>(r * groups + g)] = static_cast<std::uint8_t>(zero);
-        put_scale(q.scales, static_cast<std::size_t>(r * groups + g), scale, f16);
-        for (std::int64_t c = c0; c < c0 + group; ++c) {
-          const float v = at(r, c);
-          const int v_q = level(v, inv, zero, qmin, qmax);
-          const double back = static_cast<double>(v_q - zero) * scale;
-          signal += static_cast<double>(v) * v;
-          noise += (v - back) * (v - back);
-          if (bits == 8) {
-            q.data[static_cast<std::size_t>(r * cols + c)] = static_cast<std::uint8_t>(static_cast<std::int8_t>(v_q));
-          } else {
-            std::uint8_t& b = q.data[static_cast<std::size_t>(r * (cols / 2) + c / 2)];
-            b = static_cast<std::uint8_t>(c % 2 == 0 ? (b & 0xF0) | v_q : (b & 0x0F) | (v_q << 4));
-          }
-        }
-      }
-    }
-  };
-  const std::int64_t threads =
-      std::clamp<std::int64_t>(static_cast<std::int64_t>(std::thread::hardware_concurrency()), 1,
-                               std::max<std::int64_t>(1, rows * cols / (1 << 18)));
-  std::vector<double> signals(static_cast<std::size_t>(threads), 0.0), noises(signals.size(), 0.0);
-  std::vector<std::thread> workers;
-  for (std::int64_t t = 1; t < threads; ++t) {
-    workers.emplace_back([&, t] {
-      quantize_rows(rows * t / threads, rows * (t + 1) / threads, signals[static_cast<std::size_t>(t)],
-                    noises[static_cast<std::size_t>(t)]);
-    });
-  }
-  quantize_rows(0, rows / threads, signals[0], noises[0]);
-  for (std::thread& w : workers) w.join();
-  double signal = 0, noise = 0;
-  for (std::size_t t = 0; t < signals.size(); ++t) signal += signals[t], noise += noises[t];
-  q.sqnr_db = noise > 0 ? 10.0 * std::log10(signal / noise) : INFINITY;
-  return q;
-}
 
 std::string shape_text(const std::vector<std::int64_t>& s) {
   std::string out = "[";
@@ -310,8 +146,10 @@ Status check_options(QuantizeOptions& o, std::set<std::string>& ops) {
 // The bundle rewrite: weights quantized once per (constant, layout), nodes retargeted.
 class Quantizer {
  public:
-  Quantizer(const QuantizeOptions& o, const std::set<std::string>& ops, const Bundle& bundle, fb::ProgramT& program)
-      : o_(o), ops_(ops), bundle_(bundle), p_(program), pool_(program) {
+  // `calibration` (may be null: no --calibrate) must outlive the Quantizer.
+  Quantizer(const QuantizeOptions& o, const std::set<std::string>& ops, const Bundle& bundle, fb::ProgramT& program,
+            Calibration* calibration)
+      : o_(o), ops_(ops), bundle_(bundle), p_(program), pool_(program), calibration_(calibration) {
     main_.bits = o.weights == "int4" ? 4 : 8;
     main_.group = o.group;
     main_.f16 = o.scale_dtype == "f16";
@@ -524,8 +362,16 @@ class Quantizer {
     // The mapping is 64-byte aligned (format rule), so the floats can be read in place.
     const auto* w = reinterpret_cast<const float*>(bytes.data());
     const bool int4 = format.bits == 4, f16 = format.f16;
-    QuantizedWeight q =
-        quantize_weight(w, rows, cols, cand.transposed, format.bits, group, f16, format.zero_points, o_.scales == "mse");
+    const std::vector<double>* moments = nullptr;
+    std::string uncalibrated;
+    if (calibration_ != nullptr && op == "embedding") {
+      uncalibrated = "an embedding table (its input is token ids)";
+    } else if (calibration_ != nullptr) {
+      KILN_ASSIGN_OR_RETURN(moments, calibration_->moments(index, cand.transposed, uncalibrated));
+    }
+    const quant::WeightFormat wf{format.bits, group, f16, format.zero_points, o_.scales == "mse"};
+    quant::QuantizedWeight q = quant::quantize_weight(w, rows, cols, cand.transposed, wf, moments);
+    if (moments != nullptr && !q.calibrated) uncalibrated = "its inputs' second moments stayed singular with 100 % damping";
     const std::string name = p_.constants[index]->name;
     const std::int64_t groups = cols / group;
     Done done{};
@@ -556,6 +402,15 @@ class Quantizer {
     l.sqnr_db = q.sqnr_db;
     l.bytes_before = bytes.size();
     l.bytes_after = after;
+    l.calibrated = q.calibrated;
+    l.uncalibrated_reason = uncalibrated;
+    if (q.calibrated) {
+      l.calibration_rows = calibration_->rows(index, cand.transposed);
+      l.gptq_rows = q.gptq_rows;
+      l.output_sqnr_db = q.output_sqnr_db;
+      l.nearest_output_sqnr_db = q.nearest_output_sqnr_db;
+      l.damp_fraction = q.damp_fraction;
+    }
     layers.push_back(l);
     done_.emplace(key, done);
     return done;
@@ -599,6 +454,7 @@ class Quantizer {
   const Bundle& bundle_;
   fb::ProgramT& p_;
   ExprPool pool_;
+  Calibration* calibration_;
   LayerFormat main_, edge_;
   std::vector<const std::vector<std::uint8_t>*> added_;
   std::map<std::pair<std::uint32_t, bool>, Done> done_;
@@ -659,16 +515,23 @@ Result<json> widen_self_tests(const std::vector<std::uint8_t>& bytes, fb::Progra
 }
 
 void print_report(const QuantizeOptions& o, const std::vector<Layer>& layers, const json& tests, std::uint64_t in_size,
-                  std::uint64_t out_size) {
+                  std::uint64_t out_size, const Calibration* calibration) {
   std::ostream& os = std::cerr;  // human text goes to stderr (docs/CLI.md)
   os << "quantized " << printable(o.input) << " -> " << printable(o.output) << ": " << o.weights
      << (o.weights == "int8" && o.group == 0 ? " per output channel" : " group " + std::to_string(o.group)) << ", "
      << o.scale_dtype << " scales, " << (o.zero_points ? "zero points" : "symmetric") << "; embedding tables and output head "
-     << o.embed_head << "; " << (o.scales == "mse" ? "scales searched for the least squared error" : "max-range scales")
-     << "\n\n";
+     << o.embed_head << "; " << (o.scales == "mse" ? "scales searched for the least squared error" : "max-range scales");
+  if (calibration != nullptr) {
+    os << "; GPTQ on " << calibration->run_count() << " calibration run(s) of " << printable(o.calibrate);
+  }
+  os << "\n\n";
   os << std::left << std::setw(28) << "layer" << std::setw(11) << "op" << std::setw(16) << "shape" << std::setw(10) << "format"
      << std::right
-     << std::setw(9) << "SQNR dB" << std::setw(14) << "bytes before" << std::setw(13) << "bytes after" << "\n";
+     << std::setw(9) << "SQNR dB" << std::setw(14) << "bytes before" << std::setw(13) << "bytes after";
+  // With calibration: the output's SQNR on the calibration inputs, GPTQ's and rounding to
+  // nearest's.
+  if (calibration != nullptr) os << std::setw(10) << "out dB" << std::setw(10) << "RTN dB";
+  os << "\n";
   std::uint64_t before = 0, after = 0;
   int quantized = 0;
   for (const Layer& l : layers) {
@@ -678,7 +541,13 @@ void print_report(const QuantizeOptions& o, const std::vector<Layer>& layers, co
     after += l.bytes_after;
     os << std::left << std::setw(28) << printable(l.name) << std::setw(11) << l.op << std::setw(16) << shape_text(l.shape)
        << std::setw(10) << l.format << std::right << std::setw(9) << std::fixed << std::setprecision(1) << l.sqnr_db << std::setw(14) << l.bytes_before
-       << std::setw(13) << l.bytes_after << "\n";
+       << std::setw(13) << l.bytes_after;
+    if (calibration != nullptr && l.calibrated) {
+      os << std::setw(10) << l.output_sqnr_db << std::setw(10) << l.nearest_output_sqnr_db;
+    } else if (calibration != nullptr) {
+      os << "   not calibrated: " << l.uncalibrated_reason;
+    }
+    os << "\n";
   }
   const auto not_quantized = std::count_if(layers.begin(), layers.end(), [](const Layer& l) { return !l.quantized; });
   if (not_quantized > 0) {
@@ -717,7 +586,13 @@ int run_quantize(QuantizeOptions o) {
   if (!opened.ok()) return report_error(with_path(opened.status(), o.input), o.json);
   const Bundle& bundle = **opened;
   std::unique_ptr<fb::ProgramT> program(bundle.program().UnPack());
-  Quantizer q(o, ops, bundle, *program);
+  std::unique_ptr<Calibration> calibration;
+  if (!o.calibrate.empty()) {
+    auto opened_calibration = Calibration::open(o.input, o.calibrate);
+    if (!opened_calibration.ok()) return report_error(opened_calibration.status(), o.json);
+    calibration = std::move(opened_calibration).value();
+  }
+  Quantizer q(o, ops, bundle, *program, calibration.get());
   KILN_RETURN_IF_ERROR_CLI(q.run(), o.json);
   BundleWriter writer;
   for (std::size_t i = 0; i < program->constants.size(); ++i) {
@@ -748,6 +623,7 @@ int run_quantize(QuantizeOptions o) {
   kv->value = o.weights + (o.weights == "int8" && o.group == 0 ? " per channel" : " group " + std::to_string(o.group)) + ", " +
               o.scale_dtype + " scales" + (o.zero_points ? ", zero points" : "") + "; embedding tables and output head " +
               o.embed_head + "; " + o.scales + " scales" +
+              (calibration ? "; GPTQ on " + std::to_string(calibration->run_count()) + " calibration run(s)" : "") +
               "; self-test tolerances widened from the measured quantization error";
   program->metadata.push_back(std::move(kv));
   // Self-test tolerances are measured on the quantized program, then the final bytes written.
@@ -762,7 +638,7 @@ int run_quantize(QuantizeOptions o) {
   const std::uint64_t in_size = ::stat(o.input.c_str(), &in_stat) == 0 ? static_cast<std::uint64_t>(in_stat.st_size) : 0;
   const std::uint64_t out_size = final_bytes->size();
   if (!o.json) {
-    print_report(o, q.layers, *tests, in_size, out_size);
+    print_report(o, q.layers, *tests, in_size, out_size, calibration.get());
     return 0;
   }
   json layers = json::array();
@@ -773,6 +649,19 @@ int run_quantize(QuantizeOptions o) {
       lj["sqnr_db"] = l.sqnr_db;
       lj["bytes_before"] = l.bytes_before;
       lj["bytes_after"] = l.bytes_after;
+      if (calibration) {
+        json cj{{"calibrated", l.calibrated}};
+        if (l.calibrated) {
+          cj["rows"] = l.calibration_rows;
+          cj["output_sqnr_db"] = l.output_sqnr_db;
+          cj["nearest_output_sqnr_db"] = l.nearest_output_sqnr_db;
+          cj["gptq_rows"] = l.gptq_rows;
+          cj["damp_fraction"] = l.damp_fraction;
+        } else {
+          cj["reason"] = l.uncalibrated_reason;
+        }
+        lj["calibration"] = cj;
+      }
     } else {
       lj["reason"] = l.reason;
     }
@@ -786,6 +675,10 @@ int run_quantize(QuantizeOptions o) {
                           {"zero_points", o.zero_points},
                           {"embed_head", o.embed_head},
                           {"scales", o.scales},
+                          {"calibration", calibration ? json{{"dir", o.calibrate},
+                                                             {"runs", calibration->run_count()},
+                                                             {"passes", calibration->passes()}}
+                                                      : json(nullptr)},
                           {"layers", layers},
                           {"self_tests", *tests},
                           {"bundle_bytes_before", in_size},
@@ -812,10 +705,15 @@ Command add_quantize(CLI::App& app) {
                  "output, when the graph has more than one layer); default int8 with --weights int4, else --weights");
   app.add_option("--scales", o->scales,
                  "mse (default: per-group search for the scale with the least squared error) or max (max-range scales)");
+  app.add_option("--calibrate", o->calibrate,
+                 "a folder of calibration runs (one subfolder per run, or the folder itself, holding <input>.npy for "
+                 "every input): GPTQ spreads each weight column's rounding error over the columns not yet quantized, "
+                 "weighted by the layer's inputs on these runs");
   app.add_flag("--json", o->json, "machine-readable report on stdout");
   app.footer("Example:\n  kiln quantize model.kiln -o model.q4.kiln --weights int4 --group 32\n"
              "  kiln quantize model.kiln -o model.q4.kiln --weights int4 --embed-head int4   (every layer int4)\n"
-             "  kiln quantize model.kiln -o model.q8.kiln --weights int8 --json");
+             "  kiln quantize model.kiln -o model.q8.kiln --weights int8 --json\n"
+             "  kiln quantize model.kiln -o model.q4.kiln --weights int4 --calibrate calib/   (GPTQ; calib/run0/tokens.npy, ...)");
   return [o] { return run_quantize(*o); };
 }
 

@@ -8,10 +8,12 @@
 // * Trained weights (tests/fixtures/kv_decoder_trained: a byte-level language model trained
 //   by bench/train_kv_decoder.py on Debian's license texts; heldout.npy is text it never
 //   saw). Greedy: the f32 bundle's greedy continuation of a held-out prompt, fed to both.
-//   Teacher-forced: held-out text fed to both (also the held-out loss of each bundle).
-//   The target, >= 95 % greedy agreement: int8 meets it (asserted); the default
-//   int4 measures 94.8 %, one step of 96 short (not asserted: the bounds guard the measured
-//   values; docs/QUANTIZATION.md has the numbers and the analysis).
+//   Also greedy from the first 32 bytes of each of the four held-out windows (384 steps),
+//   a steadier measure than one prompt's 96 steps. Teacher-forced: held-out text fed to
+//   both (also the held-out loss of each bundle). The target, >= 95 % greedy
+//   agreement: int8 and int4 with GPTQ (`--calibrate`, on training text) meet it
+//   (asserted); int4 rounded to nearest measures 94.8 % (one prompt) and 93.0 % (four),
+//   guarded by lower bounds. docs/QUANTIZATION.md has the numbers and the analysis.
 //
 // * Random weights: nearly flat next-token distributions (f32 top-1 probability ~0.046
 //   over 256 tokens), so a small perturbation flips the argmax. Measured
@@ -32,6 +34,7 @@
 #include "../../samples/models/kv_decoder_weights.h"
 #include "cli_testutil.h"
 #include "kiln/runtime/bundle.h"
+#include "kiln/runtime/npy.h"
 #include "kiln/runtime/program.h"
 
 namespace kiln {
@@ -259,8 +262,14 @@ TEST(QuantizeDecode, TrainedKvDecoderInt4AndInt8AgainstF32OnHeldOutText) {
   const auto f32 = export_decoder(model, f32_path);
   ASSERT_TRUE(f32);
   struct Measure {
-    Agreement greedy, forced;
+    Agreement greedy;      // the first window's prompt (the first rounds' measure)
+    Agreement greedy_all;  // every window's prompt
+    Agreement forced;
     double free_running = 0;  // the quantized bundle's own greedy tokens equal to f32's
+  };
+  auto accumulate = [](Agreement& sum, const Agreement& a) {
+    sum.steps += a.steps, sum.agree += a.agree, sum.kl += a.kl, sum.top1 += a.top1;
+    sum.nll_p += a.nll_p, sum.nll_q += a.nll_q;
   };
   const std::vector<std::int64_t> prompt(text.begin(), text.begin() + kPrompt);
   constexpr std::int64_t kSteps = kWindow - kPrompt;  // 96: the context ends at max_ctx
@@ -275,11 +284,13 @@ TEST(QuantizeDecode, TrainedKvDecoderInt4AndInt8AgainstF32OnHeldOutText) {
     while (same < q_tokens.size() && q_tokens[same] == f32_tokens[same]) ++same;
     m.free_running = double(same) / kSteps;
     for (std::size_t w = 0; w < kWindows; ++w) {
-      const Agreement a = teacher_forced(*f32, *q, std::span(text).subspan(w * kWindow, kWindow), kPrefill);
-      m.forced.steps += a.steps, m.forced.agree += a.agree, m.forced.kl += a.kl, m.forced.top1 += a.top1;
-      m.forced.nll_p += a.nll_p, m.forced.nll_q += a.nll_q;
+      const auto window = std::span(text).subspan(w * kWindow, kWindow);
+      accumulate(m.forced, teacher_forced(*f32, *q, window, kPrefill));
+      accumulate(m.greedy_all, w == 0 ? m.greedy
+                                      : greedy_agreement(*f32, *q, {window.begin(), window.begin() + kPrompt}, kSteps));
     }
     for (const auto& [name, value] : {std::pair{"greedy_agreement", m.greedy.rate()}, {"greedy_mean_kl", m.greedy.mean_kl()},
+                                      {"greedy_all_agreement", m.greedy_all.rate()}, {"greedy_all_mean_kl", m.greedy_all.mean_kl()},
                                       {"free_running_prefix", m.free_running}, {"forced_agreement", m.forced.rate()},
                                       {"forced_mean_kl", m.forced.mean_kl()}}) {
       RecordProperty(label + "_" + name, std::to_string(value));
@@ -288,6 +299,8 @@ TEST(QuantizeDecode, TrainedKvDecoderInt4AndInt8AgainstF32OnHeldOutText) {
                 "%.0f%% of the steps\n",
                 label.c_str(), static_cast<long long>(m.greedy.steps), m.greedy.rate(), m.greedy.mean_kl(), m.greedy.mean_top1(),
                 100 * m.free_running);
+    std::printf("%-16s greedy from %zu prompts (%lld steps): agreement %.3f, mean KL %.5f nats\n", label.c_str(), kWindows,
+                static_cast<long long>(m.greedy_all.steps), m.greedy_all.rate(), m.greedy_all.mean_kl());
     std::printf("%-16s teacher-forced (%lld steps): agreement %.3f, mean KL %.5f nats, f32 top-1 p %.3f; "
                 "held-out loss f32 %.3f, %s %.3f bits/byte\n",
                 label.c_str(), static_cast<long long>(m.forced.steps), m.forced.rate(), m.forced.mean_kl(), m.forced.mean_top1(),
@@ -296,19 +309,50 @@ TEST(QuantizeDecode, TrainedKvDecoderInt4AndInt8AgainstF32OnHeldOutText) {
   };
   // The default: linear layers int4 g32 with searched scales, the output head int8.
   const Measure int4 = measure("int4", "--weights int4 --group 32 --ops linear");
+  // GPTQ calibrated on training text: calibration.npy (the first 4 KiB of GPL-3, which the
+  // model trained on) as 32 prefill runs of 128 bytes, each a folder with ids.npy and
+  // input_pos.npy.
+  const auto calibration = read_npy(fixture + "/calibration.npy");
+  ASSERT_TRUE(calibration.ok()) << calibration.status().message();
+  ASSERT_EQ(calibration->dtype, DType::kU8);
+  ASSERT_EQ(calibration->numel() % std::int64_t{kWindow}, 0);
+  for (std::size_t run = 0; run < static_cast<std::size_t>(calibration->numel()) / kWindow; ++run) {
+    const fs::path run_dir = dir / "calibration" / ("run" + std::to_string(100 + run));
+    fs::create_directories(run_dir);
+    std::vector<std::int64_t> bytes(calibration->data.begin() + static_cast<std::ptrdiff_t>(run * kWindow),
+                                    calibration->data.begin() + static_cast<std::ptrdiff_t>((run + 1) * kWindow));
+    HostTensor ids{DType::kI64, {1, std::int64_t{kWindow}}, std::vector<std::uint8_t>(kWindow * 8)};
+    std::memcpy(ids.data.data(), bytes.data(), kWindow * 8);
+    ASSERT_TRUE(write_npy((run_dir / "ids.npy").string(), ids).ok());
+    HostTensor pos{DType::kI64, {}, std::vector<std::uint8_t>(8, 0)};
+    ASSERT_TRUE(write_npy((run_dir / "input_pos.npy").string(), pos).ok());
+  }
+  const Measure gptq = measure("int4_gptq", "--weights int4 --group 32 --ops linear --calibrate " + (dir / "calibration").string());
   measure("int4_zero_points", "--weights int4 --group 32 --ops linear --zero-points");
   measure("int4_g16", "--weights int4 --group 16 --ops linear");
   const Measure int8 = measure("int8", "--weights int8 --ops linear");
-  // Measured (docs/QUANTIZATION.md): int4 greedy 0.948 (91 of 96 steps; KL 0.032 nats),
-  // teacher-forced 0.924 (KL 0.033), held-out loss 1.800 -> 1.862 bits/byte: just short of
-  // the 95 %, which is therefore not asserted for int4. Its weight SQNR is ~21.5 dB
-  // in every layer (no outlier layer); the KL is int4 g32's resolution on this small
-  // model. These bounds guard the measured values against regressions.
+  // Measured (docs/QUANTIZATION.md): int4 rounded to nearest, greedy 0.948 (91 of 96
+  // steps; KL 0.032 nats) and 0.930 on four prompts, teacher-forced 0.924 (KL 0.033),
+  // held-out loss 1.800 -> 1.862 bits/byte: short of the 95 %, which GPTQ (above)
+  // meets. Its weight SQNR is ~21.5 dB in every layer (no outlier layer). These bounds
+  // guard the measured values against regressions.
   EXPECT_GE(int4.greedy.rate(), 0.92);
   EXPECT_GE(int4.forced.rate(), 0.90);
   EXPECT_LT(int4.greedy.mean_kl(), 0.045);
   EXPECT_LT(int4.forced.mean_kl(), 0.045);
   EXPECT_LT(int4.forced.bits_per_token(int4.forced.nll_q) - int4.forced.bits_per_token(int4.forced.nll_p), 0.1);
+  // GPTQ meets the target. Measured: greedy 0.958 (one prompt, 92 of 96), 0.966
+  // (four prompts, 384 steps), teacher-forced 0.964; KL 0.0082 / 0.0074 / 0.0102 nats,
+  // a third to a quarter of rounding to nearest's; held-out loss 1.797 bits/byte (f32
+  // 1.800). The same on every KILN_CPU_ISA. One prompt's 96 steps move by a step or two
+  // between settings of near-equal KL, so the target is asserted on the four prompts.
+  EXPECT_GE(gptq.greedy_all.rate(), 0.95);
+  EXPECT_GE(gptq.greedy.rate(), 0.93);
+  EXPECT_GE(gptq.forced.rate(), 0.94);
+  EXPECT_LT(gptq.greedy_all.mean_kl(), 0.5 * int4.greedy_all.mean_kl());
+  EXPECT_LT(gptq.forced.mean_kl(), 0.5 * int4.forced.mean_kl());
+  EXPECT_LT(gptq.forced.bits_per_token(gptq.forced.nll_q) - gptq.forced.bits_per_token(gptq.forced.nll_p), 0.02);
+  EXPECT_GE(int4.greedy_all.rate(), 0.90);
   // int8 meets the target: 1.000 greedy (KL 0.0002), 0.993 teacher-forced.
   EXPECT_GE(int8.greedy.rate(), 0.95);
   EXPECT_GE(int8.forced.rate(), 0.98);

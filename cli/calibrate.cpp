@@ -1,0 +1,214 @@
+#include "calibrate.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <thread>
+
+#include "commands.h"
+#include "kiln/format/kiln_generated.h"
+#include "quantize_math.h"
+
+namespace kiln::cli {
+
+namespace fs = std::filesystem;
+
+// The input of one linear/matmul node of graph `graph`: output `output` of node `node`, or
+// (node < 0) input `output` of the top-level graph `graph` (an entry or specialization
+// graph, whose inputs are the signature's).
+struct Calibration::Use {
+  std::uint32_t graph = 0;
+  std::int64_t node = -1;
+  std::uint32_t output = 0;
+};
+
+struct Calibration::Target {
+  std::uint32_t constant = 0;
+  bool transposed = false;
+  std::int64_t k = 0;
+  std::vector<Use> uses;
+  std::string why;  // why nothing can be observed (no use)
+  std::unique_ptr<quant::InputMoments> sums;
+  std::vector<double> mean;  // measured (this pass)
+  std::int64_t rows = 0;
+  bool measured = false;
+};
+
+Calibration::~Calibration() = default;
+
+Result<std::unique_ptr<Calibration>> Calibration::open(const std::string& bundle_path, const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return Status(StatusCode::kUsage, "--calibrate " + dir + ": not a directory (a folder of runs, each holding <input>.npy)");
+  }
+  std::unique_ptr<Calibration> c(new Calibration());
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code type_error;
+    if (it->is_directory(type_error)) c->runs_.push_back(it->path().string());
+  }
+  if (ec) return Status(StatusCode::kUsage, "--calibrate " + dir + ": " + ec.message());
+  std::sort(c->runs_.begin(), c->runs_.end());
+  if (c->runs_.empty()) c->runs_.push_back(dir);
+  auto program = open_program(bundle_path, /*verify_segments=*/false, "cpu", /*use_mmap=*/true, /*fuse_activations=*/false);
+  if (!program.ok()) return program.status();
+  c->program_ = *program;
+  const auto* sig = c->program_->bundle().program().signature()->inputs();
+  for (std::uint32_t i = 0; sig != nullptr && i < sig->size(); ++i) {
+    const std::string name = sig->Get(i)->name()->str();
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || name.find('\0') != std::string::npos) {
+      return Status(StatusCode::kUsage, "--calibrate: input '" + printable(name) + "' cannot be read from a file <name>.npy");
+    }
+  }
+  c->find_targets();
+  return c;
+}
+
+void Calibration::find_targets() {
+  const fb::Program& p = program_->bundle().program();
+  std::vector<bool> top_level(p.graphs()->size(), false);
+  top_level[p.entry_graph()] = true;
+  if (p.specializations() != nullptr) {
+    for (const auto* s : *p.specializations()) top_level[s->graph()] = true;
+  }
+  for (std::uint32_t g = 0; g < p.graphs()->size(); ++g) {
+    const fb::Graph& graph = *p.graphs()->Get(g);
+    const auto& values = *graph.values();
+    // Where each value is defined: (node, output) or (-1, graph input position).
+    std::vector<std::pair<std::int64_t, std::uint32_t>> def(values.size(), {-2, 0});
+    if (graph.inputs() != nullptr) {
+      for (std::uint32_t i = 0; i < graph.inputs()->size(); ++i) def[graph.inputs()->Get(i)] = {-1, i};
+    }
+    const std::uint32_t signature_inputs = p.signature()->inputs() ? p.signature()->inputs()->size() : 0;
+    for (std::uint32_t n = 0; n < graph.nodes()->size(); ++n) {
+      const fb::Node& node = *graph.nodes()->Get(n);
+      if (node.outputs() != nullptr) {
+        for (std::uint32_t o = 0; o < node.outputs()->size(); ++o) def[node.outputs()->Get(o)] = {n, o};
+      }
+      const std::string op = p.op_names()->Get(node.op())->str();
+      if ((op != "linear" && op != "matmul") || node.inputs() == nullptr || node.inputs()->size() < 2) continue;
+      const fb::Value& w = *values.Get(node.inputs()->Get(1));
+      const fb::Value& x = *values.Get(node.inputs()->Get(0));
+      if (w.kind() != fb::ValueKind::Constant || x.dtype() != fb::DType::f32) continue;
+      const fb::Constant& c = *p.constants()->Get(w.constant());
+      if (c.dtype() != fb::DType::f32 || c.shape() == nullptr || c.shape()->size() != 2) continue;
+      const bool transposed = op == "matmul";
+      const auto key = std::make_pair(w.constant(), transposed);
+      auto [it, added] = target_index_.emplace(key, targets_.size());
+      if (added) {
+        auto t = std::make_unique<Target>();
+        t->constant = w.constant();
+        t->transposed = transposed;
+        t->k = transposed ? c.shape()->Get(0) : c.shape()->Get(1);
+        targets_.push_back(std::move(t));
+      }
+      Target& t = *targets_[it->second];
+      const auto [at, index] = def[node.inputs()->Get(0)];
+      if (at >= 0) {
+        t.uses.push_back({g, at, index});
+      } else if (at == -1 && top_level[g] && index < signature_inputs) {
+        t.uses.push_back({g, -1, index});
+      } else if (t.why.empty()) {
+        t.why = "its input is the input of a subgraph, which calibration does not observe";
+      }
+    }
+  }
+}
+
+Status Calibration::measure_from(std::size_t first) {
+  constexpr std::uint64_t kBudget = 1ull << 30;
+  for (auto& t : targets_) t->sums.reset(), t->mean = {}, t->measured = false;
+  // Targets [first, last): the moments of as many as fit (sums and means: 2 k^2 doubles).
+  std::size_t last = first;
+  std::uint64_t bytes = 0;
+  while (last < targets_.size()) {
+    const std::uint64_t need = 2 * static_cast<std::uint64_t>(targets_[last]->k) * static_cast<std::uint64_t>(targets_[last]->k) * 8;
+    if (last > first && bytes + need > kBudget) break;
+    bytes += need;
+    ++last;
+  }
+  // (graph, node or -1 - input) -> (output/input index, target) to add.
+  std::map<std::pair<std::uint32_t, std::int64_t>, std::vector<std::pair<std::uint32_t, Target*>>> watch;
+  for (std::size_t i = first; i < last; ++i) {
+    Target& t = *targets_[i];
+    t.sums = std::make_unique<quant::InputMoments>(t.k);
+    for (const Use& u : t.uses) watch[{u.graph, u.node >= 0 ? u.node : -1 - static_cast<std::int64_t>(u.output)}].push_back({u.output, &t});
+  }
+  ++passes_;
+  const fb::Program& p = program_->bundle().program();
+  const auto* sig = p.signature()->inputs();
+  for (const std::string& run : runs_) {
+    std::vector<std::string> args;
+    for (std::uint32_t i = 0; sig != nullptr && i < sig->size(); ++i) {
+      const std::string name = sig->Get(i)->name()->str();
+      const fs::path file = fs::path(run) / (name + ".npy");
+      std::error_code ec;
+      if (!fs::exists(file, ec)) {
+        return Status(StatusCode::kInvalidInput, "calibration run " + run + ": " + file.string() + " is missing (input '" + name + "')");
+      }
+      args.push_back(name + "=" + file.string());
+    }
+    auto inputs = parse_inputs(p, args);
+    if (!inputs.ok()) return inputs.status().with_context("calibration run " + run);
+    auto add = [](Target& t, DType dtype, std::span<const std::int64_t> shape, std::span<const std::uint8_t> data) {
+      if (dtype != DType::kF32 || shape.empty() || shape.back() != t.k || t.k == 0) return;
+      t.sums->add(reinterpret_cast<const float*>(data.data()), static_cast<std::int64_t>(data.size() / 4) / t.k);
+    };
+    bool graph_inputs_seen = false;
+    SessionOptions options;
+    options.threads = std::max(1u, std::thread::hardware_concurrency());
+    options.observer = [&](const NodeObservation& e) {
+      if (e.depth == 0 && !graph_inputs_seen) {
+        graph_inputs_seen = true;
+        for (std::uint32_t i = 0; i < inputs->size(); ++i) {
+          auto it = watch.find({e.graph, -1 - static_cast<std::int64_t>(i)});
+          if (it == watch.end() || (*inputs)[i].is_int) continue;
+          const HostTensor& h = (*inputs)[i].tensor;
+          for (const auto& [index, target] : it->second) add(*target, h.dtype, h.shape, h.data);
+        }
+      }
+      auto it = watch.find({e.graph, static_cast<std::int64_t>(e.node)});
+      if (it == watch.end()) return;
+      for (const auto& [index, target] : it->second) {
+        if (index >= e.outputs.size() || e.outputs[index].kind != ObservedValue::Kind::kTensor) continue;
+        const ObservedValue& v = e.outputs[index];
+        add(*target, v.dtype, v.shape, v.data);
+      }
+    };
+    Session session(*program_, std::move(options));
+    auto result = session.run(*inputs);
+    if (!result.ok()) return result.status().with_context("calibration run " + run);
+  }
+  for (std::size_t i = first; i < last; ++i) {
+    Target& t = *targets_[i];
+    t.rows = t.sums->rows();
+    if (t.rows > 0) t.mean = t.sums->mean();
+    t.sums.reset();
+    t.measured = true;
+  }
+  return Status::Ok();
+}
+
+Result<const std::vector<double>*> Calibration::moments(std::uint32_t constant, bool transposed, std::string& why) {
+  auto it = target_index_.find({constant, transposed});
+  if (it == target_index_.end()) {
+    why = "no linear or matmul reads it as an f32 weight from an f32 input";
+    return nullptr;
+  }
+  Target& t = *targets_[it->second];
+  if (t.uses.empty()) {
+    why = t.why;
+    return nullptr;
+  }
+  if (!t.measured) KILN_RETURN_IF_ERROR(measure_from(it->second));
+  if (t.rows == 0) {
+    why = "its layer never ran on the calibration inputs (another specialization or branch ran)";
+    return nullptr;
+  }
+  return &t.mean;
+}
+
+std::int64_t Calibration::rows(std::uint32_t constant, bool transposed) const {
+  auto it = target_index_.find({constant, transposed});
+  return it == target_index_.end() ? 0 : targets_[it->second]->rows;
+}
+
+}  // namespace kiln::cli

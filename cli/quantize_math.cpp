@@ -1,0 +1,377 @@
+#include "quantize_math.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "backends/cpu/kernels/convert.h"
+
+namespace kiln::cli::quant {
+
+float stored_scale(float s, bool f16) {
+  return f16 ? cpu::kernels::half_to_float(cpu::kernels::float_to_half(s)) : s;
+}
+
+int level(float v, float inv, int zero, int qmin, int qmax) {
+  const float x = v * inv;
+  if (inv == 0 || !std::isfinite(x)) return zero;
+  const float c = std::clamp(x, -1e6f, 1e6f);
+  return std::clamp(static_cast<int>(c + std::copysign(0.5f, c)) + zero, qmin, qmax);
+}
+
+namespace {
+
+int qmin_of(int bits) { return bits == 8 ? -127 : 0; }
+int qmax_of(int bits) { return bits == 8 ? 127 : 15; }
+
+// Squared error of v[0, n) quantized with (scale, zero); also the sums v (q - z) and
+// (q - z)^2 that give the least-squares scale for those levels.
+double group_error(const float* v, std::int64_t n, float scale, int zero, int qmin, int qmax, double& vq, double& qq) {
+  const float inv = scale != 0 ? 1.0f / scale : 0.0f;
+  double err = 0;
+  vq = 0, qq = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const int q = level(v[i], inv, zero, qmin, qmax) - zero;
+    const double d = static_cast<double>(v[i]) - static_cast<double>(q) * scale;
+    err += d * d;
+    vq += static_cast<double>(v[i]) * q;
+    qq += static_cast<double>(q) * q;
+  }
+  return err;
+}
+
+}  // namespace
+
+GroupFit fit_group(const float* v, std::int64_t n, const WeightFormat& format) {
+  const int bits = format.bits;
+  const bool f16 = format.f16, zero_points = format.zero_points;
+  float amax = 0, extreme = 0, lo = 0, hi = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (std::fabs(v[i]) > amax) amax = std::fabs(v[i]), extreme = v[i];
+    lo = std::min(lo, v[i]);
+    hi = std::max(hi, v[i]);
+  }
+  const int qmin = qmin_of(bits), qmax = qmax_of(bits);
+  // The plain mapping (shrink 1), or the range shrunk; `flip`: symmetric int4's extreme
+  // towards +7, the other side then getting the extra level.
+  auto candidate = [&](float shrink, bool flip) {
+    GroupFit f;
+    if (bits == 8) {
+      f.scale = stored_scale(amax * shrink / 127.0f, f16);
+    } else if (!zero_points) {
+      f.scale = stored_scale(extreme * shrink / (flip ? 7.0f : -8.0f), f16);
+      f.zero = 8;
+    } else {
+      f.scale = stored_scale((hi - lo) * shrink / 15.0f, f16);
+      f.zero = f.scale != 0 ? std::clamp(static_cast<int>(std::lround(-lo * shrink / f.scale)), 0, 15) : 0;
+    }
+    return f;
+  };
+  GroupFit best = candidate(1.0f, false);
+  // int8 keeps the plain mapping (the search gained ~0.1 dB there, at ~10x the time).
+  if (!format.search || bits == 8 || best.scale == 0 || !std::isfinite(best.scale)) return best;
+  double vq = 0, qq = 0;
+  double best_err = group_error(v, n, best.scale, best.zero, qmin, qmax, vq, qq);
+  constexpr int kSteps = 8;  // shrink 1.0, 0.96, .., 0.72
+  for (int flip = 0; flip < (zero_points ? 1 : 2); ++flip) {
+    for (int step = 0; step < kSteps; ++step) {
+      GroupFit f = candidate(1.0f - 0.04f * static_cast<float>(step), flip != 0);
+      if (f.scale == 0 || !std::isfinite(f.scale)) continue;
+      double err = group_error(v, n, f.scale, f.zero, qmin, qmax, vq, qq);
+      if (err < best_err) best_err = err, best = f;
+      if (qq == 0) continue;
+      const float refit = stored_scale(static_cast<float>(vq / qq), f16);
+      if (refit == 0 || !std::isfinite(refit)) continue;
+      f.scale = refit;
+      err = group_error(v, n, f.scale, f.zero, qmin, qmax, vq, qq);
+      if (err < best_err) best_err = err, best = f;
+    }
+  }
+  return best;
+}
+
+InputMoments::InputMoments(std::int64_t k) : k_(k), sum_(static_cast<std::size_t>(k * k), 0.0) {}
+
+void InputMoments::add(const float* x, std::int64_t rows) {
+  // Blocks of rows, transposed into doubles, so the inner loop runs along the block.
+  constexpr std::int64_t kBlock = 32;
+  std::vector<double> t(static_cast<std::size_t>(k_ * kBlock));
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+    std::int64_t n = 0;
+    for (std::int64_t r = r0; r < std::min(rows, r0 + kBlock); ++r) {
+      const float* row = x + r * k_;
+      bool finite = true;
+      for (std::int64_t i = 0; i < k_ && finite; ++i) finite = std::isfinite(row[i]);
+      if (!finite) {
+        ++nonfinite_;
+        continue;
+      }
+      for (std::int64_t i = 0; i < k_; ++i) t[static_cast<std::size_t>(i * kBlock + n)] = row[i];
+      ++n;
+    }
+    for (std::int64_t i = 0; i < k_; ++i) {
+      const double* ti = t.data() + i * kBlock;
+      double* s = sum_.data() + i * k_;
+      for (std::int64_t j = i; j < k_; ++j) {
+        const double* tj = t.data() + j * kBlock;
+        double acc = 0;
+        for (std::int64_t b = 0; b < n; ++b) acc += ti[b] * tj[b];
+        s[j] += acc;
+      }
+    }
+    rows_ += n;
+  }
+}
+
+std::vector<double> InputMoments::mean() const {
+  std::vector<double> h(sum_.size(), 0.0);
+  if (rows_ == 0) return h;
+  const double inv = 1.0 / static_cast<double>(rows_);
+  for (std::int64_t i = 0; i < k_; ++i) {
+    for (std::int64_t j = i; j < k_; ++j) {
+      const double v = sum_[static_cast<std::size_t>(i * k_ + j)] * inv;
+      h[static_cast<std::size_t>(i * k_ + j)] = v;
+      h[static_cast<std::size_t>(j * k_ + i)] = v;
+    }
+  }
+  return h;
+}
+
+Result<std::vector<double>> gptq_factor(const std::vector<double>& h, std::int64_t k, double damp_fraction) {
+  const auto at = [k](std::int64_t i, std::int64_t j) { return static_cast<std::size_t>(i * k + j); };
+  double diag_mean = 0;
+  for (std::int64_t i = 0; i < k; ++i) diag_mean += h[at(i, i)] == 0 ? 1.0 : h[at(i, i)];
+  diag_mean /= static_cast<double>(std::max<std::int64_t>(k, 1));
+  const double damp = damp_fraction * diag_mean;
+  // With P the order reversal, the lower Cholesky factor L of P (H + damp I) P gives
+  // U = P L^-1 P, upper triangular, with U^T U = (H + damp I)^-1: one factorization and
+  // one triangular inverse.
+  std::vector<double> l(static_cast<std::size_t>(k * k), 0.0);
+  for (std::int64_t j = 0; j < k; ++j) {
+    for (std::int64_t i = j; i < k; ++i) {
+      const std::int64_t hi = k - 1 - i, hj = k - 1 - j;
+      double s = h[at(hi, hj)];
+      if (i == j) s = (s == 0 ? 1.0 : s) + damp;
+      const double* li = l.data() + i * k;
+      const double* lj = l.data() + j * k;
+      for (std::int64_t p = 0; p < j; ++p) s -= li[p] * lj[p];
+      if (i == j) {
+        if (!(s > 0) || !std::isfinite(s)) {
+          return Status(StatusCode::kInvalidInput, "the inputs' second-moment matrix is not positive definite with " +
+                                                       std::to_string(damp_fraction * 100) + " % damping");
+        }
+        l[at(i, i)] = std::sqrt(s);
+      } else {
+        l[at(i, j)] = s / l[at(j, j)];
+      }
+    }
+  }
+  // Row i of L^-1 = (e_i - sum_{p < i} L[i][p] row p of L^-1) / L[i][i].
+  std::vector<double> inv(static_cast<std::size_t>(k * k), 0.0);
+  for (std::int64_t i = 0; i < k; ++i) {
+    double* out = inv.data() + i * k;
+    for (std::int64_t p = 0; p < i; ++p) {
+      const double c = l[at(i, p)];
+      const double* row = inv.data() + p * k;
+      for (std::int64_t j = 0; j <= p; ++j) out[j] -= c * row[j];
+    }
+    out[i] += 1.0;
+    const double d = 1.0 / l[at(i, i)];
+    for (std::int64_t j = 0; j <= i; ++j) out[j] *= d;
+  }
+  std::vector<double> u(static_cast<std::size_t>(k * k), 0.0);
+  for (std::int64_t i = 0; i < k; ++i) {
+    for (std::int64_t j = i; j < k; ++j) u[at(i, j)] = inv[at(k - 1 - i, k - 1 - j)];
+  }
+  return u;
+}
+
+namespace {
+
+// One row's levels (with the zero point added) and its groups' fits.
+struct RowLevels {
+  std::vector<int> q;
+  std::vector<GroupFit> fits;
+};
+
+void round_to_nearest(const float* row, std::int64_t cols, const WeightFormat& f, RowLevels& out) {
+  const int qmin = qmin_of(f.bits), qmax = qmax_of(f.bits);
+  for (std::int64_t g = 0; g < cols / f.group; ++g) {
+    const float* v = row + g * f.group;
+    const GroupFit fit = fit_group(v, f.group, f);
+    out.fits[static_cast<std::size_t>(g)] = fit;
+    const float inv = fit.scale != 0 ? 1.0f / fit.scale : 0.0f;
+    for (std::int64_t c = 0; c < f.group; ++c) {
+      out.q[static_cast<std::size_t>(g * f.group + c)] = level(v[c], inv, fit.zero, qmin, qmax);
+    }
+  }
+}
+
+// GPTQ on one row: `w` (double, updated in place) quantized column by column.
+void gptq_row(std::vector<double>& w, const std::vector<double>& u, std::int64_t cols, const WeightFormat& f,
+              RowLevels& out) {
+  const int qmin = qmin_of(f.bits), qmax = qmax_of(f.bits);
+  std::vector<float> block(static_cast<std::size_t>(f.group));
+  GroupFit fit;
+  float inv = 0;
+  for (std::int64_t i = 0; i < cols; ++i) {
+    if (i % f.group == 0) {
+      for (std::int64_t c = 0; c < f.group; ++c) block[static_cast<std::size_t>(c)] = static_cast<float>(w[static_cast<std::size_t>(i + c)]);
+      fit = fit_group(block.data(), f.group, f);
+      out.fits[static_cast<std::size_t>(i / f.group)] = fit;
+      inv = fit.scale != 0 ? 1.0f / fit.scale : 0.0f;
+    }
+    const int q = level(static_cast<float>(w[static_cast<std::size_t>(i)]), inv, fit.zero, qmin, qmax);
+    out.q[static_cast<std::size_t>(i)] = q;
+    const double* ui = u.data() + i * cols;
+    const double e = (w[static_cast<std::size_t>(i)] - static_cast<double>(q - fit.zero) * fit.scale) / ui[i];
+    double* rest = w.data();
+    for (std::int64_t j = i + 1; j < cols; ++j) rest[j] -= e * ui[j];
+  }
+}
+
+// d^T H d for symmetric H (its upper triangle read).
+double quadratic_form(const std::vector<double>& h, const std::vector<double>& d) {
+  const std::int64_t k = static_cast<std::int64_t>(d.size());
+  double total = 0;
+  for (std::int64_t i = 0; i < k; ++i) {
+    const double* hi = h.data() + i * k;
+    double acc = 0;
+    for (std::int64_t j = i + 1; j < k; ++j) acc += hi[j] * d[static_cast<std::size_t>(j)];
+    total += d[static_cast<std::size_t>(i)] * (hi[i] * d[static_cast<std::size_t>(i)] + 2.0 * acc);
+  }
+  return total;
+}
+
+void put_scale(std::vector<std::uint8_t>& out, std::size_t index, float s, bool f16) {
+  if (f16) {
+    const std::uint16_t h = cpu::kernels::float_to_half(s);
+    std::memcpy(out.data() + index * 2, &h, 2);
+  } else {
+    std::memcpy(out.data() + index * 4, &s, 4);
+  }
+}
+
+// Sums of one thread's rows.
+struct RowSums {
+  double signal = 0, noise = 0;          // weight space
+  double out_signal = 0, out_noise = 0;  // output space (calibrated)
+  double nearest_noise = 0;
+  std::int64_t gptq_rows = 0;
+};
+
+double db(double signal, double noise) { return noise > 0 ? 10.0 * std::log10(signal / noise) : INFINITY; }
+
+}  // namespace
+
+QuantizedWeight quantize_weight(const float* w, std::int64_t rows, std::int64_t cols, bool transposed,
+                                const WeightFormat& format, const std::vector<double>* h) {
+  QuantizedWeight q;
+  q.rows = rows;
+  q.cols = cols;
+  q.group = format.group;
+  const std::int64_t groups = cols / format.group;
+  const bool int8 = format.bits == 8, f16 = format.f16;
+  q.data.assign(static_cast<std::size_t>(int8 ? rows * cols : rows * cols / 2), 0);
+  q.scales.assign(static_cast<std::size_t>(rows * groups) * (f16 ? 2 : 4), 0);
+  if (format.zero_points) q.zero_points.assign(static_cast<std::size_t>(rows * groups), 0);
+  std::vector<double> u;
+  if (h != nullptr) {
+    for (double damp = 0.01; damp <= 1.0 + 1e-9; damp *= 10) {
+      auto factor = gptq_factor(*h, cols, damp);
+      if (factor.ok()) {
+        u = std::move(factor).value();
+        q.damp_fraction = damp;
+        break;
+      }
+    }
+    q.calibrated = !u.empty();
+  }
+  // Rows [r0, r1): each row writes its own bytes, scales and zero points.
+  auto quantize_rows = [&](std::int64_t r0, std::int64_t r1, RowSums& sums) {
+    std::vector<float> row(static_cast<std::size_t>(cols));
+    std::vector<double> wd(static_cast<std::size_t>(cols)), d(wd.size());
+    RowLevels nearest{std::vector<int>(row.size()), std::vector<GroupFit>(static_cast<std::size_t>(groups))};
+    RowLevels compensated = nearest;
+    // d = row - dequantized levels.
+    auto residual = [&](const RowLevels& lv) {
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const GroupFit& fit = lv.fits[static_cast<std::size_t>(c / format.group)];
+        d[static_cast<std::size_t>(c)] =
+            static_cast<double>(row[static_cast<std::size_t>(c)]) - static_cast<double>(lv.q[static_cast<std::size_t>(c)] - fit.zero) * fit.scale;
+      }
+    };
+    for (std::int64_t r = r0; r < r1; ++r) {
+      bool finite = true;
+      for (std::int64_t c = 0; c < cols; ++c) {
+        row[static_cast<std::size_t>(c)] = transposed ? w[c * rows + r] : w[r * cols + c];
+        finite = finite && std::isfinite(row[static_cast<std::size_t>(c)]);
+      }
+      round_to_nearest(row.data(), cols, format, nearest);
+      const RowLevels* chosen = &nearest;
+      if (q.calibrated) {
+        for (std::int64_t c = 0; c < cols; ++c) wd[static_cast<std::size_t>(c)] = row[static_cast<std::size_t>(c)];
+        residual(nearest);
+        const double nearest_err = quadratic_form(*h, d);
+        double err = nearest_err;
+        if (finite) {
+          gptq_row(wd, u, cols, format, compensated);
+          residual(compensated);
+          const double gptq_err = quadratic_form(*h, d);
+          if (gptq_err < nearest_err) chosen = &compensated, err = gptq_err, ++sums.gptq_rows;
+        }
+        for (std::int64_t c = 0; c < cols; ++c) d[static_cast<std::size_t>(c)] = row[static_cast<std::size_t>(c)];
+        sums.out_signal += quadratic_form(*h, d);
+        sums.out_noise += err;
+        sums.nearest_noise += nearest_err;
+      }
+      for (std::int64_t g = 0; g < groups; ++g) {
+        const GroupFit& fit = chosen->fits[static_cast<std::size_t>(g)];
+        if (format.zero_points) q.zero_points[static_cast<std::size_t>(r * groups + g)] = static_cast<std::uint8_t>(fit.zero);
+        put_scale(q.scales, static_cast<std::size_t>(r * groups + g), fit.scale, f16);
+      }
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const float v = row[static_cast<std::size_t>(c)];
+        const GroupFit& fit = chosen->fits[static_cast<std::size_t>(c / format.group)];
+        const int v_q = chosen->q[static_cast<std::size_t>(c)];
+        const double back = static_cast<double>(v_q - fit.zero) * fit.scale;
+        sums.signal += static_cast<double>(v) * v;
+        sums.noise += (v - back) * (v - back);
+        if (int8) {
+          q.data[static_cast<std::size_t>(r * cols + c)] = static_cast<std::uint8_t>(static_cast<std::int8_t>(v_q));
+        } else {
+          std::uint8_t& b = q.data[static_cast<std::size_t>(r * (cols / 2) + c / 2)];
+          b = static_cast<std::uint8_t>(c % 2 == 0 ? (b & 0xF0) | v_q : (b & 0x0F) | (v_q << 4));
+        }
+      }
+    }
+  };
+  // The int4 scale search costs ~4 us per 1,000 weights; GPTQ ~cols^2 per row.
+  const std::int64_t work = q.calibrated ? rows * cols * cols / 64 : rows * cols;
+  const std::int64_t threads =
+      std::clamp<std::int64_t>(static_cast<std::int64_t>(std::thread::hardware_concurrency()), 1,
+                               std::clamp<std::int64_t>(work / (1 << 18), 1, rows));
+  std::vector<RowSums> sums(static_cast<std::size_t>(threads));
+  std::vector<std::thread> workers;
+  for (std::int64_t t = 1; t < threads; ++t) {
+    workers.emplace_back([&, t] { quantize_rows(rows * t / threads, rows * (t + 1) / threads, sums[static_cast<std::size_t>(t)]); });
+  }
+  quantize_rows(0, rows / threads, sums[0]);
+  for (std::thread& worker : workers) worker.join();
+  RowSums total;
+  for (const RowSums& s : sums) {
+    total.signal += s.signal, total.noise += s.noise;
+    total.out_signal += s.out_signal, total.out_noise += s.out_noise, total.nearest_noise += s.nearest_noise;
+    total.gptq_rows += s.gptq_rows;
+  }
+  q.sqnr_db = db(total.signal, total.noise);
+  if (q.calibrated) {
+    q.output_sqnr_db = db(total.out_signal, total.out_noise);
+    q.nearest_output_sqnr_db = db(total.out_signal, total.nearest_noise);
+    q.gptq_rows = total.gptq_rows;
+  }
+  return q;
+}
+
+}  // namespace kiln::cli::quant

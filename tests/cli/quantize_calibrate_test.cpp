@@ -1,0 +1,201 @@
+// `kiln quantize --calibrate DIR` (GPTQ): a traced MLP whose inputs are correlated, as a
+// network's are; its layers quantized with and without calibration and compared with the
+// f32 bundle on inputs the calibration never saw; the report; refusals of bad folders.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli_testutil.h"
+#include "kiln/export/export.h"
+#include "kiln/export/ops.h"
+#include "kiln/runtime/bundle.h"
+#include "kiln/runtime/npy.h"
+#include "kiln/runtime/program.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr std::int64_t kIn = 128, kRank = 12;
+
+cli_test::CommandResult kiln_cmd(const std::string& args, bool stderr_too = true) {
+  return cli_test::shell(std::string(KILN_BIN) + " " + args + (stderr_too ? " 2>&1" : " 2>/dev/null"));
+}
+
+// `rows` inputs x = z A + 0.05 noise (A fixed: 12 factors drive the 128 channels).
+HostTensor correlated(std::int64_t rows, unsigned sample_seed) {
+  std::mt19937 a_rng(7), rng(sample_seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> a(static_cast<std::size_t>(kRank * kIn)), x(static_cast<std::size_t>(rows * kIn));
+  for (float& v : a) v = normal(a_rng);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::vector<float> z(static_cast<std::size_t>(kRank));
+    for (float& v : z) v = normal(rng);
+    for (std::int64_t j = 0; j < kIn; ++j) {
+      float s = 0.05f * normal(rng);
+      for (std::int64_t t = 0; t < kRank; ++t) s += z[static_cast<std::size_t>(t)] * a[static_cast<std::size_t>(t * kIn + j)];
+      x[static_cast<std::size_t>(r * kIn + j)] = s;
+    }
+  }
+  HostTensor t{DType::kF32, {rows, kIn}, std::vector<std::uint8_t>(x.size() * 4)};
+  std::memcpy(t.data.data(), x.data(), t.data.size());
+  return t;
+}
+
+std::vector<float> run_bundle(const std::string& file, const HostTensor& x) {
+  auto bundle = Bundle::open(file);
+  EXPECT_TRUE(bundle.ok()) << bundle.status().message();
+  if (!bundle.ok()) return {};
+  auto program = Program::load(std::move(bundle).value());
+  EXPECT_TRUE(program.ok()) << program.status().message();
+  if (!program.ok()) return {};
+  Session session(**program);
+  const std::vector<HostValue> in{HostValue::of(x)};
+  auto r = session.run(in);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  if (!r.ok()) return {};
+  std::vector<float> out(static_cast<std::size_t>(r->outputs[0].tensor.numel()));
+  std::memcpy(out.data(), r->outputs[0].tensor.data.data(), out.size() * 4);
+  return out;
+}
+
+double sqnr_db(const std::vector<float>& want, const std::vector<float>& got) {
+  double signal = 0, noise = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) signal += double(want[i]) * want[i], noise += (double(want[i]) - got[i]) * (double(want[i]) - got[i]);
+  return 10 * std::log10(signal / noise);
+}
+
+class QuantizeCalibrate : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("kiln_quantize_calibrate_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    // x -> linear (reads the graph input) -> gelu -> linear -> matmul with a constant B.
+    const Tensor w1 = Tensor::randn({256, kIn}, 41), b1 = Tensor::randn({256}, 42), w2 = Tensor::randn({96, 256}, 43),
+                 m = Tensor::randn({96, 64}, 44);
+    auto mlp = export_program([&](Tensor x) { return matmul(linear(gelu(linear(x, w1, b1)), w2), m); },
+                              {input("x", Tensor::randn({4, kIn}, 45), {Dim("batch", 1, 512)})}, {.name = "mlp"});
+    ASSERT_TRUE(mlp.ok()) << mlp.status().message();
+    ASSERT_TRUE(mlp->save(path("mlp.kiln")).ok());
+    // Eight calibration runs of 64 rows each.
+    for (int run = 0; run < 8; ++run) {
+      const fs::path run_dir = dir_ / "calib" / ("run" + std::to_string(run));
+      fs::create_directories(run_dir);
+      ASSERT_TRUE(write_npy((run_dir / "x.npy").string(), correlated(64, 100 + run)).ok());
+    }
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static std::string path(const std::string& name) { return (dir_ / name).string(); }
+  static fs::path dir_;
+};
+fs::path QuantizeCalibrate::dir_;
+
+TEST_F(QuantizeCalibrate, GptqLowersTheOutputErrorOnInputsTheCalibrationDidNotSee) {
+  const auto plain = kiln_cmd("quantize " + path("mlp.kiln") + " -o " + path("mlp.q4.kiln") + " --weights int4 --json", false);
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  const auto r = kiln_cmd("quantize " + path("mlp.kiln") + " -o " + path("mlp.gptq.kiln") + " --weights int4 --embed-head int4 --calibrate " +
+                              path("calib") + " --json",
+                          false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json j = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["calibration"]["runs"], 8);
+  EXPECT_EQ(j["calibration"]["passes"], 1);
+  ASSERT_EQ(j["layers"].size(), 3u);
+  for (const json& l : j["layers"]) {
+    SCOPED_TRACE(l.dump());
+    EXPECT_EQ(l["quantized"], true);
+    const json& c = l["calibration"];
+    ASSERT_EQ(c["calibrated"], true);
+    EXPECT_EQ(c["rows"], 8 * 64);  // every run's 64 rows reached each layer
+    EXPECT_GT(c["output_sqnr_db"].get<double>(), c["nearest_output_sqnr_db"].get<double>());
+    EXPECT_GT(c["gptq_rows"].get<std::int64_t>(), 0);
+    EXPECT_EQ(c["damp_fraction"], 0.01);
+  }
+  // The first layer reads the graph input, whose channels are correlated: the largest gain.
+  const json& first = j["layers"][0]["calibration"];
+  EXPECT_GT(first["output_sqnr_db"].get<double>(), first["nearest_output_sqnr_db"].get<double>() + 3.0);
+  // On inputs the calibration never saw: closer to f32 than rounding to nearest.
+  const HostTensor x = correlated(32, 999);
+  const std::vector<float> want = run_bundle(path("mlp.kiln"), x);
+  const double gptq = sqnr_db(want, run_bundle(path("mlp.gptq.kiln"), x));
+  const double nearest = sqnr_db(want, run_bundle(path("mlp.q4.kiln"), x));
+  RecordProperty("gptq_sqnr_db", std::to_string(gptq));
+  RecordProperty("nearest_sqnr_db", std::to_string(nearest));
+  EXPECT_GT(gptq, nearest + 2.0) << "GPTQ " << gptq << " dB, rounding to nearest " << nearest << " dB";
+  EXPECT_EQ(kiln_cmd("validate " + path("mlp.gptq.kiln")).code, 0);
+  const auto inspect = kiln_cmd("inspect " + path("mlp.gptq.kiln"));
+  EXPECT_NE(inspect.out.find("GPTQ on 8 calibration run(s)"), std::string::npos) << inspect.out;
+}
+
+TEST_F(QuantizeCalibrate, TextReportShowsTheOutputSqnrOfBothWaysAndWhyALayerWasNotCalibrated) {
+  // An embedding feeding a linear: the table cannot be calibrated (its input is ids).
+  const Tensor table = Tensor::randn({50, 64}, 51), w = Tensor::randn({32, 64}, 52);
+  std::vector<std::int64_t> ids{1, 2, 3};
+  auto model = export_program([&](Tensor i) { return linear(embedding(table, i), w); },
+                              {input("ids", Tensor::from_ints({3}, ids))}, {.name = "emb"});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_TRUE(model->save(path("emb.kiln")).ok());
+  const fs::path run = dir_ / "emb_calib";
+  fs::create_directories(run);  // the folder itself is the one run
+  std::vector<std::int64_t> tokens;
+  for (int i = 0; i < 3; ++i) tokens.push_back((i * 7) % 50);
+  HostTensor t{DType::kI64, {3}, std::vector<std::uint8_t>(tokens.size() * 8)};
+  std::memcpy(t.data.data(), tokens.data(), t.data.size());
+  ASSERT_TRUE(write_npy((run / "ids.npy").string(), t).ok());
+  const auto r = kiln_cmd("quantize " + path("emb.kiln") + " -o " + path("emb.q4.kiln") + " --weights int4 --embed-head int4 --calibrate " +
+                          run.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("GPTQ on 1 calibration run(s) of " + run.string()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("out dB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("RTN dB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("not calibrated: an embedding table (its input is token ids)"), std::string::npos) << r.out;
+}
+
+TEST_F(QuantizeCalibrate, RefusesFoldersThatAreNotRunsAndLeavesNoOutput) {
+  const std::string base = "quantize " + path("mlp.kiln") + " -o " + path("bad.kiln") + " --weights int4 --calibrate ";
+  auto r = kiln_cmd(base + path("no_such_folder"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("no_such_folder: not a directory (a folder of runs, each holding <input>.npy)"), std::string::npos) << r.out;
+  r = kiln_cmd(base + path("mlp.kiln"));  // a file
+  EXPECT_EQ(r.code, 1) << r.out;
+  // A run without the input's file.
+  fs::create_directories(dir_ / "missing" / "run0");
+  r = kiln_cmd(base + path("missing"));
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("calibration run " + path("missing/run0") + ": " + path("missing/run0/x.npy") + " is missing (input 'x')"),
+            std::string::npos)
+      << r.out;
+  // The wrong inner dim: checked like kiln run's inputs.
+  fs::create_directories(dir_ / "shape" / "run0");
+  HostTensor narrow{DType::kF32, {2, 3}, std::vector<std::uint8_t>(24, 0)};
+  ASSERT_TRUE(write_npy(path("shape/run0/x.npy"), narrow).ok());
+  r = kiln_cmd(base + path("shape"));
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("calibration run " + path("shape/run0")), std::string::npos) << r.out;
+  // x.npy a directory, a FIFO, and truncated.
+  fs::create_directories(dir_ / "hostile" / "a" / "x.npy");
+  r = kiln_cmd(base + path("hostile"));
+  EXPECT_EQ(r.code, 3) << r.out;
+  fs::create_directories(dir_ / "fifo" / "run0");
+  ASSERT_EQ(::mkfifo(path("fifo/run0/x.npy").c_str(), 0600), 0);
+  r = kiln_cmd(base + path("fifo"));
+  EXPECT_EQ(r.code, 3) << r.out;
+  fs::create_directories(dir_ / "short" / "run0");
+  fs::copy_file(dir_ / "calib" / "run0" / "x.npy", dir_ / "short" / "run0" / "x.npy");
+  fs::resize_file(dir_ / "short" / "run0" / "x.npy", 200);
+  r = kiln_cmd(base + path("short"));
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_FALSE(fs::exists(path("bad.kiln")));
+}
+
+}  // namespace
+}  // namespace kiln

@@ -35,12 +35,14 @@ struct Calibration::Target {
 
 Calibration::~Calibration() = default;
 
-Result<std::unique_ptr<Calibration>> Calibration::open(const std::string& bundle_path, const std::string& dir) {
+Result<std::unique_ptr<Calibration>> Calibration::open(const std::string& bundle_path, const std::string& dir,
+                                                       std::uint64_t memory_bytes) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return Status(StatusCode::kUsage, "--calibrate " + dir + ": not a directory (a folder of runs, each holding <input>.npy)");
   }
   std::unique_ptr<Calibration> c(new Calibration());
+  c->memory_bytes_ = memory_bytes;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code type_error;
     if (it->is_directory(type_error)) c->runs_.push_back(it->path().string());
@@ -114,14 +116,13 @@ void Calibration::find_targets() {
 }
 
 Status Calibration::measure_from(std::size_t first) {
-  constexpr std::uint64_t kBudget = 1ull << 30;
   for (auto& t : targets_) t->sums.reset(), t->mean = {}, t->measured = false;
   // Targets [first, last): the moments of as many as fit (sums and means: 2 k^2 doubles).
   std::size_t last = first;
   std::uint64_t bytes = 0;
   while (last < targets_.size()) {
     const std::uint64_t need = 2 * static_cast<std::uint64_t>(targets_[last]->k) * static_cast<std::uint64_t>(targets_[last]->k) * 8;
-    if (last > first && bytes + need > kBudget) break;
+    if (last > first && bytes + need > memory_bytes_) break;
     bytes += need;
     ++last;
   }

@@ -24,15 +24,18 @@ class Calibration {
   /// time, with activation fusion off so that every node's output is observed.
   /// kUsage when `dir` is not a directory or holds no run, or an input's name cannot be a
   /// file name; the loader's errors otherwise.
-  static Result<std::unique_ptr<Calibration>> open(const std::string& bundle_path, const std::string& dir);
+  /// `memory_bytes`: the most memory the moments of one pass over the runs may take.
+  static Result<std::unique_ptr<Calibration>> open(const std::string& bundle_path, const std::string& dir,
+                                                   std::uint64_t memory_bytes = std::uint64_t{1} << 30);
   ~Calibration();
 
   /// The mean x x^T (k x k, row-major) of the inputs of every linear (weight input 1) and
   /// matmul (constant B, `transposed`) node whose weight is constant `constant` of the
   /// bundle, over all runs; nullptr when no such node ran or its input could not be
   /// observed (`why` says which). Moments are measured in passes over the runs, each for
-  /// as many layers as fit in 1 GiB of moments (in the order of the nodes, the order the
-  /// quantizer asks in), so a model larger than that runs the calibration more than once.
+  /// as many layers as fit in `memory_bytes` (2 k^2 doubles a layer; at least one layer a
+  /// pass), in the order of the nodes, the order the quantizer asks in: a model larger
+  /// than that runs the calibration more than once.
   /// Errors: a run whose inputs are invalid or whose run fails, with the run's path.
   Result<const std::vector<double>*> moments(std::uint32_t constant, bool transposed, std::string& why);
 
@@ -51,6 +54,7 @@ class Calibration {
 
   std::shared_ptr<const Program> program_;
   std::vector<std::string> runs_;
+  std::uint64_t memory_bytes_ = 0;
   std::vector<std::unique_ptr<Target>> targets_;
   std::map<std::pair<std::uint32_t, bool>, std::size_t> target_index_;
   int passes_ = 0;

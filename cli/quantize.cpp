@@ -44,6 +44,7 @@ struct QuantizeOptions {
   std::string embed_head;  // int8, int4 or f32; default: int8 with --weights int4, else --weights
   std::string scales = "mse";  // mse (per-group scale search) or max (plain range mapping)
   std::string calibrate;       // a folder of calibration runs: GPTQ (cli/calibrate.h)
+  std::int64_t calibration_memory_mib = 1024;
   bool json = false;
 };
 
@@ -123,6 +124,10 @@ Status check_options(QuantizeOptions& o, std::set<std::string>& ops) {
     return Status(StatusCode::kUsage, "--embed-head must be int8, int4 or f32");
   }
   if (o.scales != "mse" && o.scales != "max") return Status(StatusCode::kUsage, "--scales must be mse or max");
+  if (o.calibration_memory_mib < 1 || o.calibration_memory_mib > (std::int64_t{1} << 30)) {
+    return Status(StatusCode::kUsage, "--calibration-memory " + std::to_string(o.calibration_memory_mib) +
+                                          " must be between 1 and 2^30 MiB");
+  }
   if (o.zero_points && o.weights == "int8") {
     return Status(StatusCode::kUsage, "--zero-points is for int4 (int8 is symmetric per output channel)");
   }
@@ -588,7 +593,8 @@ int run_quantize(QuantizeOptions o) {
   std::unique_ptr<fb::ProgramT> program(bundle.program().UnPack());
   std::unique_ptr<Calibration> calibration;
   if (!o.calibrate.empty()) {
-    auto opened_calibration = Calibration::open(o.input, o.calibrate);
+    auto opened_calibration =
+        Calibration::open(o.input, o.calibrate, static_cast<std::uint64_t>(o.calibration_memory_mib) << 20);
     if (!opened_calibration.ok()) return report_error(opened_calibration.status(), o.json);
     calibration = std::move(opened_calibration).value();
   }
@@ -709,6 +715,10 @@ Command add_quantize(CLI::App& app) {
                  "a folder of calibration runs (one subfolder per run, or the folder itself, holding <input>.npy for "
                  "every input): GPTQ spreads each weight column's rounding error over the columns not yet quantized, "
                  "weighted by the layer's inputs on these runs");
+  app.add_option("--calibration-memory", o->calibration_memory_mib,
+                 "MiB: the most memory the input moments of one calibration pass may take (2 K^2 doubles per layer of "
+                 "input dim K); layers beyond it are measured in further passes over the runs")
+      ->capture_default_str();
   app.add_flag("--json", o->json, "machine-readable report on stdout");
   app.footer("Example:\n  kiln quantize model.kiln -o model.q4.kiln --weights int4 --group 32\n"
              "  kiln quantize model.kiln -o model.q4.kiln --weights int4 --embed-head int4   (every layer int4)\n"

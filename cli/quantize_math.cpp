@@ -23,6 +23,18 @@ int level(float v, float inv, int zero, int qmin, int qmax) {
 namespace {
 
 int qmin_of(int bits) { return bits == 8 ? -127 : 0; }
+
+// a . b with eight partial sums: independent chains the compiler can keep in vector
+// registers (a single running sum is one add's latency per element).
+double dot(const double* a, const double* b, std::int64_t n) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  }
+  for (; i < n; ++i) acc[0] += a[i] * b[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
 int qmax_of(int bits) { return bits == 8 ? 127 : 15; }
 
 // Squared error of v[0, n) quantized with (scale, zero); also the sums v (q - z) and
@@ -39,6 +51,23 @@ double group_error(const float* v, std::int64_t n, float scale, int zero, int qm
     qq += static_cast<double>(q) * q;
   }
   return err;
+}
+
+// f(i) for every i in [begin, end), on up to hardware_concurrency threads when `work`
+// (multiply-adds) makes it worth starting them.
+template <typename F>
+void parallel_rows(std::int64_t begin, std::int64_t end, std::int64_t work, const F& f) {
+  const std::int64_t threads = std::clamp<std::int64_t>(static_cast<std::int64_t>(std::thread::hardware_concurrency()), 1,
+                                                        std::clamp<std::int64_t>(work / (1 << 20), 1, std::max<std::int64_t>(1, end - begin)));
+  std::vector<std::thread> workers;
+  const std::int64_t n = end - begin;
+  for (std::int64_t t = 1; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      for (std::int64_t i = begin + n * t / threads; i < begin + n * (t + 1) / threads; ++i) f(i);
+    });
+  }
+  for (std::int64_t i = begin; i < begin + n / threads; ++i) f(i);
+  for (std::thread& w : workers) w.join();
 }
 
 }  // namespace
@@ -114,10 +143,7 @@ void InputMoments::add(const float* x, std::int64_t rows) {
       const double* ti = t.data() + i * kBlock;
       double* s = sum_.data() + i * k_;
       for (std::int64_t j = i; j < k_; ++j) {
-        const double* tj = t.data() + j * kBlock;
-        double acc = 0;
-        for (std::int64_t b = 0; b < n; ++b) acc += ti[b] * tj[b];
-        s[j] += acc;
+        s[j] += dot(ti, t.data() + j * kBlock, n);
       }
     }
     rows_ += n;
@@ -146,45 +172,67 @@ Result<std::vector<double>> gptq_factor(const std::vector<double>& h, std::int64
   const double damp = damp_fraction * diag_mean;
   // With P the order reversal, the lower Cholesky factor L of P (H + damp I) P gives
   // U = P L^-1 P, upper triangular, with U^T U = (H + damp I)^-1: one factorization and
-  // one triangular inverse.
+  // one triangular inverse. Both run in panels of kPanel rows, so that a row of the
+  // matrix (k doubles) is read from memory once per panel, not once per row.
+  constexpr std::int64_t kPanel = 32;
   std::vector<double> l(static_cast<std::size_t>(k * k), 0.0);
-  for (std::int64_t j = 0; j < k; ++j) {
-    for (std::int64_t i = j; i < k; ++i) {
-      const std::int64_t hi = k - 1 - i, hj = k - 1 - j;
-      double s = h[at(hi, hj)];
-      if (i == j) s = (s == 0 ? 1.0 : s) + damp;
-      const double* li = l.data() + i * k;
+  for (std::int64_t j0 = 0; j0 < k; j0 += kPanel) {
+    const std::int64_t j1 = std::min(k, j0 + kPanel);
+    // Every row i >= j0: its entries in the panel's columns, less the columns before j0.
+    parallel_rows(j0, k, (k - j0) * (j1 - j0) * j0, [&](std::int64_t i) {
+      double* li = l.data() + i * k;
+      for (std::int64_t j = j0; j < std::min(j1, i + 1); ++j) {
+        double s = h[at(k - 1 - i, k - 1 - j)];
+        if (i == j) s = (s == 0 ? 1.0 : s) + damp;
+        li[j] = s - dot(li, l.data() + j * k, j0);
+      }
+    });
+    // The panel's columns, one after another.
+    for (std::int64_t j = j0; j < j1; ++j) {
       const double* lj = l.data() + j * k;
-      for (std::int64_t p = 0; p < j; ++p) s -= li[p] * lj[p];
-      if (i == j) {
-        if (!(s > 0) || !std::isfinite(s)) {
-          return Status(StatusCode::kInvalidInput, "the inputs' second-moment matrix is not positive definite with " +
-                                                       std::to_string(damp_fraction * 100) + " % damping");
-        }
-        l[at(i, i)] = std::sqrt(s);
-      } else {
-        l[at(i, j)] = s / l[at(j, j)];
+      const double pivot = lj[j] - dot(lj + j0, lj + j0, j - j0);
+      if (!(pivot > 0) || !std::isfinite(pivot)) {
+        return Status(StatusCode::kInvalidInput, "the inputs' second-moment matrix is not positive definite with " +
+                                                     std::to_string(damp_fraction * 100) + " % damping");
+      }
+      const double root = std::sqrt(pivot);
+      l[at(j, j)] = root;
+      for (std::int64_t i = j + 1; i < k; ++i) {
+        double* li = l.data() + i * k;
+        li[j] = (li[j] - dot(li + j0, lj + j0, j - j0)) / root;
       }
     }
   }
-  // Row i of L^-1 = (e_i - sum_{p < i} L[i][p] row p of L^-1) / L[i][i].
+  // Row i of L^-1 = (e_i - sum_{p < i} L[i][p] row p of L^-1) / L[i][i]; the rows of a
+  // panel take the rows before it together, then each other in order (the same sums in
+  // the same order as row by row).
   std::vector<double> inv(static_cast<std::size_t>(k * k), 0.0);
-  for (std::int64_t i = 0; i < k; ++i) {
-    double* out = inv.data() + i * k;
-    for (std::int64_t p = 0; p < i; ++p) {
-      const double c = l[at(i, p)];
+  for (std::int64_t i0 = 0; i0 < k; i0 += kPanel) {
+    const std::int64_t i1 = std::min(k, i0 + kPanel);
+    for (std::int64_t p = 0; p < i0; ++p) {
       const double* row = inv.data() + p * k;
-      for (std::int64_t j = 0; j <= p; ++j) out[j] -= c * row[j];
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const double c = l[at(i, p)];
+        double* out = inv.data() + i * k;
+        for (std::int64_t j = 0; j <= p; ++j) out[j] -= c * row[j];
+      }
     }
-    out[i] += 1.0;
-    const double d = 1.0 / l[at(i, i)];
-    for (std::int64_t j = 0; j <= i; ++j) out[j] *= d;
+    for (std::int64_t i = i0; i < i1; ++i) {
+      double* out = inv.data() + i * k;
+      for (std::int64_t p = i0; p < i; ++p) {
+        const double c = l[at(i, p)];
+        const double* row = inv.data() + p * k;
+        for (std::int64_t j = 0; j <= p; ++j) out[j] -= c * row[j];
+      }
+      out[i] += 1.0;
+      const double d = 1.0 / l[at(i, i)];
+      for (std::int64_t j = 0; j <= i; ++j) out[j] *= d;
+    }
   }
-  std::vector<double> u(static_cast<std::size_t>(k * k), 0.0);
-  for (std::int64_t i = 0; i < k; ++i) {
-    for (std::int64_t j = i; j < k; ++j) u[at(i, j)] = inv[at(k - 1 - i, k - 1 - j)];
-  }
-  return u;
+  // U[i][j] = inv[k - 1 - i][k - 1 - j]: the flat array reversed.
+  std::vector<double>().swap(l);
+  std::reverse(inv.begin(), inv.end());
+  return inv;
 }
 
 namespace {
@@ -208,40 +256,48 @@ void round_to_nearest(const float* row, std::int64_t cols, const WeightFormat& f
   }
 }
 
-// GPTQ on one row: `w` (double, updated in place) quantized column by column.
-void gptq_row(std::vector<double>& w, const std::vector<double>& u, std::int64_t cols, const WeightFormat& f,
-              RowLevels& out) {
+// GPTQ on the n rows of `w` (n x cols doubles, updated in place), column by column. Each
+// row of U is read once per column for all n rows (from cache, not memory).
+void gptq_rows(std::vector<double>& w, std::int64_t n, const std::vector<double>& u, std::int64_t cols, const WeightFormat& f,
+               std::vector<RowLevels>& out) {
   const int qmin = qmin_of(f.bits), qmax = qmax_of(f.bits);
-  std::vector<float> block(static_cast<std::size_t>(f.group));
-  GroupFit fit;
-  float inv = 0;
+  std::vector<float> block(static_cast<std::size_t>(f.group)), inv(static_cast<std::size_t>(n));
+  std::vector<GroupFit> fit(static_cast<std::size_t>(n));
+  std::vector<double> e(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < cols; ++i) {
-    if (i % f.group == 0) {
-      for (std::int64_t c = 0; c < f.group; ++c) block[static_cast<std::size_t>(c)] = static_cast<float>(w[static_cast<std::size_t>(i + c)]);
-      fit = fit_group(block.data(), f.group, f);
-      out.fits[static_cast<std::size_t>(i / f.group)] = fit;
-      inv = fit.scale != 0 ? 1.0f / fit.scale : 0.0f;
-    }
-    const int q = level(static_cast<float>(w[static_cast<std::size_t>(i)]), inv, fit.zero, qmin, qmax);
-    out.q[static_cast<std::size_t>(i)] = q;
     const double* ui = u.data() + i * cols;
-    const double e = (w[static_cast<std::size_t>(i)] - static_cast<double>(q - fit.zero) * fit.scale) / ui[i];
-    double* rest = w.data();
-    for (std::int64_t j = i + 1; j < cols; ++j) rest[j] -= e * ui[j];
+    for (std::int64_t r = 0; r < n; ++r) {
+      const double* wr = w.data() + r * cols;
+      const auto ri = static_cast<std::size_t>(r);
+      if (i % f.group == 0) {
+        for (std::int64_t c = 0; c < f.group; ++c) block[static_cast<std::size_t>(c)] = static_cast<float>(wr[i + c]);
+        fit[ri] = fit_group(block.data(), f.group, f);
+        out[ri].fits[static_cast<std::size_t>(i / f.group)] = fit[ri];
+        inv[ri] = fit[ri].scale != 0 ? 1.0f / fit[ri].scale : 0.0f;
+      }
+      const int q = level(static_cast<float>(wr[i]), inv[ri], fit[ri].zero, qmin, qmax);
+      out[ri].q[static_cast<std::size_t>(i)] = q;
+      e[ri] = (wr[i] - static_cast<double>(q - fit[ri].zero) * fit[ri].scale) / ui[i];
+    }
+    for (std::int64_t r = 0; r < n; ++r) {
+      double* wr = w.data() + r * cols;
+      const double er = e[static_cast<std::size_t>(r)];
+      for (std::int64_t j = i + 1; j < cols; ++j) wr[j] -= er * ui[j];
+    }
   }
 }
 
-// d^T H d for symmetric H (its upper triangle read).
-double quadratic_form(const std::vector<double>& h, const std::vector<double>& d) {
-  const std::int64_t k = static_cast<std::int64_t>(d.size());
-  double total = 0;
+// out[t] = v_t^T H v_t for the m vectors v (k each) and symmetric H (its upper triangle
+// read, each row once for all m vectors).
+void quadratic_forms(const std::vector<double>& h, std::int64_t k, const std::vector<const double*>& v, std::vector<double>& out) {
+  out.assign(v.size(), 0.0);
   for (std::int64_t i = 0; i < k; ++i) {
     const double* hi = h.data() + i * k;
-    double acc = 0;
-    for (std::int64_t j = i + 1; j < k; ++j) acc += hi[j] * d[static_cast<std::size_t>(j)];
-    total += d[static_cast<std::size_t>(i)] * (hi[i] * d[static_cast<std::size_t>(i)] + 2.0 * acc);
+    for (std::size_t t = 0; t < v.size(); ++t) {
+      const double* d = v[t];
+      out[t] += d[i] * (hi[i] * d[i] + 2.0 * dot(hi + i + 1, d + i + 1, k - i - 1));
+    }
   }
-  return total;
 }
 
 void put_scale(std::vector<std::uint8_t>& out, std::size_t index, float s, bool f16) {
@@ -288,61 +344,84 @@ QuantizedWeight quantize_weight(const float* w, std::int64_t rows, std::int64_t 
     }
     q.calibrated = !u.empty();
   }
-  // Rows [r0, r1): each row writes its own bytes, scales and zero points.
+  // Rows [r0, r1), in blocks of kBlock: each row writes its own bytes, scales and zero
+  // points.
+  constexpr std::int64_t kBlock = 16;
   auto quantize_rows = [&](std::int64_t r0, std::int64_t r1, RowSums& sums) {
-    std::vector<float> row(static_cast<std::size_t>(cols));
-    std::vector<double> wd(static_cast<std::size_t>(cols)), d(wd.size());
-    RowLevels nearest{std::vector<int>(row.size()), std::vector<GroupFit>(static_cast<std::size_t>(groups))};
-    RowLevels compensated = nearest;
-    // d = row - dequantized levels.
-    auto residual = [&](const RowLevels& lv) {
+    const auto k = static_cast<std::size_t>(cols);
+    std::vector<float> rowf(kBlock * k);
+    std::vector<bool> finite(kBlock);
+    // Per row of the block: the row (double), GPTQ's working copy, and the residuals of
+    // both ways (row - dequantized levels).
+    std::vector<double> wd(kBlock * k), work(kBlock * k), d_nearest(kBlock * k), d_gptq(kBlock * k);
+    const RowLevels empty{std::vector<int>(k), std::vector<GroupFit>(static_cast<std::size_t>(groups))};
+    std::vector<RowLevels> nearest(kBlock, empty), compensated(kBlock, empty);
+    std::vector<double> forms;
+    auto residual = [&](const float* row, const RowLevels& lv, double* d) {
       for (std::int64_t c = 0; c < cols; ++c) {
         const GroupFit& fit = lv.fits[static_cast<std::size_t>(c / format.group)];
-        d[static_cast<std::size_t>(c)] =
-            static_cast<double>(row[static_cast<std::size_t>(c)]) - static_cast<double>(lv.q[static_cast<std::size_t>(c)] - fit.zero) * fit.scale;
+        d[c] = static_cast<double>(row[c]) - static_cast<double>(lv.q[static_cast<std::size_t>(c)] - fit.zero) * fit.scale;
       }
     };
-    for (std::int64_t r = r0; r < r1; ++r) {
-      bool finite = true;
-      for (std::int64_t c = 0; c < cols; ++c) {
-        row[static_cast<std::size_t>(c)] = transposed ? w[c * rows + r] : w[r * cols + c];
-        finite = finite && std::isfinite(row[static_cast<std::size_t>(c)]);
-      }
-      round_to_nearest(row.data(), cols, format, nearest);
-      const RowLevels* chosen = &nearest;
-      if (q.calibrated) {
-        for (std::int64_t c = 0; c < cols; ++c) wd[static_cast<std::size_t>(c)] = row[static_cast<std::size_t>(c)];
-        residual(nearest);
-        const double nearest_err = quadratic_form(*h, d);
-        double err = nearest_err;
-        if (finite) {
-          gptq_row(wd, u, cols, format, compensated);
-          residual(compensated);
-          const double gptq_err = quadratic_form(*h, d);
-          if (gptq_err < nearest_err) chosen = &compensated, err = gptq_err, ++sums.gptq_rows;
+    for (std::int64_t b0 = r0; b0 < r1; b0 += kBlock) {
+      const std::int64_t n = std::min(kBlock, r1 - b0);
+      for (std::int64_t t = 0; t < n; ++t) {
+        float* row = rowf.data() + t * cols;
+        const std::int64_t r = b0 + t;
+        bool ok = true;
+        for (std::int64_t c = 0; c < cols; ++c) {
+          row[c] = transposed ? w[c * rows + r] : w[r * cols + c];
+          ok = ok && std::isfinite(row[c]);
         }
-        for (std::int64_t c = 0; c < cols; ++c) d[static_cast<std::size_t>(c)] = row[static_cast<std::size_t>(c)];
-        sums.out_signal += quadratic_form(*h, d);
-        sums.out_noise += err;
-        sums.nearest_noise += nearest_err;
+        finite[static_cast<std::size_t>(t)] = ok;
+        round_to_nearest(row, cols, format, nearest[static_cast<std::size_t>(t)]);
       }
-      for (std::int64_t g = 0; g < groups; ++g) {
-        const GroupFit& fit = chosen->fits[static_cast<std::size_t>(g)];
-        if (format.zero_points) q.zero_points[static_cast<std::size_t>(r * groups + g)] = static_cast<std::uint8_t>(fit.zero);
-        put_scale(q.scales, static_cast<std::size_t>(r * groups + g), fit.scale, f16);
+      std::vector<const RowLevels*> chosen(static_cast<std::size_t>(n));
+      for (std::int64_t t = 0; t < n; ++t) chosen[static_cast<std::size_t>(t)] = &nearest[static_cast<std::size_t>(t)];
+      if (q.calibrated) {
+        for (std::size_t i = 0; i < static_cast<std::size_t>(n) * k; ++i) wd[i] = work[i] = rowf[i];
+        gptq_rows(work, n, u, cols, format, compensated);
+        std::vector<const double*> vectors;
+        for (std::int64_t t = 0; t < n; ++t) {
+          const float* row = rowf.data() + t * cols;
+          residual(row, nearest[static_cast<std::size_t>(t)], d_nearest.data() + t * cols);
+          residual(row, compensated[static_cast<std::size_t>(t)], d_gptq.data() + t * cols);
+          vectors.insert(vectors.end(), {d_nearest.data() + t * cols, d_gptq.data() + t * cols, wd.data() + t * cols});
+        }
+        quadratic_forms(*h, cols, vectors, forms);
+        for (std::int64_t t = 0; t < n; ++t) {
+          const auto ti = static_cast<std::size_t>(t);
+          const double nearest_err = forms[3 * ti], gptq_err = forms[3 * ti + 1], signal = forms[3 * ti + 2];
+          if (!finite[ti]) continue;  // rounding to nearest; not counted in the output SQNR
+          double err = nearest_err;
+          if (gptq_err < nearest_err) chosen[ti] = &compensated[ti], err = gptq_err, ++sums.gptq_rows;
+          sums.out_signal += signal;
+          sums.out_noise += err;
+          sums.nearest_noise += nearest_err;
+        }
       }
-      for (std::int64_t c = 0; c < cols; ++c) {
-        const float v = row[static_cast<std::size_t>(c)];
-        const GroupFit& fit = chosen->fits[static_cast<std::size_t>(c / format.group)];
-        const int v_q = chosen->q[static_cast<std::size_t>(c)];
-        const double back = static_cast<double>(v_q - fit.zero) * fit.scale;
-        sums.signal += static_cast<double>(v) * v;
-        sums.noise += (v - back) * (v - back);
-        if (int8) {
-          q.data[static_cast<std::size_t>(r * cols + c)] = static_cast<std::uint8_t>(static_cast<std::int8_t>(v_q));
-        } else {
-          std::uint8_t& b = q.data[static_cast<std::size_t>(r * (cols / 2) + c / 2)];
-          b = static_cast<std::uint8_t>(c % 2 == 0 ? (b & 0xF0) | v_q : (b & 0x0F) | (v_q << 4));
+      for (std::int64_t t = 0; t < n; ++t) {
+        const std::int64_t r = b0 + t;
+        const RowLevels& lv = *chosen[static_cast<std::size_t>(t)];
+        const float* row = rowf.data() + t * cols;
+        for (std::int64_t g = 0; g < groups; ++g) {
+          const GroupFit& fit = lv.fits[static_cast<std::size_t>(g)];
+          if (format.zero_points) q.zero_points[static_cast<std::size_t>(r * groups + g)] = static_cast<std::uint8_t>(fit.zero);
+          put_scale(q.scales, static_cast<std::size_t>(r * groups + g), fit.scale, f16);
+        }
+        for (std::int64_t c = 0; c < cols; ++c) {
+          const float v = row[c];
+          const GroupFit& fit = lv.fits[static_cast<std::size_t>(c / format.group)];
+          const int v_q = lv.q[static_cast<std::size_t>(c)];
+          const double back = static_cast<double>(v_q - fit.zero) * fit.scale;
+          sums.signal += static_cast<double>(v) * v;
+          sums.noise += (v - back) * (v - back);
+          if (int8) {
+            q.data[static_cast<std::size_t>(r * cols + c)] = static_cast<std::uint8_t>(static_cast<std::int8_t>(v_q));
+          } else {
+            std::uint8_t& b = q.data[static_cast<std::size_t>(r * (cols / 2) + c / 2)];
+            b = static_cast<std::uint8_t>(c % 2 == 0 ? (b & 0xF0) | v_q : (b & 0x0F) | (v_q << 4));
+          }
         }
       }
     }

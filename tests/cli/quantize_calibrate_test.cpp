@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -65,6 +66,11 @@ std::vector<float> run_bundle(const std::string& file, const HostTensor& x) {
   std::vector<float> out(static_cast<std::size_t>(r->outputs[0].tensor.numel()));
   std::memcpy(out.data(), r->outputs[0].tensor.data.data(), out.size() * 4);
   return out;
+}
+
+std::string file_bytes(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 double sqnr_db(const std::vector<float>& want, const std::vector<float>& got) {
@@ -132,6 +138,14 @@ TEST_F(QuantizeCalibrate, GptqLowersTheOutputErrorOnInputsTheCalibrationDidNotSe
   RecordProperty("nearest_sqnr_db", std::to_string(nearest));
   EXPECT_GT(gptq, nearest + 2.0) << "GPTQ " << gptq << " dB, rounding to nearest " << nearest << " dB";
   EXPECT_EQ(kiln_cmd("validate " + path("mlp.gptq.kiln")).code, 0);
+  // With 1 MiB for moments, the second layer's (K 256: 2 x 256^2 doubles, 1 MiB) fit no
+  // other layer's beside them: three passes over the runs, the same bytes.
+  const auto small = kiln_cmd("quantize " + path("mlp.kiln") + " -o " + path("mlp.gptq3.kiln") +
+                                  " --weights int4 --embed-head int4 --calibration-memory 1 --calibrate " + path("calib") + " --json",
+                              false);
+  ASSERT_EQ(small.code, 0) << small.out;
+  EXPECT_EQ(json::parse(small.out, nullptr, false)["calibration"]["passes"], 3) << small.out;
+  EXPECT_EQ(file_bytes(path("mlp.gptq3.kiln")), file_bytes(path("mlp.gptq.kiln")));
   const auto inspect = kiln_cmd("inspect " + path("mlp.gptq.kiln"));
   EXPECT_NE(inspect.out.find("GPTQ on 8 calibration run(s)"), std::string::npos) << inspect.out;
 }
@@ -167,6 +181,9 @@ TEST_F(QuantizeCalibrate, RefusesFoldersThatAreNotRunsAndLeavesNoOutput) {
   EXPECT_NE(r.out.find("no_such_folder: not a directory (a folder of runs, each holding <input>.npy)"), std::string::npos) << r.out;
   r = kiln_cmd(base + path("mlp.kiln"));  // a file
   EXPECT_EQ(r.code, 1) << r.out;
+  r = kiln_cmd(base + path("calib") + " --calibration-memory 0");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--calibration-memory 0 must be between 1 and 2^30 MiB"), std::string::npos) << r.out;
   // A run without the input's file.
   fs::create_directories(dir_ / "missing" / "run0");
   r = kiln_cmd(base + path("missing"));

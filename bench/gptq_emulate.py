@@ -15,7 +15,9 @@ argmax agreement and KL(p_f32 || p_q). Three ways:
               spread over the columns not yet quantized through the Cholesky factor of the
               inverse of H = E[x x^T] (1 % damping), group scales fitted when a group starts.
 Measured 2026-11-28: plain 90.4 % / 0.0343 nats, weighted 90.2 % / 0.0347, gptq 96.0 % /
-0.0112 (with one 128-byte calibration window instead of 32: gptq 93.1 % / 0.0308). Run: /usr/bin/python3 bench/gptq_emulate.py (about a minute).
+0.0112 (with one 128-byte calibration window instead of 32: gptq 93.1 % / 0.0308).
+GPTQ is now built: `kiln quantize --calibrate DIR` (cli/quantize_math.cpp; measured in
+tests/cli/quantize_decode_test.cpp, docs/QUANTIZATION.md). Run: /usr/bin/python3 bench/gptq_emulate.py (about a minute).
 """
 import os
 import sys

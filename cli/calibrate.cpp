@@ -28,6 +28,7 @@ struct Calibration::Target {
   std::vector<Use> uses;
   std::string why;  // why nothing can be observed (no use)
   std::unique_ptr<quant::InputMoments> sums;
+  std::vector<float> pending;  // this run's inputs, added to `sums` after the run
   std::vector<double> mean;  // measured (this pass)
   std::int64_t rows = 0;
   bool measured = false;
@@ -149,9 +150,12 @@ Status Calibration::measure_from(std::size_t first) {
     }
     auto inputs = parse_inputs(p, args);
     if (!inputs.ok()) return inputs.status().with_context("calibration run " + run);
+    // Copied now, added after the run: the moments then use every core (the session's
+    // threads would be spinning between nodes).
     auto add = [](Target& t, DType dtype, std::span<const std::int64_t> shape, std::span<const std::uint8_t> data) {
       if (dtype != DType::kF32 || shape.empty() || shape.back() != t.k || t.k == 0) return;
-      t.sums->add(reinterpret_cast<const float*>(data.data()), static_cast<std::int64_t>(data.size() / 4) / t.k);
+      const auto* values = reinterpret_cast<const float*>(data.data());
+      t.pending.insert(t.pending.end(), values, values + data.size() / 4 / static_cast<std::size_t>(t.k) * static_cast<std::size_t>(t.k));
     };
     bool graph_inputs_seen = false;
     SessionOptions options;
@@ -177,6 +181,11 @@ Status Calibration::measure_from(std::size_t first) {
     Session session(*program_, std::move(options));
     auto result = session.run(*inputs);
     if (!result.ok()) return result.status().with_context("calibration run " + run);
+    for (std::size_t i = first; i < last; ++i) {
+      Target& t = *targets_[i];
+      KILN_RETURN_IF_ERROR(t.sums->add(t.pending.data(), static_cast<std::int64_t>(t.pending.size()) / t.k));
+      std::vector<float>().swap(t.pending);
+    }
   }
   for (std::size_t i = first; i < last; ++i) {
     Target& t = *targets_[i];

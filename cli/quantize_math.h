@@ -48,16 +48,18 @@ int level(float v, float inv, int zero, int qmin, int qmax);
 GroupFit fit_group(const float* v, std::int64_t n, const WeightFormat& format);
 
 /// E[x x^T] of a linear layer's inputs x (rows of length k), accumulated over calibration
-/// runs in double: the "Hessian" of GPTQ's layer-wise squared output error.
+/// runs: the "Hessian" of GPTQ's layer-wise squared output error.
 class InputMoments {
  public:
   explicit InputMoments(std::int64_t k);
   std::int64_t k() const { return k_; }
   /// Rows seen so far.
   std::int64_t rows() const { return rows_; }
-  /// Adds the `rows` rows of x (row-major, k floats each). Non-finite values are counted in
-  /// nonfinite() and the rows holding them skipped.
-  void add(const float* x, std::int64_t rows);
+  /// Adds the `rows` rows of x (row-major, k floats each): x^T x of chunks of 256 rows by
+  /// the runtime's SGEMM (float, relative error ~1e-5), summed in double. A row holding a
+  /// non-finite value is skipped and counted in nonfinite_rows(). kUnavailable when the
+  /// SGEMM's buffers cannot be allocated.
+  [[nodiscard]] Status add(const float* x, std::int64_t rows);
   std::int64_t nonfinite_rows() const { return nonfinite_; }
   /// The mean x x^T (k x k, row-major, symmetric); zeros when no row was added.
   std::vector<double> mean() const;

@@ -20,6 +20,9 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi"  // the same, for clang (the fuzz preset)
+#endif
 
 namespace kiln::cpu::kernels {
 namespace simd_baseline_impl {

@@ -122,6 +122,11 @@ Status Calibration::measure_from(std::size_t first) {
   std::size_t last = first;
   std::uint64_t bytes = 0;
   while (last < targets_.size()) {
+    // A layer too wide for the budget on its own is not measured (moments() says so).
+    if (2.0 * static_cast<double>(targets_[last]->k) * static_cast<double>(targets_[last]->k) * 8 > static_cast<double>(memory_bytes_)) {
+      ++last;
+      continue;
+    }
     const std::uint64_t need = 2 * static_cast<std::uint64_t>(targets_[last]->k) * static_cast<std::uint64_t>(targets_[last]->k) * 8;
     if (last > first && bytes + need > memory_bytes_) break;
     bytes += need;
@@ -131,6 +136,7 @@ Status Calibration::measure_from(std::size_t first) {
   std::map<std::pair<std::uint32_t, std::int64_t>, std::vector<std::pair<std::uint32_t, Target*>>> watch;
   for (std::size_t i = first; i < last; ++i) {
     Target& t = *targets_[i];
+    if (2.0 * static_cast<double>(t.k) * static_cast<double>(t.k) * 8 > static_cast<double>(memory_bytes_)) continue;
     t.sums = std::make_unique<quant::InputMoments>(t.k);
     for (const Use& u : t.uses) watch[{u.graph, u.node >= 0 ? u.node : -1 - static_cast<std::int64_t>(u.output)}].push_back({u.output, &t});
   }
@@ -183,12 +189,14 @@ Status Calibration::measure_from(std::size_t first) {
     if (!result.ok()) return result.status().with_context("calibration run " + run);
     for (std::size_t i = first; i < last; ++i) {
       Target& t = *targets_[i];
+      if (!t.sums) continue;
       KILN_RETURN_IF_ERROR(t.sums->add(t.pending.data(), static_cast<std::int64_t>(t.pending.size()) / t.k));
       std::vector<float>().swap(t.pending);
     }
   }
   for (std::size_t i = first; i < last; ++i) {
     Target& t = *targets_[i];
+    if (!t.sums) continue;
     t.rows = t.sums->rows();
     if (t.rows > 0) t.mean = t.sums->mean();
     t.sums.reset();
@@ -206,6 +214,12 @@ Result<const std::vector<double>*> Calibration::moments(std::uint32_t constant, 
   Target& t = *targets_[it->second];
   if (t.uses.empty()) {
     why = t.why;
+    return nullptr;
+  }
+  const double need_mib = 2.0 * static_cast<double>(t.k) * static_cast<double>(t.k) * 8 / (1 << 20);
+  if (need_mib > static_cast<double>(memory_bytes_) / (1 << 20)) {
+    why = "its input dim " + std::to_string(t.k) + " needs " + std::to_string(static_cast<std::int64_t>(std::ceil(need_mib))) +
+          " MiB of input moments, more than --calibration-memory " + std::to_string(memory_bytes_ >> 20) + " MiB";
     return nullptr;
   }
   if (!t.measured) KILN_RETURN_IF_ERROR(measure_from(it->second));

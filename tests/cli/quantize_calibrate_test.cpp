@@ -174,6 +174,26 @@ TEST_F(QuantizeCalibrate, TextReportShowsTheOutputSqnrOfBothWaysAndWhyALayerWasN
   EXPECT_NE(r.out.find("not calibrated: an embedding table (its input is token ids)"), std::string::npos) << r.out;
 }
 
+TEST_F(QuantizeCalibrate, ALayerTooWideForTheMomentsBudgetIsRoundedToNearestAndSaysWhy) {
+  // K 512: 2 x 512^2 doubles = 4 MiB of moments, over --calibration-memory 1.
+  const Tensor w = Tensor::randn({32, 512}, 61);
+  auto model = export_program([&](Tensor x) { return linear(x, w); }, {input("x", Tensor::randn({2, 512}, 62))}, {.name = "wide"});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_TRUE(model->save(path("wide.kiln")).ok());
+  const fs::path run = dir_ / "wide_calib";
+  fs::create_directories(run);
+  ASSERT_TRUE(write_npy((run / "x.npy").string(), HostTensor{DType::kF32, {2, 512}, std::vector<std::uint8_t>(2 * 512 * 4, 0)}).ok());
+  const auto r = kiln_cmd("quantize " + path("wide.kiln") + " -o " + path("wide.q4.kiln") +
+                              " --weights int4 --calibration-memory 1 --calibrate " + run.string() + " --json",
+                          false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json j = json::parse(r.out, nullptr, false);
+  const json& c = j["layers"][0]["calibration"];
+  EXPECT_EQ(c["calibrated"], false) << r.out;
+  EXPECT_EQ(c["reason"], "its input dim 512 needs 4 MiB of input moments, more than --calibration-memory 1 MiB") << r.out;
+  EXPECT_EQ(j["calibration"]["passes"], 0) << r.out;
+}
+
 TEST_F(QuantizeCalibrate, RefusesFoldersThatAreNotRunsAndLeavesNoOutput) {
   const std::string base = "quantize " + path("mlp.kiln") + " -o " + path("bad.kiln") + " --weights int4 --calibrate ";
   auto r = kiln_cmd(base + path("no_such_folder"));

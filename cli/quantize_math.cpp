@@ -24,6 +24,13 @@ int level(float v, float inv, int zero, int qmin, int qmax) {
 
 namespace {
 
+// The pool of the SGEMMs of this file (moments, GPTQ's updates, the output errors).
+cpu::ThreadPool& gemm_pool() {
+  static cpu::ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  return pool;
+}
+
+
 int qmin_of(int bits) { return bits == 8 ? -127 : 0; }
 
 // a . b with eight partial sums: independent chains the compiler can keep in vector
@@ -132,7 +139,6 @@ Status InputMoments::add(const float* x, std::int64_t rows) {
   // Chunks of rows: the chunk's x^T x by the runtime's SGEMM (float sums of up to kChunk
   // products, relative error ~1e-5), added to the double sums.
   constexpr std::int64_t kChunk = 256;
-  static cpu::ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   std::vector<float> chunk(static_cast<std::size_t>(k_ * kChunk)), product(static_cast<std::size_t>(k_ * k_));
   for (std::int64_t r0 = 0; r0 < rows; r0 += kChunk) {
     std::int64_t n = 0;
@@ -150,7 +156,7 @@ Status InputMoments::add(const float* x, std::int64_t rows) {
     if (n == 0) continue;
     const Status done = cpu::sgemm({.m = k_, .n = k_, .k = n, .trans_a = true, .a = chunk.data(), .lda = k_,
                                     .b = chunk.data(), .ldb = k_, .c = product.data(), .ldc = k_},
-                                   &pool);
+                                   &gemm_pool());
     if (!done.ok()) return done;
     for (std::int64_t i = 0; i < k_; ++i) {
       double* s = sum_.data() + i * k_;
@@ -268,48 +274,53 @@ void round_to_nearest(const float* row, std::int64_t cols, const WeightFormat& f
   }
 }
 
-// GPTQ on the n rows of `w` (n x cols doubles, updated in place), column by column. Each
-// row of U is read once per column for all n rows (from cache, not memory).
-void gptq_rows(std::vector<double>& w, std::int64_t n, const std::vector<double>& u, std::int64_t cols, const WeightFormat& f,
-               std::vector<RowLevels>& out) {
-  const int qmin = qmin_of(f.bits), qmax = qmax_of(f.bits);
-  std::vector<float> block(static_cast<std::size_t>(f.group)), inv(static_cast<std::size_t>(n));
-  std::vector<GroupFit> fit(static_cast<std::size_t>(n));
-  std::vector<double> e(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < cols; ++i) {
-    const double* ui = u.data() + i * cols;
-    for (std::int64_t r = 0; r < n; ++r) {
-      const double* wr = w.data() + r * cols;
-      const auto ri = static_cast<std::size_t>(r);
-      if (i % f.group == 0) {
-        for (std::int64_t c = 0; c < f.group; ++c) block[static_cast<std::size_t>(c)] = static_cast<float>(wr[i + c]);
-        fit[ri] = fit_group(block.data(), f.group, f);
-        out[ri].fits[static_cast<std::size_t>(i / f.group)] = fit[ri];
-        inv[ri] = fit[ri].scale != 0 ? 1.0f / fit[ri].scale : 0.0f;
-      }
-      const int q = level(static_cast<float>(wr[i]), inv[ri], fit[ri].zero, qmin, qmax);
-      out[ri].q[static_cast<std::size_t>(i)] = q;
-      e[ri] = (wr[i] - static_cast<double>(q - fit[ri].zero) * fit[ri].scale) / ui[i];
-    }
-    for (std::int64_t r = 0; r < n; ++r) {
-      double* wr = w.data() + r * cols;
-      const double er = e[static_cast<std::size_t>(r)];
-      for (std::int64_t j = i + 1; j < cols; ++j) wr[j] -= er * ui[j];
-    }
-  }
+// GPTQ's column block: the columns whose updates to each other are applied right away;
+// each block's updates to the columns after it are one SGEMM ("lazy batch" GPTQ). A group
+// must lie inside one block (its scale is fitted when its first column is reached, to the
+// row updated by every column before it), so a block is whole groups; a group of the whole
+// row is fitted at column 0, before any update.
+std::int64_t gptq_block_width(std::int64_t group, std::int64_t cols) {
+  if (group == cols) return std::min<std::int64_t>(cols, 128);
+  return group >= 128 ? group : 128 / group * group;
 }
 
-// out[t] = v_t^T H v_t for the m vectors v (k each) and symmetric H (its upper triangle
-// read, each row once for all m vectors).
-void quadratic_forms(const std::vector<double>& h, std::int64_t k, const std::vector<const double*>& v, std::vector<double>& out) {
-  out.assign(v.size(), 0.0);
-  for (std::int64_t i = 0; i < k; ++i) {
-    const double* hi = h.data() + i * k;
-    for (std::size_t t = 0; t < v.size(); ++t) {
-      const double* d = v[t];
-      out[t] += d[i] * (hi[i] * d[i] + 2.0 * dot(hi + i + 1, d + i + 1, k - i - 1));
+// GPTQ on the n rows of `w` (n x cols floats, updated in place) with the float factor
+// `u`: columns in order; levels and fits into out[0, n). `err` holds n x block floats.
+Status gptq_rows(std::vector<float>& w, std::int64_t n, const std::vector<float>& u, std::int64_t cols, const WeightFormat& f,
+                 std::vector<RowLevels>& out, std::vector<float>& err) {
+  const int qmin = qmin_of(f.bits), qmax = qmax_of(f.bits);
+  const std::int64_t block = gptq_block_width(f.group, cols);
+  err.resize(static_cast<std::size_t>(n * block));
+  std::vector<GroupFit> fit(static_cast<std::size_t>(n));
+  std::vector<float> inv(static_cast<std::size_t>(n));
+  for (std::int64_t i1 = 0; i1 < cols; i1 += block) {
+    const std::int64_t i2 = std::min(cols, i1 + block);
+    parallel_rows(0, n, n * block * block / 2 + n * block * 40, [&](std::int64_t t) {
+      const auto ti = static_cast<std::size_t>(t);
+      float* wr = w.data() + t * cols;
+      float* er = err.data() + t * block;
+      for (std::int64_t i = i1; i < i2; ++i) {
+        if (i % f.group == 0) {
+          fit[ti] = fit_group(wr + i, f.group, f);
+          out[ti].fits[static_cast<std::size_t>(i / f.group)] = fit[ti];
+          inv[ti] = fit[ti].scale != 0 ? 1.0f / fit[ti].scale : 0.0f;
+        }
+        const int q = level(wr[i], inv[ti], fit[ti].zero, qmin, qmax);
+        out[ti].q[static_cast<std::size_t>(i)] = q;
+        const float* ui = u.data() + i * cols;
+        const float e = (wr[i] - static_cast<float>(q - fit[ti].zero) * fit[ti].scale) / ui[i];
+        er[i - i1] = e;
+        for (std::int64_t j = i + 1; j < i2; ++j) wr[j] -= e * ui[j];
+      }
+    });
+    if (i2 < cols) {
+      // w[:, i2:] -= err x u[i1:i2, i2:]
+      KILN_RETURN_IF_ERROR(cpu::sgemm({.m = n, .n = cols - i2, .k = i2 - i1, .alpha = -1.0f, .beta = 1.0f, .a = err.data(),
+                                        .lda = block, .b = u.data() + i1 * cols + i2, .ldb = cols, .c = w.data() + i2, .ldc = cols},
+                                       &gemm_pool()));
     }
   }
+  return Status::Ok();
 }
 
 void put_scale(std::vector<std::uint8_t>& out, std::size_t index, float s, bool f16) {
@@ -344,117 +355,123 @@ QuantizedWeight quantize_weight(const float* w, std::int64_t rows, std::int64_t 
   q.data.assign(static_cast<std::size_t>(int8 ? rows * cols : rows * cols / 2), 0);
   q.scales.assign(static_cast<std::size_t>(rows * groups) * (f16 ? 2 : 4), 0);
   if (format.zero_points) q.zero_points.assign(static_cast<std::size_t>(rows * groups), 0);
-  std::vector<double> u;
+  // GPTQ's factor and H, in float for the SGEMMs (as GPTQ is usually run).
+  std::vector<float> u, hf;
   if (h != nullptr) {
     for (double damp = 0.01; damp <= 1.0 + 1e-9; damp *= 10) {
       auto factor = gptq_factor(*h, cols, damp);
       if (factor.ok()) {
-        u = std::move(factor).value();
+        u.assign(factor->begin(), factor->end());
         q.damp_fraction = damp;
         break;
       }
     }
     q.calibrated = !u.empty();
+    if (q.calibrated) hf.assign(h->begin(), h->end());
   }
-  // Rows [r0, r1), in blocks of kBlock: each row writes its own bytes, scales and zero
-  // points.
-  constexpr std::int64_t kBlock = 16;
-  auto quantize_rows = [&](std::int64_t r0, std::int64_t r1, RowSums& sums) {
-    const auto k = static_cast<std::size_t>(cols);
-    std::vector<float> rowf(kBlock * k);
-    std::vector<bool> finite(kBlock);
-    // Per row of the block: the row (double), GPTQ's working copy, and the residuals of
-    // both ways (row - dequantized levels).
-    std::vector<double> wd(kBlock * k), work(kBlock * k), d_nearest(kBlock * k), d_gptq(kBlock * k);
-    const RowLevels empty{std::vector<int>(k), std::vector<GroupFit>(static_cast<std::size_t>(groups))};
-    std::vector<RowLevels> nearest(kBlock, empty), compensated(kBlock, empty);
-    std::vector<double> forms;
-    auto residual = [&](const float* row, const RowLevels& lv, double* d) {
+  // Rows in blocks of kRows; every row writes its own bytes, scales and zero points.
+  constexpr std::int64_t kRows = 256;
+  const auto k = static_cast<std::size_t>(cols);
+  const std::int64_t block_rows = std::min(rows, kRows);
+  std::vector<float> original(static_cast<std::size_t>(block_rows) * k), work, err, d, y;
+  std::vector<char> finite(static_cast<std::size_t>(block_rows));
+  const RowLevels empty{std::vector<int>(k), std::vector<GroupFit>(static_cast<std::size_t>(groups))};
+  std::vector<RowLevels> nearest(static_cast<std::size_t>(block_rows), empty), compensated;
+  if (q.calibrated) {
+    compensated.assign(static_cast<std::size_t>(block_rows), empty);
+    d.resize(3 * original.size());
+    y.resize(d.size());
+  }
+  std::vector<RowSums> row_sums(static_cast<std::size_t>(block_rows));
+  RowSums total;
+  std::vector<const RowLevels*> chosen(static_cast<std::size_t>(block_rows));
+  for (std::int64_t b0 = 0; b0 < rows; b0 += kRows) {
+    const std::int64_t n = std::min(kRows, rows - b0);
+    parallel_rows(0, n, n * cols * 64, [&](std::int64_t t) {
+      float* row = original.data() + t * cols;
+      bool ok = true;
       for (std::int64_t c = 0; c < cols; ++c) {
-        const GroupFit& fit = lv.fits[static_cast<std::size_t>(c / format.group)];
-        d[c] = static_cast<double>(row[c]) - static_cast<double>(lv.q[static_cast<std::size_t>(c)] - fit.zero) * fit.scale;
+        row[c] = transposed ? w[c * rows + b0 + t] : w[(b0 + t) * cols + c];
+        ok = ok && std::isfinite(row[c]);
       }
-    };
-    for (std::int64_t b0 = r0; b0 < r1; b0 += kBlock) {
-      const std::int64_t n = std::min(kBlock, r1 - b0);
-      for (std::int64_t t = 0; t < n; ++t) {
-        float* row = rowf.data() + t * cols;
-        const std::int64_t r = b0 + t;
-        bool ok = true;
-        for (std::int64_t c = 0; c < cols; ++c) {
-          row[c] = transposed ? w[c * rows + r] : w[r * cols + c];
-          ok = ok && std::isfinite(row[c]);
-        }
-        finite[static_cast<std::size_t>(t)] = ok;
-        round_to_nearest(row, cols, format, nearest[static_cast<std::size_t>(t)]);
-      }
-      std::vector<const RowLevels*> chosen(static_cast<std::size_t>(n));
-      for (std::int64_t t = 0; t < n; ++t) chosen[static_cast<std::size_t>(t)] = &nearest[static_cast<std::size_t>(t)];
-      if (q.calibrated) {
-        for (std::size_t i = 0; i < static_cast<std::size_t>(n) * k; ++i) wd[i] = work[i] = rowf[i];
-        gptq_rows(work, n, u, cols, format, compensated);
-        std::vector<const double*> vectors;
-        for (std::int64_t t = 0; t < n; ++t) {
-          const float* row = rowf.data() + t * cols;
-          residual(row, nearest[static_cast<std::size_t>(t)], d_nearest.data() + t * cols);
-          residual(row, compensated[static_cast<std::size_t>(t)], d_gptq.data() + t * cols);
-          vectors.insert(vectors.end(), {d_nearest.data() + t * cols, d_gptq.data() + t * cols, wd.data() + t * cols});
-        }
-        quadratic_forms(*h, cols, vectors, forms);
-        for (std::int64_t t = 0; t < n; ++t) {
-          const auto ti = static_cast<std::size_t>(t);
-          const double nearest_err = forms[3 * ti], gptq_err = forms[3 * ti + 1], signal = forms[3 * ti + 2];
-          if (!finite[ti]) continue;  // rounding to nearest; not counted in the output SQNR
-          double err = nearest_err;
-          if (gptq_err < nearest_err) chosen[ti] = &compensated[ti], err = gptq_err, ++sums.gptq_rows;
-          sums.out_signal += signal;
-          sums.out_noise += err;
-          sums.nearest_noise += nearest_err;
-        }
-      }
-      for (std::int64_t t = 0; t < n; ++t) {
-        const std::int64_t r = b0 + t;
-        const RowLevels& lv = *chosen[static_cast<std::size_t>(t)];
-        const float* row = rowf.data() + t * cols;
-        for (std::int64_t g = 0; g < groups; ++g) {
-          const GroupFit& fit = lv.fits[static_cast<std::size_t>(g)];
-          if (format.zero_points) q.zero_points[static_cast<std::size_t>(r * groups + g)] = static_cast<std::uint8_t>(fit.zero);
-          put_scale(q.scales, static_cast<std::size_t>(r * groups + g), fit.scale, f16);
-        }
-        for (std::int64_t c = 0; c < cols; ++c) {
-          const float v = row[c];
-          const GroupFit& fit = lv.fits[static_cast<std::size_t>(c / format.group)];
-          const int v_q = lv.q[static_cast<std::size_t>(c)];
-          const double back = static_cast<double>(v_q - fit.zero) * fit.scale;
-          sums.signal += static_cast<double>(v) * v;
-          sums.noise += (v - back) * (v - back);
-          if (int8) {
-            q.data[static_cast<std::size_t>(r * cols + c)] = static_cast<std::uint8_t>(static_cast<std::int8_t>(v_q));
-          } else {
-            std::uint8_t& b = q.data[static_cast<std::size_t>(r * (cols / 2) + c / 2)];
-            b = static_cast<std::uint8_t>(c % 2 == 0 ? (b & 0xF0) | v_q : (b & 0x0F) | (v_q << 4));
+      finite[static_cast<std::size_t>(t)] = ok;
+      round_to_nearest(row, cols, format, nearest[static_cast<std::size_t>(t)]);
+      chosen[static_cast<std::size_t>(t)] = &nearest[static_cast<std::size_t>(t)];
+      row_sums[static_cast<std::size_t>(t)] = RowSums{};
+    });
+    if (q.calibrated) {
+      work.assign(original.begin(), original.begin() + n * cols);
+      const Status done = gptq_rows(work, n, u, cols, format, compensated, err);
+      // The SGEMM fails only when its buffers cannot be allocated: keep rounding to nearest.
+      if (!done.ok()) q.calibrated = false;
+    }
+    if (q.calibrated) {
+      // Rows 3t, 3t + 1, 3t + 2 of d: row t's residual rounded to nearest, its residual
+      // with GPTQ, and the row; y = d H, and each form is d_i . y_i.
+      parallel_rows(0, n, n * cols * 6, [&](std::int64_t t) {
+        const float* row = original.data() + t * cols;
+        float* dn = d.data() + 3 * t * cols;
+        for (int way = 0; way < 2; ++way) {
+          const RowLevels& lv = way == 0 ? nearest[static_cast<std::size_t>(t)] : compensated[static_cast<std::size_t>(t)];
+          float* out = dn + way * cols;
+          for (std::int64_t c = 0; c < cols; ++c) {
+            const GroupFit& fit = lv.fits[static_cast<std::size_t>(c / format.group)];
+            out[c] = row[c] - static_cast<float>(lv.q[static_cast<std::size_t>(c)] - fit.zero) * fit.scale;
           }
         }
+        std::copy(row, row + cols, dn + 2 * cols);
+      });
+      const Status done = cpu::sgemm({.m = 3 * n, .n = cols, .k = cols, .a = d.data(), .lda = cols, .b = hf.data(), .ldb = cols,
+                                      .c = y.data(), .ldc = cols},
+                                     &gemm_pool());
+      if (!done.ok()) q.calibrated = false;
+    }
+    if (q.calibrated) {
+      for (std::int64_t t = 0; t < n; ++t) {
+        const auto ti = static_cast<std::size_t>(t);
+        double forms[3];
+        for (int f = 0; f < 3; ++f) {
+          const float* a = d.data() + (3 * t + f) * cols;
+          const float* b = y.data() + (3 * t + f) * cols;
+          double acc = 0;
+          for (std::int64_t c = 0; c < cols; ++c) acc += static_cast<double>(a[c]) * b[c];
+          forms[f] = acc;
+        }
+        if (!finite[ti]) continue;  // rounding to nearest; not counted in the output SQNR
+        double err_out = forms[0];
+        if (forms[1] < forms[0]) chosen[ti] = &compensated[ti], err_out = forms[1], ++total.gptq_rows;
+        total.out_signal += forms[2];
+        total.out_noise += err_out;
+        total.nearest_noise += forms[0];
       }
     }
-  };
-  // The int4 scale search costs ~4 us per 1,000 weights; GPTQ ~cols^2 per row.
-  const std::int64_t work = q.calibrated ? rows * cols * cols / 64 : rows * cols;
-  const std::int64_t threads =
-      std::clamp<std::int64_t>(static_cast<std::int64_t>(std::thread::hardware_concurrency()), 1,
-                               std::clamp<std::int64_t>(work / (1 << 18), 1, rows));
-  std::vector<RowSums> sums(static_cast<std::size_t>(threads));
-  std::vector<std::thread> workers;
-  for (std::int64_t t = 1; t < threads; ++t) {
-    workers.emplace_back([&, t] { quantize_rows(rows * t / threads, rows * (t + 1) / threads, sums[static_cast<std::size_t>(t)]); });
-  }
-  quantize_rows(0, rows / threads, sums[0]);
-  for (std::thread& worker : workers) worker.join();
-  RowSums total;
-  for (const RowSums& s : sums) {
-    total.signal += s.signal, total.noise += s.noise;
-    total.out_signal += s.out_signal, total.out_noise += s.out_noise, total.nearest_noise += s.nearest_noise;
-    total.gptq_rows += s.gptq_rows;
+    parallel_rows(0, n, n * cols * 8, [&](std::int64_t t) {
+      const std::int64_t r = b0 + t;
+      const RowLevels& lv = *chosen[static_cast<std::size_t>(t)];
+      const float* row = original.data() + t * cols;
+      RowSums& sums = row_sums[static_cast<std::size_t>(t)];
+      for (std::int64_t g = 0; g < groups; ++g) {
+        const GroupFit& fit = lv.fits[static_cast<std::size_t>(g)];
+        if (format.zero_points) q.zero_points[static_cast<std::size_t>(r * groups + g)] = static_cast<std::uint8_t>(fit.zero);
+        put_scale(q.scales, static_cast<std::size_t>(r * groups + g), fit.scale, f16);
+      }
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const float v = row[c];
+        const GroupFit& fit = lv.fits[static_cast<std::size_t>(c / format.group)];
+        const int v_q = lv.q[static_cast<std::size_t>(c)];
+        const double back = static_cast<double>(v_q - fit.zero) * fit.scale;
+        sums.signal += static_cast<double>(v) * v;
+        sums.noise += (v - back) * (v - back);
+        if (int8) {
+          q.data[static_cast<std::size_t>(r * cols + c)] = static_cast<std::uint8_t>(static_cast<std::int8_t>(v_q));
+        } else {
+          // Two rows never share a byte (cols is even for int4), so rows may run in parallel.
+          std::uint8_t& b = q.data[static_cast<std::size_t>(r * (cols / 2) + c / 2)];
+          b = static_cast<std::uint8_t>(c % 2 == 0 ? (b & 0xF0) | v_q : (b & 0x0F) | (v_q << 4));
+        }
+      }
+    });
+    for (std::int64_t t = 0; t < n; ++t) total.signal += row_sums[static_cast<std::size_t>(t)].signal, total.noise += row_sums[static_cast<std::size_t>(t)].noise;
   }
   q.sqnr_db = db(total.signal, total.noise);
   if (q.calibrated) {

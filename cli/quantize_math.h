@@ -102,9 +102,14 @@ struct QuantizedWeight {
 /// level of its group's fit_group scale. With `h` (the cols x cols mean x x^T of the layer's
 /// inputs) GPTQ: per row, columns in order; at each group's first column the group's scale
 /// is fitted to the row as updated so far; each column's rounding error e is spread over the
-/// later columns (w[j] -= e / U[i][i] * U[i][j], U = gptq_factor(h), 1 % damping, raised
-/// tenfold up to 100 % when H is not positive definite). Rows run on up to
-/// hardware_concurrency threads.
+/// later columns (w[j] -= e / U[i][i] * U[i][j], U = gptq_factor(h) in double, 1 % damping,
+/// raised tenfold up to 100 % when H is not positive definite). The column loop runs in
+/// float, in blocks of whole groups (>= 128 columns): updates inside a block right away,
+/// to the columns after it as one SGEMM per block ("lazy batch" GPTQ); the output errors
+/// d^T H d are one SGEMM per 256 rows. A row keeps GPTQ's levels only when its error is
+/// smaller than rounding to nearest's. Everything runs on up to hardware_concurrency
+/// threads; when an SGEMM cannot allocate its buffers, the weight is rounded to nearest
+/// (calibrated false).
 QuantizedWeight quantize_weight(const float* w, std::int64_t rows, std::int64_t cols, bool transposed,
                                 const WeightFormat& format, const std::vector<double>* h = nullptr);
 

@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -95,6 +96,34 @@ int report_error(const Status& status, bool json) {
   return exit_code(status.code());
 }
 
+void warn_about_unknown_switches() {
+  // The runtime's environment switches (docs/CLI.md) read one value each and treat any
+  // other as the default, silently; a typo would then measure the wrong thing.
+  struct Switch {
+    const char* name;
+    std::initializer_list<std::string_view> values;
+  };
+  static const Switch kSwitches[] = {
+      {"KILN_CPU_ISA", {"baseline", "avx2"}},
+      {"KILN_LAYOUT", {"plain", "blocked"}},
+      {"KILN_CONV_WINOGRAD", {"0", "1"}},
+      {"KILN_CONV_PREPACK", {"0", "1"}},
+      {"KILN_CONV_POINTWISE", {"0", "1"}},
+      {"KILN_CONV_DEPTHWISE", {"0", "rows", "blocked"}},
+      {"KILN_WINOGRAD_WEIGHTS", {"streamed", "cached"}},
+      {"KILN_VULKAN_VALIDATION", {"0", "1"}},
+  };
+  for (const Switch& sw : kSwitches) {
+    const char* v = std::getenv(sw.name);
+    if (v == nullptr || *v == '\0') continue;
+    if (std::find(sw.values.begin(), sw.values.end(), std::string_view(v)) != sw.values.end()) continue;
+    std::string allowed;
+    for (std::string_view a : sw.values) allowed += (allowed.empty() ? "" : ", ") + std::string(a);
+    std::cerr << "kiln: warning: " << sw.name << "=" << printable(v) << " is not one of " << allowed
+              << "; it has the default's effect\n";
+  }
+}
+
 }  // namespace kiln::cli
 
 int main(int argc, char** argv) {
@@ -140,6 +169,7 @@ int main(int argc, char** argv) {
                 kiln::format::kFormatMajor, kiln::format::kFormatMinor);
     return 0;
   }
+  kiln::cli::warn_about_unknown_switches();
   for (auto& [sub, run] : commands) {
     if (sub->parsed()) return run();
   }

@@ -20,6 +20,11 @@ CmdResult run(const std::string& args, bool merge_stderr = true) {
   return kiln::cli_test::shell(cmd);
 }
 
+// `args` run with the environment assignments `env` (shell syntax) before the command.
+CmdResult run_env(const std::string& env, const std::string& args) {
+  return kiln::cli_test::shell(env + " " + std::string(KILN_BIN) + " " + args + " 2>&1");
+}
+
 class CliTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -39,6 +44,18 @@ TEST_F(CliTest, VersionNamesFormatVersions) {
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("kiln 0.1.0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("bundle format: reads 1.0-1.2, writes 1.2"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, AnUnknownValueOfAnEnvironmentSwitchIsWarnedAbout) {
+  CmdResult r = run_env("KILN_WINOGRAD_WEIGHTS=chached KILN_LAYOUT=plain", "inspect " + path("s.kiln"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("kiln: warning: KILN_WINOGRAD_WEIGHTS=chached is not one of streamed, cached; it has the default's effect"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("KILN_LAYOUT"), std::string::npos) << r.out;  // a known value
+  // The value is printed with its control characters escaped.
+  r = run_env("KILN_CPU_ISA=\"$(printf 'avx\\033')\"", "inspect " + path("s.kiln"));
+  EXPECT_NE(r.out.find("KILN_CPU_ISA=avx\\x1b is not one of baseline, avx2"), std::string::npos) << r.out;
 }
 
 TEST_F(CliTest, UnknownFlagIsUsageError) {

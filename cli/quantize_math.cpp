@@ -253,6 +253,76 @@ Result<std::vector<double>> gptq_factor(const std::vector<double>& h, std::int64
   return inv;
 }
 
+Result<std::vector<float>> gptq_factor_blocked(const std::vector<double>& h, std::int64_t k, double damp_fraction) {
+  const auto at = [k](std::int64_t i, std::int64_t j) { return static_cast<std::size_t>(i * k + j); };
+  double diag_mean = 0;
+  for (std::int64_t i = 0; i < k; ++i) diag_mean += h[at(i, i)] == 0 ? 1.0 : h[at(i, i)];
+  diag_mean /= static_cast<double>(std::max<std::int64_t>(k, 1));
+  const double damp = damp_fraction * diag_mean;
+  constexpr std::int64_t kBlock = 128;
+  // L overwrites the lower triangle of A = P (H + damp I) P, block column by block column:
+  // the columns before the block by one SGEMM, then the block's own columns.
+  std::vector<float> l(static_cast<std::size_t>(k * k), 0.0f);
+  parallel_rows(0, k, k * k, [&](std::int64_t i) {
+    for (std::int64_t j = 0; j <= i; ++j) {
+      const double v = h[at(k - 1 - i, k - 1 - j)];
+      l[at(i, j)] = static_cast<float>(i == j ? (v == 0 ? 1.0 : v) + damp : v);
+    }
+  });
+  for (std::int64_t j0 = 0; j0 < k; j0 += kBlock) {
+    const std::int64_t j1 = std::min(k, j0 + kBlock);
+    if (j0 > 0) {
+      KILN_RETURN_IF_ERROR(cpu::sgemm({.m = k - j0, .n = j1 - j0, .k = j0, .trans_b = true, .alpha = -1.0f, .beta = 1.0f,
+                                        .a = l.data() + j0 * k, .lda = k, .b = l.data() + j0 * k, .ldb = k,
+                                        .c = l.data() + j0 * k + j0, .ldc = k},
+                                       &gemm_pool()));
+    }
+    for (std::int64_t j = j0; j < j1; ++j) {
+      const float* lj = l.data() + j * k;
+      double pivot = lj[j];
+      for (std::int64_t p = j0; p < j; ++p) pivot -= static_cast<double>(lj[p]) * lj[p];
+      if (!(pivot > 0) || !std::isfinite(pivot)) {
+        return Status(StatusCode::kInvalidInput, "the inputs' second-moment matrix is not positive definite with " +
+                                                     std::to_string(damp_fraction * 100) + " % damping");
+      }
+      const double root = std::sqrt(pivot);
+      l[at(j, j)] = static_cast<float>(root);
+      parallel_rows(j + 1, k, (k - j) * (j - j0 + 1), [&](std::int64_t i) {
+        float* li = l.data() + i * k;
+        double s = li[j];
+        for (std::int64_t p = j0; p < j; ++p) s -= static_cast<double>(li[p]) * lj[p];
+        li[j] = static_cast<float>(s / root);
+      });
+    }
+  }
+  // X = L^-1 by block rows: X[i0:i1, :i0] = -L_ii^-1 (L[i0:i1, :i0] X[:i0, :i0]) (the
+  // product by one SGEMM), and X_ii = L_ii^-1, by substitution row by row.
+  std::vector<float> x(static_cast<std::size_t>(k * k), 0.0f);
+  for (std::int64_t i0 = 0; i0 < k; i0 += kBlock) {
+    const std::int64_t i1 = std::min(k, i0 + kBlock);
+    if (i0 > 0) {
+      KILN_RETURN_IF_ERROR(cpu::sgemm({.m = i1 - i0, .n = i0, .k = i0, .a = l.data() + i0 * k, .lda = k, .b = x.data(), .ldb = k,
+                                        .c = x.data() + i0 * k, .ldc = k},
+                                       &gemm_pool()));
+    }
+    for (std::int64_t i = i0; i < i1; ++i) {
+      float* out = x.data() + i * k;
+      for (std::int64_t c = 0; c < i0; ++c) out[c] = -out[c];
+      for (std::int64_t p = i0; p < i; ++p) {
+        const float c = l[at(i, p)];
+        const float* row = x.data() + p * k;
+        for (std::int64_t j = 0; j <= p; ++j) out[j] -= c * row[j];
+      }
+      out[i] += 1.0f;
+      const float d = 1.0f / l[at(i, i)];
+      for (std::int64_t j = 0; j <= i; ++j) out[j] *= d;
+    }
+  }
+  std::vector<float>().swap(l);
+  std::reverse(x.begin(), x.end());
+  return x;
+}
+
 namespace {
 
 // One row's levels (with the zero point added) and its groups' fits.
@@ -359,9 +429,14 @@ QuantizedWeight quantize_weight(const float* w, std::int64_t rows, std::int64_t 
   std::vector<float> u, hf;
   if (h != nullptr) {
     for (double damp = 0.01; damp <= 1.0 + 1e-9; damp *= 10) {
-      auto factor = gptq_factor(*h, cols, damp);
-      if (factor.ok()) {
-        u.assign(factor->begin(), factor->end());
+      if (cols > kBlockedFactorFrom) {
+        auto factor = gptq_factor_blocked(*h, cols, damp);
+        if (factor.ok()) u = std::move(factor).value();
+      } else {
+        auto factor = gptq_factor(*h, cols, damp);
+        if (factor.ok()) u.assign(factor->begin(), factor->end());
+      }
+      if (!u.empty()) {
         q.damp_fraction = damp;
         break;
       }

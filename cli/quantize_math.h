@@ -78,6 +78,15 @@ class InputMoments {
 /// definite in double precision (the caller retries with more damping).
 Result<std::vector<double>> gptq_factor(const std::vector<double>& h, std::int64_t k, double damp_fraction);
 
+/// gptq_factor's U in float, by blocks of 128: the O(k^3) products by the runtime's SGEMM
+/// (float, as GPTQ usually runs), the blocks' own columns with double sums. ~1e-4 relative
+/// to the double factor. kInvalidInput as gptq_factor (more often: float pivots).
+Result<std::vector<float>> gptq_factor_blocked(const std::vector<double>& h, std::int64_t k, double damp_fraction);
+
+/// Input dims above this use gptq_factor_blocked, the others gptq_factor (where the double
+/// factor costs < 0.2 s).
+inline constexpr std::int64_t kBlockedFactorFrom = 1024;
+
 /// A quantized weight: rows x cols logical (rows = output channels, quantized along cols).
 struct QuantizedWeight {
   std::vector<std::uint8_t> data;         // int8: rows x cols bytes; int4: rows x cols / 2
@@ -102,7 +111,8 @@ struct QuantizedWeight {
 /// level of its group's fit_group scale. With `h` (the cols x cols mean x x^T of the layer's
 /// inputs) GPTQ: per row, columns in order; at each group's first column the group's scale
 /// is fitted to the row as updated so far; each column's rounding error e is spread over the
-/// later columns (w[j] -= e / U[i][i] * U[i][j], U = gptq_factor(h) in double, 1 % damping,
+/// later columns (w[j] -= e / U[i][i] * U[i][j], U = gptq_factor(h), or gptq_factor_blocked for
+/// cols > kBlockedFactorFrom, 1 % damping,
 /// raised tenfold up to 100 % when H is not positive definite). The column loop runs in
 /// float, in blocks of whole groups (>= 128 columns): updates inside a block right away,
 /// to the columns after it as one SGEMM per block ("lazy batch" GPTQ); the output errors

@@ -132,6 +132,46 @@ TEST(QuantizeMath, GptqFactorIsTheUpperCholeskyFactorOfTheDampedInverse) {
   }
 }
 
+TEST(QuantizeMath, BlockedFloatFactorMatchesTheDoubleFactor) {
+  // k 300: three blocks of 128, so both SGEMMs run (the columns before a block, the rows
+  // before a block of the inverse).
+  const std::int64_t k = 300;
+  const std::vector<float> x = correlated_inputs(600, k, 40, 8);
+  InputMoments m(k);
+  ASSERT_TRUE(m.add(x.data(), 600).ok());
+  std::vector<double> h = m.mean();
+  for (std::int64_t j = 0; j < k; ++j) h[static_cast<std::size_t>(131 * k + j)] = h[static_cast<std::size_t>(j * k + 131)] = 0;
+  auto exact = gptq_factor(h, k, 0.01);
+  auto blocked = gptq_factor_blocked(h, k, 0.01);
+  ASSERT_TRUE(exact.ok()) << exact.status().message();
+  ASSERT_TRUE(blocked.ok()) << blocked.status().message();
+  ASSERT_EQ(blocked->size(), exact->size());
+  double largest = 0, diff = 0;
+  for (std::size_t i = 0; i < exact->size(); ++i) {
+    largest = std::max(largest, std::fabs((*exact)[i]));
+    diff = std::max(diff, std::fabs((*exact)[i] - double((*blocked)[i])));
+  }
+  EXPECT_LT(diff, 1e-4 * largest) << diff << " of " << largest;
+  for (std::int64_t i = 0; i < k; ++i) {
+    for (std::int64_t j = 0; j < i; ++j) ASSERT_EQ((*blocked)[static_cast<std::size_t>(i * k + j)], 0.0f) << i << "," << j;
+  }
+  const std::vector<double> indefinite{1.0, 2.0, 2.0, 1.0};
+  EXPECT_FALSE(gptq_factor_blocked(indefinite, 2, 0.01).ok());
+}
+
+TEST(QuantizeMath, GptqOnAWideLayerTakesTheBlockedFactor) {
+  const std::int64_t n = 8, k = kBlockedFactorFrom + 64;
+  const std::vector<float> w = normal_weights(n * k, 9);
+  const std::vector<float> x = correlated_inputs(2 * k, k, 24, 10);
+  InputMoments m(k);
+  ASSERT_TRUE(m.add(x.data(), 2 * k).ok());
+  const std::vector<double> h = m.mean();
+  const WeightFormat f{4, 32, true, false, true};
+  const QuantizedWeight gptq = quantize_weight(w.data(), n, k, false, f, &h);
+  ASSERT_TRUE(gptq.calibrated);
+  EXPECT_GT(gptq.output_sqnr_db, gptq.nearest_output_sqnr_db + 2.0);
+}
+
 TEST(QuantizeMath, GptqFactorRefusesAMatrixThatIsNotPositiveDefinite) {
   const std::vector<double> h{1.0, 2.0, 2.0, 1.0};  // eigenvalues 3 and -1
   auto u = gptq_factor(h, 2, 0.01);

@@ -182,12 +182,43 @@ std::vector<double> InputMoments::mean() const {
   return h;
 }
 
+namespace {
+
+// Rows [i0, i1) of X = L^-1 (lower triangular, k x k) whose entries before column i0
+// already hold -(sum over p < i0 of L[i][p] X[p][.]): row i = (e_i - that - sum over
+// i0 <= p < i of L[i][p] X[p][.]) / L[i][i], the rows before it in the block first.
+template <typename T>
+void finish_inverse_rows(const std::vector<T>& l, std::vector<T>& x, std::int64_t k, std::int64_t i0, std::int64_t i1) {
+  for (std::int64_t i = i0; i < i1; ++i) {
+    T* out = x.data() + i * k;
+    const T* li = l.data() + i * k;
+    for (std::int64_t p = i0; p < i; ++p) {
+      const T c = li[p];
+      const T* row = x.data() + p * k;
+      for (std::int64_t j = 0; j <= p; ++j) out[j] -= c * row[j];
+    }
+    out[i] += T{1};
+    const T d = T{1} / li[i];
+    for (std::int64_t j = 0; j <= i; ++j) out[j] *= d;
+  }
+}
+
+// damp_fraction x the mean of H's diagonal, a zero entry (a channel that was always zero)
+// counted as 1, as the factors set it.
+double damping(const std::vector<double>& h, std::int64_t k, double damp_fraction) {
+  double diag_mean = 0;
+  for (std::int64_t i = 0; i < k; ++i) {
+    const double d = h[static_cast<std::size_t>(i * k + i)];
+    diag_mean += d == 0 ? 1.0 : d;
+  }
+  return damp_fraction * diag_mean / static_cast<double>(std::max<std::int64_t>(k, 1));
+}
+
+}  // namespace
+
 Result<std::vector<double>> gptq_factor(const std::vector<double>& h, std::int64_t k, double damp_fraction) {
   const auto at = [k](std::int64_t i, std::int64_t j) { return static_cast<std::size_t>(i * k + j); };
-  double diag_mean = 0;
-  for (std::int64_t i = 0; i < k; ++i) diag_mean += h[at(i, i)] == 0 ? 1.0 : h[at(i, i)];
-  diag_mean /= static_cast<double>(std::max<std::int64_t>(k, 1));
-  const double damp = damp_fraction * diag_mean;
+  const double damp = damping(h, k, damp_fraction);
   // With P the order reversal, the lower Cholesky factor L of P (H + damp I) P gives
   // U = P L^-1 P, upper triangular, with U^T U = (H + damp I)^-1: one factorization and
   // one triangular inverse. Both run in panels of kPanel rows, so that a row of the
@@ -235,17 +266,7 @@ Result<std::vector<double>> gptq_factor(const std::vector<double>& h, std::int64
         for (std::int64_t j = 0; j <= p; ++j) out[j] -= c * row[j];
       }
     }
-    for (std::int64_t i = i0; i < i1; ++i) {
-      double* out = inv.data() + i * k;
-      for (std::int64_t p = i0; p < i; ++p) {
-        const double c = l[at(i, p)];
-        const double* row = inv.data() + p * k;
-        for (std::int64_t j = 0; j <= p; ++j) out[j] -= c * row[j];
-      }
-      out[i] += 1.0;
-      const double d = 1.0 / l[at(i, i)];
-      for (std::int64_t j = 0; j <= i; ++j) out[j] *= d;
-    }
+    finish_inverse_rows(l, inv, k, i0, i1);
   }
   // U[i][j] = inv[k - 1 - i][k - 1 - j]: the flat array reversed.
   std::vector<double>().swap(l);
@@ -255,10 +276,7 @@ Result<std::vector<double>> gptq_factor(const std::vector<double>& h, std::int64
 
 Result<std::vector<float>> gptq_factor_blocked(const std::vector<double>& h, std::int64_t k, double damp_fraction) {
   const auto at = [k](std::int64_t i, std::int64_t j) { return static_cast<std::size_t>(i * k + j); };
-  double diag_mean = 0;
-  for (std::int64_t i = 0; i < k; ++i) diag_mean += h[at(i, i)] == 0 ? 1.0 : h[at(i, i)];
-  diag_mean /= static_cast<double>(std::max<std::int64_t>(k, 1));
-  const double damp = damp_fraction * diag_mean;
+  const double damp = damping(h, k, damp_fraction);
   constexpr std::int64_t kBlock = 128;
   // L overwrites the lower triangle of A = P (H + damp I) P, block column by block column:
   // the columns before the block by one SGEMM, then the block's own columns.
@@ -296,27 +314,17 @@ Result<std::vector<float>> gptq_factor_blocked(const std::vector<double>& h, std
     }
   }
   // X = L^-1 by block rows: X[i0:i1, :i0] = -L_ii^-1 (L[i0:i1, :i0] X[:i0, :i0]) (the
-  // product by one SGEMM), and X_ii = L_ii^-1, by substitution row by row.
+  // negated product by one SGEMM), and X_ii = L_ii^-1, by substitution row by row.
   std::vector<float> x(static_cast<std::size_t>(k * k), 0.0f);
   for (std::int64_t i0 = 0; i0 < k; i0 += kBlock) {
     const std::int64_t i1 = std::min(k, i0 + kBlock);
     if (i0 > 0) {
-      KILN_RETURN_IF_ERROR(cpu::sgemm({.m = i1 - i0, .n = i0, .k = i0, .a = l.data() + i0 * k, .lda = k, .b = x.data(), .ldb = k,
+      KILN_RETURN_IF_ERROR(cpu::sgemm({.m = i1 - i0, .n = i0, .k = i0, .alpha = -1.0f, .a = l.data() + i0 * k, .lda = k,
+                                        .b = x.data(), .ldb = k,
                                         .c = x.data() + i0 * k, .ldc = k},
                                        &gemm_pool()));
     }
-    for (std::int64_t i = i0; i < i1; ++i) {
-      float* out = x.data() + i * k;
-      for (std::int64_t c = 0; c < i0; ++c) out[c] = -out[c];
-      for (std::int64_t p = i0; p < i; ++p) {
-        const float c = l[at(i, p)];
-        const float* row = x.data() + p * k;
-        for (std::int64_t j = 0; j <= p; ++j) out[j] -= c * row[j];
-      }
-      out[i] += 1.0f;
-      const float d = 1.0f / l[at(i, i)];
-      for (std::int64_t j = 0; j <= i; ++j) out[j] *= d;
-    }
+    finish_inverse_rows(l, x, k, i0, i1);
   }
   std::vector<float>().swap(l);
   std::reverse(x.begin(), x.end());

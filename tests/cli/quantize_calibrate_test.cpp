@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "cli_testutil.h"
+#include "quantize_testutil.h"
 #include "kiln/export/export.h"
 #include "kiln/export/ops.h"
 #include "kiln/runtime/bundle.h"
@@ -33,39 +33,14 @@ cli_test::CommandResult kiln_cmd(const std::string& args, bool stderr_too = true
 
 // `rows` inputs x = z A + 0.05 noise (A fixed: 12 factors drive the 128 channels).
 HostTensor correlated(std::int64_t rows, unsigned sample_seed) {
-  std::mt19937 a_rng(7), rng(sample_seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> a(static_cast<std::size_t>(kRank * kIn)), x(static_cast<std::size_t>(rows * kIn));
-  for (float& v : a) v = normal(a_rng);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    std::vector<float> z(static_cast<std::size_t>(kRank));
-    for (float& v : z) v = normal(rng);
-    for (std::int64_t j = 0; j < kIn; ++j) {
-      float s = 0.05f * normal(rng);
-      for (std::int64_t t = 0; t < kRank; ++t) s += z[static_cast<std::size_t>(t)] * a[static_cast<std::size_t>(t * kIn + j)];
-      x[static_cast<std::size_t>(r * kIn + j)] = s;
-    }
-  }
+  const std::vector<float> x = quant_test::correlated_inputs(rows, kIn, kRank, 7, sample_seed);
   HostTensor t{DType::kF32, {rows, kIn}, std::vector<std::uint8_t>(x.size() * 4)};
   std::memcpy(t.data.data(), x.data(), t.data.size());
   return t;
 }
 
 std::vector<float> run_bundle(const std::string& file, const HostTensor& x) {
-  auto bundle = Bundle::open(file);
-  EXPECT_TRUE(bundle.ok()) << bundle.status().message();
-  if (!bundle.ok()) return {};
-  auto program = Program::load(std::move(bundle).value());
-  EXPECT_TRUE(program.ok()) << program.status().message();
-  if (!program.ok()) return {};
-  Session session(**program);
-  const std::vector<HostValue> in{HostValue::of(x)};
-  auto r = session.run(in);
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  if (!r.ok()) return {};
-  std::vector<float> out(static_cast<std::size_t>(r->outputs[0].tensor.numel()));
-  std::memcpy(out.data(), r->outputs[0].tensor.data.data(), out.size() * 4);
-  return out;
+  return quant_test::run_output0(file, {HostValue::of(x)});
 }
 
 std::string file_bytes(const std::string& file) {

@@ -2,6 +2,8 @@
 // GPTQ against rounding to nearest, on inputs whose correlation is known.
 #include "quantize_math.h"
 
+#include "quantize_testutil.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,26 +13,13 @@
 namespace kiln::cli::quant {
 namespace {
 
-// Rows of x = z A + 0.05 noise: k channels driven by `rank` shared factors (correlated, as
-// a layer's inputs are).
-// `sample_seed` draws the rows, `seed` the factors.
-std::vector<float> correlated_inputs(std::int64_t rows, std::int64_t k, std::int64_t rank, unsigned seed,
-                                     unsigned sample_seed = 0) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> a(static_cast<std::size_t>(rank * k)), x(static_cast<std::size_t>(rows * k));
-  for (float& v : a) v = normal(rng);
-  if (sample_seed != 0) rng.seed(sample_seed);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    std::vector<float> z(static_cast<std::size_t>(rank));
-    for (float& v : z) v = normal(rng);
-    for (std::int64_t j = 0; j < k; ++j) {
-      float s = 0.05f * normal(rng);
-      for (std::int64_t t = 0; t < rank; ++t) s += z[static_cast<std::size_t>(t)] * a[static_cast<std::size_t>(t * k + j)];
-      x[static_cast<std::size_t>(r * k + j)] = s;
-    }
-  }
-  return x;
+using quant_test::correlated_inputs;
+
+// The mean x x^T of the `rows` rows of x.
+std::vector<double> moments_of(const std::vector<float>& x, std::int64_t rows, std::int64_t k) {
+  InputMoments m(k);
+  EXPECT_TRUE(m.add(x.data(), rows).ok());
+  return m.mean();
 }
 
 std::vector<float> normal_weights(std::int64_t n, unsigned seed) {
@@ -103,9 +92,7 @@ TEST(QuantizeMath, InputMomentsAreTheMeanOuterProductAndSkipNonFiniteRows) {
 TEST(QuantizeMath, GptqFactorIsTheUpperCholeskyFactorOfTheDampedInverse) {
   const std::int64_t k = 24;
   const std::vector<float> x = correlated_inputs(200, k, 4, 2);
-  InputMoments m(k);
-  ASSERT_TRUE(m.add(x.data(), 200).ok());
-  std::vector<double> h = m.mean();
+  std::vector<double> h = moments_of(x, 200, k);
   h[static_cast<std::size_t>(7 * k + 7)] = 0;  // a dead channel gets 1 on the diagonal
   for (std::int64_t j = 0; j < k; ++j) h[static_cast<std::size_t>(7 * k + j)] = h[static_cast<std::size_t>(j * k + 7)] = 0;
   auto u = gptq_factor(h, k, 0.01);
@@ -137,9 +124,7 @@ TEST(QuantizeMath, BlockedFloatFactorMatchesTheDoubleFactor) {
   // before a block of the inverse).
   const std::int64_t k = 300;
   const std::vector<float> x = correlated_inputs(600, k, 40, 8);
-  InputMoments m(k);
-  ASSERT_TRUE(m.add(x.data(), 600).ok());
-  std::vector<double> h = m.mean();
+  std::vector<double> h = moments_of(x, 600, k);
   for (std::int64_t j = 0; j < k; ++j) h[static_cast<std::size_t>(131 * k + j)] = h[static_cast<std::size_t>(j * k + 131)] = 0;
   auto exact = gptq_factor(h, k, 0.01);
   auto blocked = gptq_factor_blocked(h, k, 0.01);
@@ -163,9 +148,7 @@ TEST(QuantizeMath, GptqOnAWideLayerTakesTheBlockedFactor) {
   const std::int64_t n = 8, k = kBlockedFactorFrom + 64;
   const std::vector<float> w = normal_weights(n * k, 9);
   const std::vector<float> x = correlated_inputs(2 * k, k, 24, 10);
-  InputMoments m(k);
-  ASSERT_TRUE(m.add(x.data(), 2 * k).ok());
-  const std::vector<double> h = m.mean();
+  const std::vector<double> h = moments_of(x, 2 * k, k);
   const WeightFormat f{4, 32, true, false, true};
   const QuantizedWeight gptq = quantize_weight(w.data(), n, k, false, f, &h);
   ASSERT_TRUE(gptq.calibrated);
@@ -200,9 +183,7 @@ TEST(QuantizeMath, GptqLowersTheOutputErrorOnCorrelatedInputsItDidNotSee) {
   const std::vector<float> w = normal_weights(n * k, 4);
   const std::vector<float> calibration = correlated_inputs(1024, k, 16, 5);
   const std::vector<float> unseen = correlated_inputs(256, k, 16, 5, 77);  // the same factors, other rows
-  InputMoments m(k);
-  ASSERT_TRUE(m.add(calibration.data(), 1024).ok());
-  const std::vector<double> h = m.mean();
+  const std::vector<double> h = moments_of(calibration, 1024, k);
   const WeightFormat f{4, 32, true, false, true};
   // Transposed storage (a matmul's B[K, N]) gives the same result as the rows.
   std::vector<float> wt(w.size());

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_testutil.h"
+#include "quantize_testutil.h"
 #include "kiln/export/export.h"
 #include "kiln/export/ops.h"
 #include "kiln/runtime/bundle.h"
@@ -25,12 +26,6 @@ cli_test::CommandResult kiln_cmd(const std::string& args, bool stderr_too = true
 }
 
 HostTensor host(const Tensor& t) { return {t.dtype(), t.concrete_shape(), t.bytes()}; }
-
-std::vector<float> floats_of(const HostTensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  std::memcpy(v.data(), t.data.data(), v.size() * 4);
-  return v;
-}
 
 double cosine(const std::vector<float>& a, const std::vector<float>& b) {
   double dot = 0, aa = 0, bb = 0;
@@ -69,16 +64,7 @@ class Quantize : public ::testing::Test {
 
   // Runs `file` on `inputs` and returns output 0.
   static std::vector<float> run_bundle(const std::string& file, const std::vector<HostValue>& inputs) {
-    auto bundle = Bundle::open(file);
-    EXPECT_TRUE(bundle.ok()) << bundle.status().message();
-    if (!bundle.ok()) return {};
-    auto program = Program::load(std::move(bundle).value());
-    EXPECT_TRUE(program.ok()) << program.status().message();
-    if (!program.ok()) return {};
-    Session session(**program);
-    auto r = session.run(inputs);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return r.ok() ? floats_of(r->outputs[0].tensor) : std::vector<float>{};
+    return quant_test::run_output0(file, inputs);
   }
 
   static json quantize_json(const std::string& in, const std::string& out, const std::string& args) {

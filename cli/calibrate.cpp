@@ -116,33 +116,86 @@ void Calibration::find_targets() {
   }
 }
 
-Status Calibration::measure_from(std::size_t first) {
-  for (auto& t : targets_) t->sums.reset(), t->mean = {}, t->measured = false;
-  // Targets [first, last): the moments of as many as fit (sums and means: 2 k^2 doubles).
+std::size_t Calibration::pass_end(std::size_t first) const {
+  // The moments of as many targets as fit (sums and means: 2 k^2 doubles each); a layer
+  // too wide for the budget on its own is passed over (moments() says so).
   std::size_t last = first;
   std::uint64_t bytes = 0;
-  while (last < targets_.size()) {
-    // A layer too wide for the budget on its own is not measured (moments() says so).
-    if (2.0 * static_cast<double>(targets_[last]->k) * static_cast<double>(targets_[last]->k) * 8 > static_cast<double>(memory_bytes_)) {
-      ++last;
-      continue;
-    }
-    const std::uint64_t need = 2 * static_cast<std::uint64_t>(targets_[last]->k) * static_cast<std::uint64_t>(targets_[last]->k) * 8;
-    if (last > first && bytes + need > memory_bytes_) break;
-    bytes += need;
-    ++last;
+  for (; last < targets_.size(); ++last) {
+    if (too_wide(*targets_[last])) continue;
+    const auto k = static_cast<std::uint64_t>(targets_[last]->k);
+    if (last > first && bytes + 2 * k * k * 8 > memory_bytes_) break;
+    bytes += 2 * k * k * 8;
   }
+  return last;
+}
+
+bool Calibration::too_wide(const Target& t) const {
+  return 2.0 * static_cast<double>(t.k) * static_cast<double>(t.k) * 8 > static_cast<double>(memory_bytes_);
+}
+
+Status Calibration::measure_from(std::size_t first) {
+  for (auto& t : targets_) t->sums.reset(), t->mean = {}, t->measured = false;
+  const std::size_t last = pass_end(first);
   // (graph, node or -1 - input) -> (output/input index, target) to add.
   std::map<std::pair<std::uint32_t, std::int64_t>, std::vector<std::pair<std::uint32_t, Target*>>> watch;
   for (std::size_t i = first; i < last; ++i) {
     Target& t = *targets_[i];
-    if (2.0 * static_cast<double>(t.k) * static_cast<double>(t.k) * 8 > static_cast<double>(memory_bytes_)) continue;
+    if (too_wide(t)) continue;
     t.sums = std::make_unique<quant::InputMoments>(t.k);
     for (const Use& u : t.uses) watch[{u.graph, u.node >= 0 ? u.node : -1 - static_cast<std::int64_t>(u.output)}].push_back({u.output, &t});
   }
   ++passes_;
   const fb::Program& p = program_->bundle().program();
   const auto* sig = p.signature()->inputs();
+  // A layer's inputs are copied as the run goes and added after it, when the moments can
+  // use every core (during the run the session's threads spin between nodes); past
+  // kPendingBytes of copies they are added at once, so memory stays bounded.
+  constexpr std::size_t kPendingBytes = std::size_t{256} << 20;
+  std::size_t pending_bytes = 0;
+  Status add_status = Status::Ok();
+  auto flush = [&] {
+    for (std::size_t i = first; i < last; ++i) {
+      Target& t = *targets_[i];
+      if (!t.sums || t.pending.empty()) continue;
+      const Status added = t.sums->add(t.pending.data(), static_cast<std::int64_t>(t.pending.size()) / t.k);
+      if (!added.ok() && add_status.ok()) add_status = added;
+      std::vector<float>().swap(t.pending);
+    }
+    pending_bytes = 0;
+  };
+  auto add = [&](Target& t, DType dtype, std::span<const std::int64_t> shape, std::span<const std::uint8_t> data) {
+    if (dtype != DType::kF32 || shape.empty() || shape.back() != t.k || t.k == 0) return;
+    const auto* values = reinterpret_cast<const float*>(data.data());
+    const std::size_t n = data.size() / 4 / static_cast<std::size_t>(t.k) * static_cast<std::size_t>(t.k);
+    t.pending.insert(t.pending.end(), values, values + n);
+    pending_bytes += n * 4;
+    if (pending_bytes > kPendingBytes) flush();
+  };
+  // One session for every run, its state reset before each.
+  const std::vector<HostValue>* inputs = nullptr;
+  bool graph_inputs_seen = false;
+  SessionOptions options;
+  options.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  options.observer = [&](const NodeObservation& e) {
+    if (e.depth == 0 && !graph_inputs_seen) {
+      graph_inputs_seen = true;
+      for (std::uint32_t i = 0; i < inputs->size(); ++i) {
+        auto it = watch.find({e.graph, -1 - static_cast<std::int64_t>(i)});
+        if (it == watch.end() || (*inputs)[i].is_int) continue;
+        const HostTensor& h = (*inputs)[i].tensor;
+        for (const auto& [index, target] : it->second) add(*target, h.dtype, h.shape, h.data);
+      }
+    }
+    auto it = watch.find({e.graph, static_cast<std::int64_t>(e.node)});
+    if (it == watch.end()) return;
+    for (const auto& [index, target] : it->second) {
+      if (index >= e.outputs.size() || e.outputs[index].kind != ObservedValue::Kind::kTensor) continue;
+      const ObservedValue& v = e.outputs[index];
+      add(*target, v.dtype, v.shape, v.data);
+    }
+  };
+  Session session(*program_, std::move(options));
   for (const std::string& run : runs_) {
     std::vector<std::string> args;
     for (std::uint32_t i = 0; sig != nullptr && i < sig->size(); ++i) {
@@ -154,45 +207,15 @@ Status Calibration::measure_from(std::size_t first) {
       }
       args.push_back(name + "=" + file.string());
     }
-    auto inputs = parse_inputs(p, args);
-    if (!inputs.ok()) return inputs.status().with_context("calibration run " + run);
-    // Copied now, added after the run: the moments then use every core (the session's
-    // threads would be spinning between nodes).
-    auto add = [](Target& t, DType dtype, std::span<const std::int64_t> shape, std::span<const std::uint8_t> data) {
-      if (dtype != DType::kF32 || shape.empty() || shape.back() != t.k || t.k == 0) return;
-      const auto* values = reinterpret_cast<const float*>(data.data());
-      t.pending.insert(t.pending.end(), values, values + data.size() / 4 / static_cast<std::size_t>(t.k) * static_cast<std::size_t>(t.k));
-    };
-    bool graph_inputs_seen = false;
-    SessionOptions options;
-    options.threads = std::max(1u, std::thread::hardware_concurrency());
-    options.observer = [&](const NodeObservation& e) {
-      if (e.depth == 0 && !graph_inputs_seen) {
-        graph_inputs_seen = true;
-        for (std::uint32_t i = 0; i < inputs->size(); ++i) {
-          auto it = watch.find({e.graph, -1 - static_cast<std::int64_t>(i)});
-          if (it == watch.end() || (*inputs)[i].is_int) continue;
-          const HostTensor& h = (*inputs)[i].tensor;
-          for (const auto& [index, target] : it->second) add(*target, h.dtype, h.shape, h.data);
-        }
-      }
-      auto it = watch.find({e.graph, static_cast<std::int64_t>(e.node)});
-      if (it == watch.end()) return;
-      for (const auto& [index, target] : it->second) {
-        if (index >= e.outputs.size() || e.outputs[index].kind != ObservedValue::Kind::kTensor) continue;
-        const ObservedValue& v = e.outputs[index];
-        add(*target, v.dtype, v.shape, v.data);
-      }
-    };
-    Session session(*program_, std::move(options));
-    auto result = session.run(*inputs);
+    auto run_inputs = parse_inputs(p, args);
+    if (!run_inputs.ok()) return run_inputs.status().with_context("calibration run " + run);
+    inputs = &*run_inputs;
+    graph_inputs_seen = false;
+    session.reset_state();
+    auto result = session.run(*run_inputs);
     if (!result.ok()) return result.status().with_context("calibration run " + run);
-    for (std::size_t i = first; i < last; ++i) {
-      Target& t = *targets_[i];
-      if (!t.sums) continue;
-      KILN_RETURN_IF_ERROR(t.sums->add(t.pending.data(), static_cast<std::int64_t>(t.pending.size()) / t.k));
-      std::vector<float>().swap(t.pending);
-    }
+    flush();
+    KILN_RETURN_IF_ERROR(add_status);
   }
   for (std::size_t i = first; i < last; ++i) {
     Target& t = *targets_[i];
@@ -216,8 +239,8 @@ Result<const std::vector<double>*> Calibration::moments(std::uint32_t constant, 
     why = t.why;
     return nullptr;
   }
-  const double need_mib = 2.0 * static_cast<double>(t.k) * static_cast<double>(t.k) * 8 / (1 << 20);
-  if (need_mib > static_cast<double>(memory_bytes_) / (1 << 20)) {
+  if (too_wide(t)) {
+    const double need_mib = 2.0 * static_cast<double>(t.k) * static_cast<double>(t.k) * 8 / (1 << 20);
     why = "its input dim " + std::to_string(t.k) + " needs " + std::to_string(static_cast<std::int64_t>(std::ceil(need_mib))) +
           " MiB of input moments, more than --calibration-memory " + std::to_string(memory_bytes_ >> 20) + " MiB";
     return nullptr;

@@ -35,7 +35,9 @@ class Calibration {
   /// observed (`why` says which). Moments are measured in passes over the runs, each for
   /// as many layers as fit in `memory_bytes` (2 k^2 doubles a layer; at least one layer a
   /// pass), in the order of the nodes, the order the quantizer asks in: a model larger
-  /// than that runs the calibration more than once.
+  /// than that runs the calibration more than once. All runs share one Session, its state
+  /// reset before each. A run's copies of layer inputs (added to the moments after the
+  /// run) are added at once past 256 MiB.
   /// Errors: a run whose inputs are invalid or whose run fails, with the run's path.
   Result<const std::vector<double>*> moments(std::uint32_t constant, bool transposed, std::string& why);
 
@@ -50,7 +52,11 @@ class Calibration {
   struct Target;  // one weight (constant, layout): its k and where its inputs are
   Calibration() = default;
   void find_targets();
+  // One pass over the runs measuring targets [first_target, pass_end(first_target)).
   Status measure_from(std::size_t first_target);
+  std::size_t pass_end(std::size_t first_target) const;
+  // Whether t's moments alone exceed memory_bytes_.
+  bool too_wide(const Target& t) const;
 
   std::shared_ptr<const Program> program_;
   std::vector<std::string> runs_;

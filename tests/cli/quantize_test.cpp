@@ -185,7 +185,8 @@ TEST_F(Quantize, Int4KeepsTheEmbeddingTablesAndTheOutputHeadInt8UnlessEmbedHeadS
   EXPECT_GE(cosine(run_bundle(path("mlp.mixed.kiln"), in), run_bundle(path("mlp.kiln"), in)), 0.98);
   EXPECT_EQ(kiln_cmd("validate " + path("mlp.mixed.kiln")).code, 0);
   // --embed-head int4: every layer int4; f32: the head is listed as kept f32, with the reason.
-  for (const auto& l : quantize_json("mlp.kiln", "mlp.all4.kiln", "--weights int4 --group 16 --embed-head int4")["layers"]) {
+  const json all4 = quantize_json("mlp.kiln", "mlp.all4.kiln", "--weights int4 --group 16 --embed-head int4");
+  for (const auto& l : all4["layers"]) {  // (a range-for over a temporary's member would dangle)
     EXPECT_EQ(l["format"], "int4 g16") << l.dump();
   }
   const json f = quantize_json("mlp.kiln", "mlp.headf32.kiln", "--weights int4 --group 16 --embed-head f32");

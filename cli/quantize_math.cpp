@@ -420,6 +420,84 @@ struct RowSums {
 
 double db(double signal, double noise) { return noise > 0 ? 10.0 * std::log10(signal / noise) : INFINITY; }
 
+
+// GPTQ's U in float (gptq_factor_blocked above kBlockedFactorFrom, else gptq_factor) with
+// 1 % damping, raised tenfold up to 100 % while H + damp I is not positive definite;
+// empty when it never is. `damp` gets the fraction used.
+std::vector<float> float_factor(const std::vector<double>& h, std::int64_t cols, double& damp) {
+  for (damp = 0.01; damp <= 1.0 + 1e-9; damp *= 10) {
+    if (cols > kBlockedFactorFrom) {
+      auto factor = gptq_factor_blocked(h, cols, damp);
+      if (factor.ok()) return std::move(factor).value();
+    } else {
+      auto factor = gptq_factor(h, cols, damp);
+      if (factor.ok()) return std::vector<float>(factor->begin(), factor->end());
+    }
+  }
+  damp = 0;
+  return {};
+}
+
+// forms[3t .. 3t + 2] = the output errors d^T H d of row t (of n) rounded to nearest and
+// with GPTQ, and the row's own w^T H w: the residuals and rows as the 3n rows of `d`, one
+// SGEMM y = d H, then each d_i . y_i in double.
+Status output_errors(const std::vector<float>& rows, const std::vector<RowLevels>& nearest,
+                     const std::vector<RowLevels>& compensated, std::int64_t n, std::int64_t cols, std::int64_t group,
+                     const std::vector<float>& h, std::vector<float>& d, std::vector<float>& y, std::vector<double>& forms) {
+  parallel_rows(0, n, n * cols * 6, [&](std::int64_t t) {
+    const float* row = rows.data() + t * cols;
+    float* dn = d.data() + 3 * t * cols;
+    for (int way = 0; way < 2; ++way) {
+      const RowLevels& lv = way == 0 ? nearest[static_cast<std::size_t>(t)] : compensated[static_cast<std::size_t>(t)];
+      float* out = dn + way * cols;
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const GroupFit& fit = lv.fits[static_cast<std::size_t>(c / group)];
+        out[c] = row[c] - static_cast<float>(lv.q[static_cast<std::size_t>(c)] - fit.zero) * fit.scale;
+      }
+    }
+    std::copy(row, row + cols, dn + 2 * cols);
+  });
+  KILN_RETURN_IF_ERROR(cpu::sgemm(
+      {.m = 3 * n, .n = cols, .k = cols, .a = d.data(), .lda = cols, .b = h.data(), .ldb = cols, .c = y.data(), .ldc = cols},
+      &gemm_pool()));
+  forms.assign(static_cast<std::size_t>(3 * n), 0.0);
+  for (std::int64_t i = 0; i < 3 * n; ++i) {
+    const float* a = d.data() + i * cols;
+    const float* b = y.data() + i * cols;
+    double acc = 0;
+    for (std::int64_t c = 0; c < cols; ++c) acc += static_cast<double>(a[c]) * b[c];
+    forms[static_cast<std::size_t>(i)] = acc;
+  }
+  return Status::Ok();
+}
+
+// Row r's levels, scales and zero points into q; its weight-space signal and noise into
+// `sums`. Two rows never share a byte (int4 rows have an even length), so rows may be
+// stored in parallel.
+void store_row(QuantizedWeight& q, std::int64_t r, const float* row, const RowLevels& lv, const WeightFormat& format,
+               RowSums& sums) {
+  const std::int64_t cols = q.cols, groups = cols / format.group;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const GroupFit& fit = lv.fits[static_cast<std::size_t>(g)];
+    if (format.zero_points) q.zero_points[static_cast<std::size_t>(r * groups + g)] = static_cast<std::uint8_t>(fit.zero);
+    put_scale(q.scales, static_cast<std::size_t>(r * groups + g), fit.scale, format.f16);
+  }
+  for (std::int64_t c = 0; c < cols; ++c) {
+    const float v = row[c];
+    const GroupFit& fit = lv.fits[static_cast<std::size_t>(c / format.group)];
+    const int v_q = lv.q[static_cast<std::size_t>(c)];
+    const double back = static_cast<double>(v_q - fit.zero) * fit.scale;
+    sums.signal += static_cast<double>(v) * v;
+    sums.noise += (v - back) * (v - back);
+    if (format.bits == 8) {
+      q.data[static_cast<std::size_t>(r * cols + c)] = static_cast<std::uint8_t>(static_cast<std::int8_t>(v_q));
+    } else {
+      std::uint8_t& b = q.data[static_cast<std::size_t>(r * (cols / 2) + c / 2)];
+      b = static_cast<std::uint8_t>(c % 2 == 0 ? (b & 0xF0) | v_q : (b & 0x0F) | (v_q << 4));
+    }
+  }
+}
+
 }  // namespace
 
 QuantizedWeight quantize_weight(const float* w, std::int64_t rows, std::int64_t cols, bool transposed,
@@ -429,26 +507,13 @@ QuantizedWeight quantize_weight(const float* w, std::int64_t rows, std::int64_t 
   q.cols = cols;
   q.group = format.group;
   const std::int64_t groups = cols / format.group;
-  const bool int8 = format.bits == 8, f16 = format.f16;
-  q.data.assign(static_cast<std::size_t>(int8 ? rows * cols : rows * cols / 2), 0);
-  q.scales.assign(static_cast<std::size_t>(rows * groups) * (f16 ? 2 : 4), 0);
+  q.data.assign(static_cast<std::size_t>(format.bits == 8 ? rows * cols : rows * cols / 2), 0);
+  q.scales.assign(static_cast<std::size_t>(rows * groups) * (format.f16 ? 2 : 4), 0);
   if (format.zero_points) q.zero_points.assign(static_cast<std::size_t>(rows * groups), 0);
   // GPTQ's factor and H, in float for the SGEMMs (as GPTQ is usually run).
   std::vector<float> u, hf;
   if (h != nullptr) {
-    for (double damp = 0.01; damp <= 1.0 + 1e-9; damp *= 10) {
-      if (cols > kBlockedFactorFrom) {
-        auto factor = gptq_factor_blocked(*h, cols, damp);
-        if (factor.ok()) u = std::move(factor).value();
-      } else {
-        auto factor = gptq_factor(*h, cols, damp);
-        if (factor.ok()) u.assign(factor->begin(), factor->end());
-      }
-      if (!u.empty()) {
-        q.damp_fraction = damp;
-        break;
-      }
-    }
+    u = float_factor(*h, cols, q.damp_fraction);
     q.calibrated = !u.empty();
     if (q.calibrated) hf.assign(h->begin(), h->end());
   }
@@ -457,6 +522,7 @@ QuantizedWeight quantize_weight(const float* w, std::int64_t rows, std::int64_t 
   const auto k = static_cast<std::size_t>(cols);
   const std::int64_t block_rows = std::min(rows, kRows);
   std::vector<float> original(static_cast<std::size_t>(block_rows) * k), work, err, d, y;
+  std::vector<double> forms;
   std::vector<char> finite(static_cast<std::size_t>(block_rows));
   const RowLevels empty{std::vector<int>(k), std::vector<GroupFit>(static_cast<std::size_t>(groups))};
   std::vector<RowLevels> nearest(static_cast<std::size_t>(block_rows), empty), compensated;
@@ -488,71 +554,25 @@ QuantizedWeight quantize_weight(const float* w, std::int64_t rows, std::int64_t 
       // The SGEMM fails only when its buffers cannot be allocated: keep rounding to nearest.
       if (!done.ok()) q.calibrated = false;
     }
-    if (q.calibrated) {
-      // Rows 3t, 3t + 1, 3t + 2 of d: row t's residual rounded to nearest, its residual
-      // with GPTQ, and the row; y = d H, and each form is d_i . y_i.
-      parallel_rows(0, n, n * cols * 6, [&](std::int64_t t) {
-        const float* row = original.data() + t * cols;
-        float* dn = d.data() + 3 * t * cols;
-        for (int way = 0; way < 2; ++way) {
-          const RowLevels& lv = way == 0 ? nearest[static_cast<std::size_t>(t)] : compensated[static_cast<std::size_t>(t)];
-          float* out = dn + way * cols;
-          for (std::int64_t c = 0; c < cols; ++c) {
-            const GroupFit& fit = lv.fits[static_cast<std::size_t>(c / format.group)];
-            out[c] = row[c] - static_cast<float>(lv.q[static_cast<std::size_t>(c)] - fit.zero) * fit.scale;
-          }
-        }
-        std::copy(row, row + cols, dn + 2 * cols);
-      });
-      const Status done = cpu::sgemm({.m = 3 * n, .n = cols, .k = cols, .a = d.data(), .lda = cols, .b = hf.data(), .ldb = cols,
-                                      .c = y.data(), .ldc = cols},
-                                     &gemm_pool());
-      if (!done.ok()) q.calibrated = false;
+    if (q.calibrated && !output_errors(original, nearest, compensated, n, cols, format.group, hf, d, y, forms).ok()) {
+      q.calibrated = false;
     }
     if (q.calibrated) {
       for (std::int64_t t = 0; t < n; ++t) {
         const auto ti = static_cast<std::size_t>(t);
-        double forms[3];
-        for (int f = 0; f < 3; ++f) {
-          const float* a = d.data() + (3 * t + f) * cols;
-          const float* b = y.data() + (3 * t + f) * cols;
-          double acc = 0;
-          for (std::int64_t c = 0; c < cols; ++c) acc += static_cast<double>(a[c]) * b[c];
-          forms[f] = acc;
-        }
+        const double* f3 = forms.data() + 3 * t;
+        const double form_nearest = f3[0], form_gptq = f3[1], form_signal = f3[2];
         if (!finite[ti]) continue;  // rounding to nearest; not counted in the output SQNR
-        double err_out = forms[0];
-        if (forms[1] < forms[0]) chosen[ti] = &compensated[ti], err_out = forms[1], ++total.gptq_rows;
-        total.out_signal += forms[2];
+        double err_out = form_nearest;
+        if (form_gptq < form_nearest) chosen[ti] = &compensated[ti], err_out = form_gptq, ++total.gptq_rows;
+        total.out_signal += form_signal;
         total.out_noise += err_out;
-        total.nearest_noise += forms[0];
+        total.nearest_noise += form_nearest;
       }
     }
     parallel_rows(0, n, n * cols * 8, [&](std::int64_t t) {
-      const std::int64_t r = b0 + t;
-      const RowLevels& lv = *chosen[static_cast<std::size_t>(t)];
-      const float* row = original.data() + t * cols;
-      RowSums& sums = row_sums[static_cast<std::size_t>(t)];
-      for (std::int64_t g = 0; g < groups; ++g) {
-        const GroupFit& fit = lv.fits[static_cast<std::size_t>(g)];
-        if (format.zero_points) q.zero_points[static_cast<std::size_t>(r * groups + g)] = static_cast<std::uint8_t>(fit.zero);
-        put_scale(q.scales, static_cast<std::size_t>(r * groups + g), fit.scale, f16);
-      }
-      for (std::int64_t c = 0; c < cols; ++c) {
-        const float v = row[c];
-        const GroupFit& fit = lv.fits[static_cast<std::size_t>(c / format.group)];
-        const int v_q = lv.q[static_cast<std::size_t>(c)];
-        const double back = static_cast<double>(v_q - fit.zero) * fit.scale;
-        sums.signal += static_cast<double>(v) * v;
-        sums.noise += (v - back) * (v - back);
-        if (int8) {
-          q.data[static_cast<std::size_t>(r * cols + c)] = static_cast<std::uint8_t>(static_cast<std::int8_t>(v_q));
-        } else {
-          // Two rows never share a byte (cols is even for int4), so rows may run in parallel.
-          std::uint8_t& b = q.data[static_cast<std::size_t>(r * (cols / 2) + c / 2)];
-          b = static_cast<std::uint8_t>(c % 2 == 0 ? (b & 0xF0) | v_q : (b & 0x0F) | (v_q << 4));
-        }
-      }
+      store_row(q, b0 + t, original.data() + t * cols, *chosen[static_cast<std::size_t>(t)], format,
+                row_sums[static_cast<std::size_t>(t)]);
     });
     for (std::int64_t t = 0; t < n; ++t) total.signal += row_sums[static_cast<std::size_t>(t)].signal, total.noise += row_sums[static_cast<std::size_t>(t)].noise;
   }

@@ -1,8 +1,11 @@
 // kiln quantize IN.kiln -o OUT.kiln --weights int8|int4 [--group N] [--ops LIST]
-//   [--scale-dtype f16|f32] [--zero-points] [--embed-head int8|int4|f32] [--scales mse|max] [--json]
+//   [--scale-dtype f16|f32] [--zero-points] [--embed-head int8|int4|f32] [--scales mse|max]
+//   [--calibrate DIR [--calibration-memory MIB]] [--json]
 // Post-training weight-only quantization (docs/QUANTIZATION.md): the constant 2-D weights of
 // linear, matmul and embedding nodes become int8/int4 constants with scales (schema
-// Constant.quant) read by linear_q / embedding_q; everything else is copied. The self-tests
+// Constant.quant) read by linear_q / embedding_q; everything else is copied. The numbers
+// (scale search, rounding, GPTQ with --calibrate) are quantize_math.cpp, the calibration
+// runs calibrate.cpp. The self-tests
 // are replayed on the quantized program and their tolerances widened to the measured error.
 // The output is written atomically; on any error no file is left at OUT.
 #include <sys/stat.h>

@@ -1,7 +1,10 @@
 #include "calibrate.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
+#include <iostream>
 #include <thread>
 
 #include "commands.h"
@@ -196,6 +199,15 @@ Status Calibration::measure_from(std::size_t first) {
     }
   };
   Session session(*program_, std::move(options));
+  // Progress for long calibrations, on a terminal only; the line is cleared however the
+  // pass ends (an error message then starts on a clean line).
+  const bool tty = ::isatty(STDERR_FILENO) == 1;
+  struct ClearLine {
+    bool tty;
+    ~ClearLine() {
+      if (tty) std::cerr << "\r\033[K" << std::flush;
+    }
+  } clear_line{tty};
   for (const std::string& run : runs_) {
     std::vector<std::string> args;
     for (std::uint32_t i = 0; sig != nullptr && i < sig->size(); ++i) {
@@ -206,6 +218,10 @@ Status Calibration::measure_from(std::size_t first) {
         return Status(StatusCode::kInvalidInput, "calibration run " + run + ": " + file.string() + " is missing (input '" + name + "')");
       }
       args.push_back(name + "=" + file.string());
+    }
+    if (tty) {
+      std::cerr << "\rcalibrating: pass " << passes_ << ", run " << (&run - runs_.data()) + 1 << " of " << runs_.size()
+                << std::flush;
     }
     auto run_inputs = parse_inputs(p, args);
     if (!run_inputs.ok()) return run_inputs.status().with_context("calibration run " + run);

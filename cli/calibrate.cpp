@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <thread>
+#include <tuple>
 
 #include "commands.h"
 #include "kiln/format/kiln_generated.h"
@@ -32,9 +33,12 @@ struct Calibration::Target {
   std::string why;  // why nothing can be observed (no use)
   std::unique_ptr<quant::InputMoments> sums;
   std::vector<float> pending;  // this run's inputs, added to `sums` after the run
-  std::vector<double> mean;  // measured (this pass)
+  std::shared_ptr<const std::vector<double>> mean;  // measured (this pass)
   std::int64_t rows = 0;
   bool measured = false;
+  // An earlier target whose inputs are the same values (q/k/v or gate/up projections of
+  // one activation): its moments serve this one when both are in one pass; -1 when none.
+  std::ptrdiff_t leader = -1;
 };
 
 Calibration::~Calibration() = default;
@@ -65,6 +69,7 @@ Result<std::unique_ptr<Calibration>> Calibration::open(const std::string& bundle
     }
   }
   c->find_targets();
+  c->find_leaders();
   return c;
 }
 
@@ -119,13 +124,36 @@ void Calibration::find_targets() {
   }
 }
 
+// (graph, node, output) of every use, sorted: two targets with equal keys read the same values.
+std::vector<std::tuple<std::uint32_t, std::int64_t, std::uint32_t>> use_key(const std::vector<Calibration::Use>& uses) {
+  std::vector<std::tuple<std::uint32_t, std::int64_t, std::uint32_t>> key;
+  for (const Calibration::Use& u : uses) key.emplace_back(u.graph, u.node, u.output);
+  std::sort(key.begin(), key.end());
+  key.erase(std::unique(key.begin(), key.end()), key.end());
+  return key;
+}
+
+void Calibration::find_leaders() {
+  std::map<std::pair<std::int64_t, std::vector<std::tuple<std::uint32_t, std::int64_t, std::uint32_t>>>, std::size_t> first;
+  for (std::size_t i = 0; i < targets_.size(); ++i) {
+    Target& t = *targets_[i];
+    if (t.uses.empty()) continue;
+    auto [it, added] = first.emplace(std::make_pair(t.k, use_key(t.uses)), i);
+    if (!added) t.leader = static_cast<std::ptrdiff_t>(it->second);
+  }
+}
+
+bool Calibration::shares(const Target& t, std::size_t first) const {
+  return t.leader >= static_cast<std::ptrdiff_t>(first);
+}
+
 std::size_t Calibration::pass_end(std::size_t first) const {
   // The moments of as many targets as fit (sums and means: 2 k^2 doubles each); a layer
   // too wide for the budget on its own is passed over (moments() says so).
   std::size_t last = first;
   std::uint64_t bytes = 0;
   for (; last < targets_.size(); ++last) {
-    if (too_wide(*targets_[last])) continue;
+    if (too_wide(*targets_[last]) || shares(*targets_[last], first)) continue;
     const auto k = static_cast<std::uint64_t>(targets_[last]->k);
     if (last > first && bytes + 2 * k * k * 8 > memory_bytes_) break;
     bytes += 2 * k * k * 8;
@@ -138,13 +166,13 @@ bool Calibration::too_wide(const Target& t) const {
 }
 
 Status Calibration::measure_from(std::size_t first) {
-  for (auto& t : targets_) t->sums.reset(), t->mean = {}, t->measured = false;
+  for (auto& t : targets_) t->sums.reset(), t->mean.reset(), t->measured = false;
   const std::size_t last = pass_end(first);
   // (graph, node or -1 - input) -> (output/input index, target) to add.
   std::map<std::pair<std::uint32_t, std::int64_t>, std::vector<std::pair<std::uint32_t, Target*>>> watch;
   for (std::size_t i = first; i < last; ++i) {
     Target& t = *targets_[i];
-    if (too_wide(t)) continue;
+    if (too_wide(t) || shares(t, first)) continue;
     t.sums = std::make_unique<quant::InputMoments>(t.k);
     for (const Use& u : t.uses) watch[{u.graph, u.node >= 0 ? u.node : -1 - static_cast<std::int64_t>(u.output)}].push_back({u.output, &t});
   }
@@ -237,36 +265,45 @@ Status Calibration::measure_from(std::size_t first) {
     Target& t = *targets_[i];
     if (!t.sums) continue;
     t.rows = t.sums->rows();
-    if (t.rows > 0) t.mean = t.sums->mean();
+    if (t.rows > 0) t.mean = std::make_shared<const std::vector<double>>(t.sums->mean());
     t.sums.reset();
+    t.measured = true;
+  }
+  for (std::size_t i = first; i < last; ++i) {
+    Target& t = *targets_[i];
+    if (!shares(t, first)) continue;
+    const Target& leader = *targets_[static_cast<std::size_t>(t.leader)];
+    t.rows = leader.rows;
+    t.mean = leader.mean;
     t.measured = true;
   }
   return Status::Ok();
 }
 
-Result<const std::vector<double>*> Calibration::moments(std::uint32_t constant, bool transposed, std::string& why) {
+Result<std::shared_ptr<const std::vector<double>>> Calibration::moments(std::uint32_t constant, bool transposed,
+                                                                        std::string& why) {
   auto it = target_index_.find({constant, transposed});
   if (it == target_index_.end()) {
     why = "no linear or matmul reads it as an f32 weight from an f32 input";
-    return nullptr;
+    return std::shared_ptr<const std::vector<double>>();
   }
   Target& t = *targets_[it->second];
   if (t.uses.empty()) {
     why = t.why;
-    return nullptr;
+    return std::shared_ptr<const std::vector<double>>();
   }
   if (too_wide(t)) {
     const double need_mib = 2.0 * static_cast<double>(t.k) * static_cast<double>(t.k) * 8 / (1 << 20);
     why = "its input dim " + std::to_string(t.k) + " needs " + std::to_string(static_cast<std::int64_t>(std::ceil(need_mib))) +
           " MiB of input moments, more than --calibration-memory " + std::to_string(memory_bytes_ >> 20) + " MiB";
-    return nullptr;
+    return std::shared_ptr<const std::vector<double>>();
   }
   if (!t.measured) KILN_RETURN_IF_ERROR(measure_from(it->second));
   if (t.rows == 0) {
     why = "its layer never ran on the calibration inputs (another specialization or branch ran)";
-    return nullptr;
+    return std::shared_ptr<const std::vector<double>>();
   }
-  return &t.mean;
+  return t.mean;
 }
 
 std::int64_t Calibration::rows(std::uint32_t constant, bool transposed) const {

@@ -37,9 +37,11 @@ class Calibration {
   /// pass), in the order of the nodes, the order the quantizer asks in: a model larger
   /// than that runs the calibration more than once. All runs share one Session, its state
   /// reset before each. A run's copies of layer inputs (added to the moments after the
-  /// run) are added at once past 256 MiB.
+  /// run) are added at once past 256 MiB. Layers whose inputs are the same values (the q, k
+  /// and v projections of one activation) share one measurement (the same pointer) when
+  /// they fall in one pass.
   /// Errors: a run whose inputs are invalid or whose run fails, with the run's path.
-  Result<const std::vector<double>*> moments(std::uint32_t constant, bool transposed, std::string& why);
+  Result<std::shared_ptr<const std::vector<double>>> moments(std::uint32_t constant, bool transposed, std::string& why);
 
   /// Rows of inputs behind moments(constant, transposed) (0 before it was measured).
   std::int64_t rows(std::uint32_t constant, bool transposed) const;
@@ -47,11 +49,16 @@ class Calibration {
   /// How many passes over the runs were made so far.
   int passes() const { return passes_; }
 
+  struct Use;  // where a layer's input value comes from in one graph
+
  private:
-  struct Use;     // where a layer's input value comes from in one graph
   struct Target;  // one weight (constant, layout): its k and where its inputs are
   Calibration() = default;
   void find_targets();
+  // Sets each target's leader: the first earlier target reading the same values.
+  void find_leaders();
+  // Whether t takes its leader's moments in the pass starting at first_target.
+  bool shares(const Target& t, std::size_t first_target) const;
   // One pass over the runs measuring targets [first_target, pass_end(first_target)).
   Status measure_from(std::size_t first_target);
   std::size_t pass_end(std::size_t first_target) const;

@@ -370,7 +370,7 @@ class Quantizer {
     // The mapping is 64-byte aligned (format rule), so the floats can be read in place.
     const auto* w = reinterpret_cast<const float*>(bytes.data());
     const bool int4 = format.bits == 4, f16 = format.f16;
-    const std::vector<double>* moments = nullptr;
+    std::shared_ptr<const std::vector<double>> moments;
     std::string uncalibrated;
     if (calibration_ != nullptr && op == "embedding") {
       uncalibrated = "an embedding table (its input is token ids)";
@@ -378,7 +378,10 @@ class Quantizer {
       KILN_ASSIGN_OR_RETURN(moments, calibration_->moments(index, cand.transposed, uncalibrated));
     }
     const quant::WeightFormat wf{format.bits, group, f16, format.zero_points, o_.scales == "mse"};
-    quant::QuantizedWeight q = quant::quantize_weight(w, rows, cols, cand.transposed, wf, moments);
+    // Consecutive layers with the same moments (q/k/v of one activation) share the factor;
+    // holding the moments keeps the cache's key from being freed and reused.
+    if (moments != cached_moments_) cached_moments_ = moments, factor_cache_ = {};
+    quant::QuantizedWeight q = quant::quantize_weight(w, rows, cols, cand.transposed, wf, moments.get(), &factor_cache_);
     if (moments != nullptr && !q.calibrated) uncalibrated = "its inputs' second moments stayed singular with 100 % damping";
     const std::string name = p_.constants[index]->name;
     const std::int64_t groups = cols / group;
@@ -463,6 +466,8 @@ class Quantizer {
   fb::ProgramT& p_;
   ExprPool pool_;
   Calibration* calibration_;
+  std::shared_ptr<const std::vector<double>> cached_moments_;
+  quant::FactorCache factor_cache_;
   LayerFormat main_, edge_;
   std::vector<const std::vector<std::uint8_t>*> added_;
   std::map<std::pair<std::uint32_t, bool>, Done> done_;

@@ -501,7 +501,7 @@ void store_row(QuantizedWeight& q, std::int64_t r, const float* row, const RowLe
 }  // namespace
 
 QuantizedWeight quantize_weight(const float* w, std::int64_t rows, std::int64_t cols, bool transposed,
-                                const WeightFormat& format, const std::vector<double>* h) {
+                                const WeightFormat& format, const std::vector<double>* h, FactorCache* cache) {
   QuantizedWeight q;
   q.rows = rows;
   q.cols = cols;
@@ -513,7 +513,13 @@ QuantizedWeight quantize_weight(const float* w, std::int64_t rows, std::int64_t 
   // GPTQ's factor and H, in float for the SGEMMs (as GPTQ is usually run).
   std::vector<float> u, hf;
   if (h != nullptr) {
-    u = float_factor(*h, cols, q.damp_fraction);
+    if (cache != nullptr && cache->h == h && cache->cols == cols) {
+      u = cache->u;
+      q.damp_fraction = cache->damp;
+    } else {
+      u = float_factor(*h, cols, q.damp_fraction);
+      if (cache != nullptr) *cache = FactorCache{h, cols, u, q.damp_fraction};
+    }
     q.calibrated = !u.empty();
     if (q.calibrated) hf.assign(h->begin(), h->end());
   }

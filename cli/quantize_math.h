@@ -87,6 +87,15 @@ Result<std::vector<float>> gptq_factor_blocked(const std::vector<double>& h, std
 /// factor costs < 0.2 s).
 inline constexpr std::int64_t kBlockedFactorFrom = 1024;
 
+/// GPTQ's factor of one H, kept for the next weight with the same H (layers that read the
+/// same input). The caller keeps that H alive and unchanged while it is cached.
+struct FactorCache {
+  const std::vector<double>* h = nullptr;  // the H `u` was made from; null: empty cache
+  std::int64_t cols = 0;
+  std::vector<float> u;  // empty: H + damp I was never positive definite
+  double damp = 0;
+};
+
 /// A quantized weight: rows x cols logical (rows = output channels, quantized along cols).
 struct QuantizedWeight {
   std::vector<std::uint8_t> data;         // int8: rows x cols bytes; int4: rows x cols / 2
@@ -120,7 +129,10 @@ struct QuantizedWeight {
 /// smaller than rounding to nearest's. Everything runs on up to hardware_concurrency
 /// threads; when an SGEMM cannot allocate its buffers, the weight is rounded to nearest
 /// (calibrated false).
+/// With `cache`, the factor is taken from it when it was made from the same `h` (pointer)
+/// and cols, else made and stored in it.
 QuantizedWeight quantize_weight(const float* w, std::int64_t rows, std::int64_t cols, bool transposed,
-                                const WeightFormat& format, const std::vector<double>* h = nullptr);
+                                const WeightFormat& format, const std::vector<double>* h = nullptr,
+                                FactorCache* cache = nullptr);
 
 }  // namespace kiln::cli::quant

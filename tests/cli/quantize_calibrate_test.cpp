@@ -169,6 +169,37 @@ TEST_F(QuantizeCalibrate, ALayerTooWideForTheMomentsBudgetIsRoundedToNearestAndS
   EXPECT_EQ(j["calibration"]["passes"], 0) << r.out;
 }
 
+TEST_F(QuantizeCalibrate, LayersReadingTheSameInputShareOneMeasurement) {
+  // q, k and v read x; o reads their sum. All have K 256 (1 MiB of moments each).
+  const Tensor wq = Tensor::randn({256, 256}, 71), wk = Tensor::randn({256, 256}, 72), wv = Tensor::randn({256, 256}, 73),
+               wo = Tensor::randn({64, 256}, 74);
+  auto model = export_program([&](Tensor x) { return linear(add(add(linear(x, wq), linear(x, wk)), linear(x, wv)), wo); },
+                              {input("x", Tensor::randn({2, 256}, 75), {Dim("batch", 1, 512)})}, {.name = "qkv"});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_TRUE(model->save(path("qkv.kiln")).ok());
+  const fs::path run = dir_ / "qkv_calib";
+  fs::create_directories(run);
+  const std::vector<float> x = quant_test::correlated_inputs(64, 256, 12, 7, 5);
+  HostTensor t{DType::kF32, {64, 256}, std::vector<std::uint8_t>(x.size() * 4)};
+  std::memcpy(t.data.data(), x.data(), t.data.size());
+  ASSERT_TRUE(write_npy((run / "x.npy").string(), t).ok());
+  auto quantize = [&](const std::string& out, const std::string& memory) {
+    const auto r = kiln_cmd("quantize " + path("qkv.kiln") + " -o " + path(out) + " --weights int4 --embed-head int4 " + memory +
+                                " --calibrate " + run.string() + " --json",
+                            false);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return json::parse(r.out, nullptr, false);
+  };
+  // 1 MiB holds one layer's moments: q, k and v share them (one pass), o takes a second.
+  const json small = quantize("qkv.small.kiln", "--calibration-memory 1");
+  EXPECT_EQ(small["calibration"]["passes"], 2) << small.dump();
+  ASSERT_EQ(small["layers"].size(), 4u);
+  for (const json& l : small["layers"]) EXPECT_EQ(l["calibration"]["rows"], 64) << l.dump();
+  const json large = quantize("qkv.large.kiln", "");
+  EXPECT_EQ(large["calibration"]["passes"], 1) << large.dump();
+  EXPECT_EQ(file_bytes(path("qkv.small.kiln")), file_bytes(path("qkv.large.kiln")));
+}
+
 TEST_F(QuantizeCalibrate, RefusesFoldersThatAreNotRunsAndLeavesNoOutput) {
   const std::string base = "quantize " + path("mlp.kiln") + " -o " + path("bad.kiln") + " --weights int4 --calibrate ";
   auto r = kiln_cmd(base + path("no_such_folder"));

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -34,7 +35,7 @@ struct Calibration::Target {
   std::unique_ptr<quant::InputMoments> sums;
   std::vector<float> pending;  // this run's inputs, added to `sums` after the run
   std::shared_ptr<const std::vector<double>> mean;  // measured (this pass)
-  std::int64_t rows = 0;
+  std::int64_t rows = 0, skipped_rows = 0;
   bool measured = false;
   // An earlier target whose inputs are the same values (q/k/v or gate/up projections of
   // one activation): its moments serve this one when both are in one pass; -1 when none.
@@ -265,6 +266,7 @@ Status Calibration::measure_from(std::size_t first) {
     Target& t = *targets_[i];
     if (!t.sums) continue;
     t.rows = t.sums->rows();
+    t.skipped_rows = t.sums->nonfinite_rows();
     if (t.rows > 0) t.mean = std::make_shared<const std::vector<double>>(t.sums->mean());
     t.sums.reset();
     t.measured = true;
@@ -274,6 +276,7 @@ Status Calibration::measure_from(std::size_t first) {
     if (!shares(t, first)) continue;
     const Target& leader = *targets_[static_cast<std::size_t>(t.leader)];
     t.rows = leader.rows;
+    t.skipped_rows = leader.skipped_rows;
     t.mean = leader.mean;
     t.measured = true;
   }
@@ -309,6 +312,11 @@ Result<std::shared_ptr<const std::vector<double>>> Calibration::moments(std::uin
 std::int64_t Calibration::rows(std::uint32_t constant, bool transposed) const {
   auto it = target_index_.find({constant, transposed});
   return it == target_index_.end() ? 0 : targets_[it->second]->rows;
+}
+
+std::int64_t Calibration::skipped_rows(std::uint32_t constant, bool transposed) const {
+  auto it = target_index_.find({constant, transposed});
+  return it == target_index_.end() ? 0 : targets_[it->second]->skipped_rows;
 }
 
 }  // namespace kiln::cli

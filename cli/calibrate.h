@@ -45,6 +45,8 @@ class Calibration {
 
   /// Rows of inputs behind moments(constant, transposed) (0 before it was measured).
   std::int64_t rows(std::uint32_t constant, bool transposed) const;
+  /// Rows left out of those moments because they held a non-finite value.
+  std::int64_t skipped_rows(std::uint32_t constant, bool transposed) const;
   std::size_t run_count() const { return runs_.size(); }
   /// How many passes over the runs were made so far.
   int passes() const { return passes_; }

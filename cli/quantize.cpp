@@ -91,7 +91,7 @@ struct Layer {
   // why the layer was rounded to nearest without calibration.
   bool calibrated = false;
   std::string uncalibrated_reason;
-  std::int64_t calibration_rows = 0, gptq_rows = 0;
+  std::int64_t calibration_rows = 0, skipped_rows = 0, gptq_rows = 0;
   double output_sqnr_db = 0, nearest_output_sqnr_db = 0, damp_fraction = 0;
 };
 
@@ -417,6 +417,7 @@ class Quantizer {
     l.uncalibrated_reason = uncalibrated;
     if (q.calibrated) {
       l.calibration_rows = calibration_->rows(index, cand.transposed);
+      l.skipped_rows = calibration_->skipped_rows(index, cand.transposed);
       l.gptq_rows = q.gptq_rows;
       l.output_sqnr_db = q.output_sqnr_db;
       l.nearest_output_sqnr_db = q.nearest_output_sqnr_db;
@@ -560,6 +561,7 @@ void print_report(const QuantizeOptions& o, const std::vector<Layer>& layers, co
     } else if (calibration != nullptr) {
       os << "   not calibrated: " << l.uncalibrated_reason;
     }
+    if (l.skipped_rows > 0) os << "   (" << l.skipped_rows << " calibration rows with non-finite values skipped)";
     os << "\n";
   }
   const auto not_quantized = std::count_if(layers.begin(), layers.end(), [](const Layer& l) { return !l.quantized; });
@@ -667,6 +669,7 @@ int run_quantize(QuantizeOptions o) {
         json cj{{"calibrated", l.calibrated}};
         if (l.calibrated) {
           cj["rows"] = l.calibration_rows;
+          cj["skipped_rows"] = l.skipped_rows;
           cj["output_sqnr_db"] = l.output_sqnr_db;
           cj["nearest_output_sqnr_db"] = l.nearest_output_sqnr_db;
           cj["gptq_rows"] = l.gptq_rows;

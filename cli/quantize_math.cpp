@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <thread>
 
 #include "backends/cpu/gemm/gemm.h"
 #include "backends/cpu/kernels/convert.h"
@@ -26,12 +25,12 @@ namespace {
 
 // The pool of the SGEMMs of this file (moments, GPTQ's updates, the output errors).
 cpu::ThreadPool& gemm_pool() {
-  static cpu::ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  static cpu::ThreadPool pool(0);  // one thread per hardware thread
   return pool;
 }
 
-
 int qmin_of(int bits) { return bits == 8 ? -127 : 0; }
+int qmax_of(int bits) { return bits == 8 ? 127 : 15; }
 
 // a . b with eight partial sums: independent chains the compiler can keep in vector
 // registers (a single running sum is one add's latency per element).
@@ -44,7 +43,6 @@ double dot(const double* a, const double* b, std::int64_t n) {
   for (; i < n; ++i) acc[0] += a[i] * b[i];
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
-int qmax_of(int bits) { return bits == 8 ? 127 : 15; }
 
 // Squared error of v[0, n) quantized with (scale, zero); also the sums v (q - z) and
 // (q - z)^2 that give the least-squares scale for those levels.
@@ -62,25 +60,18 @@ double group_error(const float* v, std::int64_t n, float scale, int zero, int qm
   return err;
 }
 
-// f(i) for every i in [begin, end), on up to hardware_concurrency threads when `work`
-// (multiply-adds) makes it worth starting them: thread t of T takes a contiguous range, or
-// (`interleaved`, for rows of unequal work such as a triangle's) every i = begin + t mod T.
+// f(i) for every i in [begin, end) on gemm_pool(), in chunks of at least ~2^20
+// multiply-adds of `work` (the total), claimed dynamically so rows of unequal work (a
+// triangle's) balance; less work than that runs inline.
 template <typename F>
-void parallel_rows(std::int64_t begin, std::int64_t end, std::int64_t work, const F& f, bool interleaved = false) {
+void parallel_rows(std::int64_t begin, std::int64_t end, std::int64_t work, const F& f) {
   const std::int64_t n = end - begin;
-  const std::int64_t threads = std::clamp<std::int64_t>(static_cast<std::int64_t>(std::thread::hardware_concurrency()), 1,
-                                                        std::clamp<std::int64_t>(work / (1 << 20), 1, std::max<std::int64_t>(1, n)));
-  auto part = [&](std::int64_t t) {
-    if (interleaved) {
-      for (std::int64_t i = begin + t; i < end; i += threads) f(i);
-    } else {
-      for (std::int64_t i = begin + n * t / threads; i < begin + n * (t + 1) / threads; ++i) f(i);
-    }
-  };
-  std::vector<std::thread> workers;
-  for (std::int64_t t = 1; t < threads; ++t) workers.emplace_back(part, t);
-  part(0);
-  for (std::thread& w : workers) w.join();
+  if (n <= 0) return;
+  const std::int64_t per_row = std::max<std::int64_t>(1, work / n);
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / per_row);
+  gemm_pool().parallel_for(n, grain, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t i = first; i < last; ++i) f(begin + i);
+  });
 }
 
 }  // namespace
@@ -138,8 +129,12 @@ InputMoments::InputMoments(std::int64_t k) : k_(k), sum_(static_cast<std::size_t
 Status InputMoments::add(const float* x, std::int64_t rows) {
   // Chunks of rows: the chunk's x^T x by the runtime's SGEMM (float sums of up to kChunk
   // products, relative error ~1e-5), added to the double sums.
+  // The float buffers are scratch, shared by every InputMoments of the thread (grown, not
+  // made again on every call: a k x k product is 64 MiB at k 4096).
   constexpr std::int64_t kChunk = 256;
-  std::vector<float> chunk(static_cast<std::size_t>(k_ * kChunk)), product(static_cast<std::size_t>(k_ * k_));
+  thread_local std::vector<float> chunk, product;
+  if (chunk.size() < static_cast<std::size_t>(k_ * kChunk)) chunk.resize(static_cast<std::size_t>(k_ * kChunk));
+  if (product.size() < static_cast<std::size_t>(k_ * k_)) product.resize(static_cast<std::size_t>(k_ * k_));
   for (std::int64_t r0 = 0; r0 < rows; r0 += kChunk) {
     std::int64_t n = 0;
     for (std::int64_t r = r0; r < std::min(rows, r0 + kChunk); ++r) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "cli_testutil.h"
@@ -198,6 +199,28 @@ TEST_F(QuantizeCalibrate, LayersReadingTheSameInputShareOneMeasurement) {
   const json large = quantize("qkv.large.kiln", "");
   EXPECT_EQ(large["calibration"]["passes"], 1) << large.dump();
   EXPECT_EQ(file_bytes(path("qkv.small.kiln")), file_bytes(path("qkv.large.kiln")));
+}
+
+TEST_F(QuantizeCalibrate, RowsWithNonFiniteValuesAreSkippedAndCounted) {
+  const fs::path run = dir_ / "nan_calib";
+  fs::create_directories(run);
+  HostTensor x = correlated(64, 300);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(x.data.data() + 5 * kIn * 4 + 7 * 4, &nan, 4);  // row 5
+  ASSERT_TRUE(write_npy((run / "x.npy").string(), x).ok());
+  const auto r = kiln_cmd("quantize " + path("mlp.kiln") + " -o " + path("mlp.nan.kiln") + " --weights int4 --calibrate " +
+                              run.string() + " --json",
+                          false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json j = json::parse(r.out, nullptr, false);
+  // The NaN reaches every layer's input through the row it is in.
+  for (const json& l : j["layers"]) {
+    EXPECT_EQ(l["calibration"]["rows"], 63) << l.dump();
+    EXPECT_EQ(l["calibration"]["skipped_rows"], 1) << l.dump();
+  }
+  const auto text = kiln_cmd("quantize " + path("mlp.kiln") + " -o " + path("mlp.nan2.kiln") + " --weights int4 --calibrate " +
+                             run.string());
+  EXPECT_NE(text.out.find("(1 calibration rows with non-finite values skipped)"), std::string::npos) << text.out;
 }
 
 TEST_F(QuantizeCalibrate, RefusesFoldersThatAreNotRunsAndLeavesNoOutput) {

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <string_view>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -98,10 +100,11 @@ int report_error(const Status& status, bool json) {
 
 void warn_about_unknown_switches() {
   // The runtime's environment switches (docs/CLI.md) read one value each and treat any
-  // other as the default, silently; a typo would then measure the wrong thing.
+  // other as the default, silently; a typo would then measure the wrong thing. The values
+  // are those the runtime's readers compare against (a new one belongs here too).
   struct Switch {
     const char* name;
-    std::initializer_list<std::string_view> values;
+    std::vector<std::string_view> values;
   };
   static const Switch kSwitches[] = {
       {"KILN_CPU_ISA", {"baseline", "avx2"}},

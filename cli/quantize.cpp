@@ -5,21 +5,19 @@
 // linear, matmul and embedding nodes become int8/int4 constants with scales (schema
 // Constant.quant) read by linear_q / embedding_q; everything else is copied. The numbers
 // (scale search, rounding, GPTQ with --calibrate) are quantize_math.cpp, the calibration
-// runs calibrate.cpp. The self-tests
-// are replayed on the quantized program and their tolerances widened to the measured error.
-// The output is written atomically; on any error no file is left at OUT.
+// runs calibrate.cpp. The self-tests are replayed on the quantized program and their
+// tolerances widened to the measured error. The output is written atomically; on any
+// error no file is left at OUT.
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <deque>
 #include <iomanip>
 #include <iostream>
 #include <map>
 #include <set>
 #include <sstream>
-#include <thread>
 #include <vector>
 
 #include "calibrate.h"

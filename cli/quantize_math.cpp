@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 #include "backends/cpu/gemm/gemm.h"
 #include "backends/cpu/kernels/convert.h"
@@ -209,6 +210,13 @@ double damping(const std::vector<double>& h, std::int64_t k, double damp_fractio
   return damp_fraction * diag_mean / static_cast<double>(std::max<std::int64_t>(k, 1));
 }
 
+// "1 % damping" (damp_fraction 0.01).
+std::string damping_text(double damp_fraction) {
+  std::ostringstream os;
+  os << damp_fraction * 100 << " % damping";
+  return os.str();
+}
+
 }  // namespace
 
 Result<std::vector<double>> gptq_factor(const std::vector<double>& h, std::int64_t k, double damp_fraction) {
@@ -237,7 +245,7 @@ Result<std::vector<double>> gptq_factor(const std::vector<double>& h, std::int64
       const double pivot = lj[j] - dot(lj + j0, lj + j0, j - j0);
       if (!(pivot > 0) || !std::isfinite(pivot)) {
         return Status(StatusCode::kInvalidInput, "the inputs' second-moment matrix is not positive definite with " +
-                                                     std::to_string(damp_fraction * 100) + " % damping");
+                                                     damping_text(damp_fraction));
       }
       const double root = std::sqrt(pivot);
       l[at(j, j)] = root;
@@ -296,7 +304,7 @@ Result<std::vector<float>> gptq_factor_blocked(const std::vector<double>& h, std
       for (std::int64_t p = j0; p < j; ++p) pivot -= static_cast<double>(lj[p]) * lj[p];
       if (!(pivot > 0) || !std::isfinite(pivot)) {
         return Status(StatusCode::kInvalidInput, "the inputs' second-moment matrix is not positive definite with " +
-                                                     std::to_string(damp_fraction * 100) + " % damping");
+                                                     damping_text(damp_fraction));
       }
       const double root = std::sqrt(pivot);
       l[at(j, j)] = static_cast<float>(root);

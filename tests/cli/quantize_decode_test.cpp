@@ -309,9 +309,9 @@ TEST(QuantizeDecode, TrainedKvDecoderInt4AndInt8AgainstF32OnHeldOutText) {
   };
   // The default: linear layers int4 g32 with searched scales, the output head int8.
   const Measure int4 = measure("int4", "--weights int4 --group 32 --ops linear");
-  // GPTQ calibrated on training text: calibration.npy (the first 4 KiB of GPL-3, which the
-  // model trained on) as 32 prefill runs of 128 bytes, each a folder with ids.npy and
-  // input_pos.npy.
+  // GPTQ calibrated on training text: calibration.npy (the first 32 KiB of GPL-3, which the
+  // model trained on) as 256 prefill runs of 128 bytes, each a folder with ids.npy and
+  // input_pos.npy (named run100.. so that their sorted order is the text's).
   const auto calibration = read_npy(fixture + "/calibration.npy");
   ASSERT_TRUE(calibration.ok()) << calibration.status().message();
   ASSERT_EQ(calibration->dtype, DType::kU8);

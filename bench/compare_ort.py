@@ -65,7 +65,9 @@ def export_onnx(model_name, pt2, onnx_path, example, input_name):
     if not hasattr(torchvision.models, model_name):
         sys.exit(f"torchvision {torchvision.__version__} has no model '{model_name}' (mlp/convnet/decoder need --generate)")
     module = getattr(torchvision.models, model_name)()
-    state = archive_state(pt2)
+    # Constants torch.export lifted out of forward (swin's shift masks: lifted_tensor_N) are
+    # not the module's state; the module makes them itself.
+    state = {k: v for k, v in archive_state(pt2).items() if not k.rsplit(".", 1)[-1].startswith("lifted_tensor_")}
     if model_name.startswith("mnasnet"):  # its loader insists on the state dict's version metadata
         state = __import__("collections").OrderedDict(state)
         state._metadata = {"": {"version": 2}}

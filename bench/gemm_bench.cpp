@@ -18,6 +18,7 @@
 #include <memory>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -209,6 +210,12 @@ void square_and_gemv_args(benchmark::internal::Benchmark* b, bool gemv_flag_only
       b->Args({size, size, size, threads, 0});
       if (!gemv_flag_only_for_m1) b->Args({size, size, size, threads, 1});
     }
+  }
+  // Few rows, wide weights: ConvNeXt-T's last stage (7x7 = 49 pixels, 768 <-> 3072) and a
+  // ViT-B's 197 tokens.
+  for (auto [m, n, k] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{49, 3072, 768}, {49, 768, 3072},
+                         {197, 3072, 768}}) {
+    for (int threads : {1, 2}) b->Args({m, n, k, threads, gemv_flag_only_for_m1 ? 0 : 1});
   }
   // 1 x N x K: batch-1 decode through 4096x4096 and 768 -> 3072 linear layers.
   for (auto [n, k] : {std::pair<std::int64_t, std::int64_t>{4096, 4096}, {3072, 768}}) {

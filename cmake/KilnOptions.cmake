@@ -3,6 +3,11 @@
 add_library(kiln_warnings INTERFACE)
 target_compile_options(kiln_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-missing-field-initializers>)
+# GCC's note that passing 32-byte vectors changed ABI in GCC 4.6 ignores the files' own
+# `#pragma GCC diagnostic ignored "-Wpsabi"` (the portable 8-lane kernels pass vectors only
+# between their internal functions); only the flag silences it.
+target_compile_options(kiln_warnings INTERFACE
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-psabi>)
 
 if(KILN_SANITIZE)
   string(REPLACE ";" "," _kiln_san "${KILN_SANITIZE}")
@@ -28,3 +33,18 @@ function(kiln_mark_avx2_sources)
     endif()
   endforeach()
 endfunction()
+
+# Debug information in RelWithDebInfo and Debug builds. "lines" (-g1, the default): line
+# tables and function descriptions, enough for backtraces, perf, heaptrack and the
+# sanitizers' reports, and about 30 % less compile time than -g (measured on this project's
+# heaviest files: 44 % on an AVX-512 kernel file, 33 % on a test file), which is most of a
+# fresh machine's CI. "full" (-g): local variables too, for stepping through in a debugger.
+set(KILN_DEBUG_INFO "lines" CACHE STRING
+    "Debug information in RelWithDebInfo and Debug builds: lines (-g1) or full (-g)")
+set_property(CACHE KILN_DEBUG_INFO PROPERTY STRINGS lines full)
+if(KILN_DEBUG_INFO STREQUAL "lines")
+  # After CMAKE_<LANG>_FLAGS_<CONFIG>'s -g on the command line: the last -g level wins.
+  add_compile_options($<$<CONFIG:Debug,RelWithDebInfo>:-g1>)
+elseif(NOT KILN_DEBUG_INFO STREQUAL "full")
+  message(FATAL_ERROR "KILN_DEBUG_INFO is '${KILN_DEBUG_INFO}': use lines or full")
+endif()

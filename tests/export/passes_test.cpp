@@ -131,6 +131,29 @@ TEST(Passes, RuntimeFusesActivationsIntoTheKernelBefore) {
   EXPECT_EQ(has("gelu") + has("silu"), 0);
 }
 
+// Through reshapes too: the core ATen IR spells a linear on [B, S, K] as view -> addmm ->
+// view, and the activation reads the last view. Not when a reshape's result is read twice.
+TEST(Passes, RuntimeFusesAnActivationThroughReshapes) {
+  const Tensor w = Tensor::randn({6, 4}, 21), b = Tensor::randn({6}, 22);
+  auto model = [&](Tensor x) {  // x: [2, 3, 4]
+    Tensor g = gelu(reshape(linear(reshape(x, {6, 4}), w, b), {2, 3, 6}), "none");
+    Tensor s = silu(reshape(reshape(linear(reshape(mul(x, x), {6, 4}), w), {3, 2, 6}), {2, 3, 6}));
+    Tensor r = reshape(linear(reshape(neg(x), {6, 4}), w, b), {2, 3, 6});
+    return add(add(sum(g), sum(s)), sum(add(relu(r), r)));  // r is read twice: not fused
+  };
+  const Tensor x = Tensor::randn({2, 3, 4}, 23);
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  std::vector<std::string> ops;
+  expect_runs_like_eager(*ep, x, model(x), &ops);
+  auto has = [&](const std::string& name) { return std::count(ops.begin(), ops.end(), name); };
+  EXPECT_EQ(has("linear+gelu"), 1);
+  EXPECT_EQ(has("linear+silu"), 1);
+  EXPECT_EQ(has("linear"), 1);  // r's
+  EXPECT_EQ(has("relu"), 1);
+  EXPECT_EQ(has("gelu") + has("silu"), 0);
+}
+
 // A linear whose rows depend on the data has no planned buffer: the fused activation's
 // node copies the result on instead of sharing its bytes.
 TEST(Passes, FusedActivationOnADataDependentSize) {

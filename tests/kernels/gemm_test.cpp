@@ -300,6 +300,32 @@ TEST_P(GemmIsaTest, NarrowColumnTailsMatchReference) {
   }
 }
 
+// The short-tile kernels (the last row panel of an M that is not a multiple of 6, with more
+// than 8 columns: 49 pixels, 37 tokens) over every row count 1..5 after 0..3 full panels, K
+// lengths around their k unrolling (1 to 5, 7, 9) and the 256 K block, full and masked
+// column tiles, every bias kind, alpha/beta and an activation, with and without threads.
+TEST_P(GemmIsaTest, ShortRowTailsMatchReference) {
+  std::mt19937 rng(78);
+  std::uint32_t seed = 900;
+  const std::int64_t ks[] = {1, 2, 3, 4, 5, 7, 9, 300};
+  const std::int64_t ns[] = {9, 16, 17, 33, 48};
+  for (std::int64_t rows = 1; rows <= 5; ++rows) {
+    for (std::int64_t k : ks) {
+      const std::int64_t m = 6 * static_cast<std::int64_t>(rng() % 4) + rows;
+      const std::int64_t n = ns[rng() % 5];
+      const std::uint32_t problem_seed = seed++;
+      Problem problem({m, n, k}, problem_seed % 2 == 0, problem_seed % 3 == 0, static_cast<int>(problem_seed % 3),
+                      problem_seed);
+      problem.params.alpha = problem_seed % 4 == 0 ? 1.0f : 1.5f;
+      problem.params.beta = problem_seed % 5 == 0 ? 0.0f : 0.5f;
+      problem.params.bias_kind = static_cast<GemmBias>(problem_seed % 3);
+      problem.params.activation = problem_seed % 2 == 0 ? GemmActivation::kRelu : GemmActivation::kGeluErf;
+      check_both_paths(problem, problem_seed % 2 == 0 ? &pool3_ : nullptr,
+                       describe(problem.params, problem_seed % 2 == 0 ? 3 : 1));
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, GemmIsaTest, ::testing::Values(GemmIsa::kScalar, GemmIsa::kAvx2),
                          [](const auto& info) {
                            return std::string(info.param == GemmIsa::kScalar ? "Scalar" : "Avx2");

@@ -193,5 +193,36 @@ TEST(MatmulKernel, SmallProductsOfABatchShareTheThreads) {
   EXPECT_EQ(got[0], got[1]);
 }
 
+// bmm likewise: Swin's window attention is a batch of 49 x 32 x 49 products, each under
+// the SGEMM's threshold for splitting one product over threads.
+TEST(BmmKernel, SmallProductsOfABatchShareTheThreads) {
+  std::mt19937 rng(19);
+  constexpr std::int64_t kBatch = 24, kM = 49, kK = 32, kN = 49;
+  const Tensor a = Tensor::random(DType::kF32, {kBatch, kM, kK}, rng);
+  const Tensor b = Tensor::random(DType::kF32, {kBatch, kK, kN}, rng);
+  std::vector<double> want(static_cast<std::size_t>(kBatch * kM * kN), 0.0);
+  for (std::int64_t i = 0; i < kBatch; ++i) {
+    for (std::int64_t r = 0; r < kM; ++r) {
+      for (std::int64_t c = 0; c < kN; ++c) {
+        double sum = 0.0;
+        for (std::int64_t k = 0; k < kK; ++k) sum += double(a.at((i * kM + r) * kK + k)) * b.at((i * kK + k) * kN + c);
+        want[static_cast<std::size_t>((i * kM + r) * kN + c)] = sum;
+      }
+    }
+  }
+  std::vector<std::vector<float>> got;
+  for (int threads : {1, 2, 3}) {
+    Tensor out(DType::kF32, {kBatch, kM, kN});
+    std::vector<TensorView> outs{out.view()};
+    PoolContext ctx(threads);
+    ASSERT_TRUE(run_views(OpKind::Bmm, {a.view(), b.view()}, outs, {}, &ctx).ok());
+    EXPECT_TRUE(all_close(out, want, 1e-5, 1e-5)) << threads;
+    EXPECT_TRUE(out.canary_intact());
+    got.emplace_back(out.as<float>(), out.as<float>() + out.numel());
+  }
+  EXPECT_EQ(got[0], got[1]);
+  EXPECT_EQ(got[0], got[2]);
+}
+
 }  // namespace
 }  // namespace kiln::cpu::testing

@@ -210,29 +210,42 @@ cpu::FusedActivation activation_kind(const fb::Graph& graph, std::uint32_t n, co
   return kind;
 }
 
-// A linear/conv2d on the CPU whose f32 result only the next node reads, an activation,
-// takes that activation into its kernel; the activation node then passes the bytes on.
+// A linear/conv2d on the CPU whose f32 result only an activation reads, directly or through
+// reshapes that alone read what they pass on (the core ATen IR's linear on [B, S, K] is
+// view -> addmm -> view), takes that activation into its kernel; the activation node then
+// passes the bytes on. An elementwise activation commutes with a reshape, and nothing else
+// reads the values between, so only the activation's output sees the change.
 void fuse_activations(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
   const auto* graph = p.graphs()->Get(g);
-  std::vector<std::uint32_t> readers(info.values.size(), 0);
-  for (const NodeInfo& ni : info.nodes) {
-    for (std::uint32_t v : ni.inputs) ++readers[v];
-  }
-  for (std::uint32_t n = 0; n + 1 < info.nodes.size(); ++n) {
-    NodeInfo& producer = info.nodes[n];
-    NodeInfo& act = info.nodes[n + 1];
-    if (producer.segment >= 0 || act.segment >= 0 || producer.outputs.size() != 1 || act.inputs.size() != 1 ||
-        act.outputs.size() != 1 || !info.bindings_of[n].empty() || !info.bindings_of[n + 1].empty() ||
-        producer.fused_away) {
-      continue;
-    }
-    const std::uint32_t v = producer.outputs[0];
+  const ValueReaders readers = readers_of(info);
+  // The node that alone reads f32 tensor v (not a graph output), or -1.
+  auto only_reader = [&](std::uint32_t v) -> std::int32_t {
     const ValueInfo& vi = info.values[v];
-    if (act.inputs[0] != v || readers[v] != 1 || vi.graph_output || vi.kind != fb::ValueKind::Tensor ||
-        vi.dtype != DType::kF32 || info.values[act.outputs[0]].dtype != DType::kF32) {
+    if (readers.count[v] != 1 || vi.graph_output || vi.kind != fb::ValueKind::Tensor || vi.dtype != DType::kF32) return -1;
+    return readers.last[v];
+  };
+  auto single_io = [&](std::int32_t m) {
+    const NodeInfo& ni = info.nodes[static_cast<std::size_t>(m)];
+    return ni.segment < 0 && ni.inputs.size() >= 1 && ni.outputs.size() == 1 && !ni.fused_away &&
+           info.bindings_of[static_cast<std::size_t>(m)].empty();
+  };
+  for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
+    NodeInfo& producer = info.nodes[n];
+    if (producer.segment >= 0 || producer.outputs.size() != 1 || !info.bindings_of[n].empty() || producer.fused_away ||
+        producer.fused_act != cpu::FusedActivation::kNone) {
       continue;
     }
-    const cpu::FusedActivation kind = activation_kind(*graph, n + 1, act);
+    std::uint32_t v = producer.outputs[0];
+    std::int32_t a = only_reader(v);
+    while (a >= 0 && is_alias_op(info.nodes[static_cast<std::size_t>(a)].op) && single_io(a) &&
+           info.nodes[static_cast<std::size_t>(a)].inputs[0] == v) {
+      v = info.nodes[static_cast<std::size_t>(a)].outputs[0];
+      a = only_reader(v);
+    }
+    if (a < 0 || !single_io(a)) continue;
+    NodeInfo& act = info.nodes[static_cast<std::size_t>(a)];
+    if (act.inputs.size() != 1 || act.inputs[0] != v || info.values[act.outputs[0]].dtype != DType::kF32) continue;
+    const cpu::FusedActivation kind = activation_kind(*graph, static_cast<std::uint32_t>(a), act);
     if (!cpu::kernel_fuses(producer.op, kind)) continue;
     producer.fused_act = kind;
     act.fused_away = true;

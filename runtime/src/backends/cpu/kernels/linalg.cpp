@@ -223,6 +223,22 @@ void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, 
   gemm_nn(m, n, k, a, lda, bt.get(), n, c, ldc);
 }
 
+namespace {
+
+// Whether `products` f32 products of m x n x k go to the threads one product each: each
+// too small for the GEMV or the SGEMM to split over threads (a decode step's q kᵀ per head,
+// 64 x 1088 under the GEMV's 128K multiply-adds per split; a Swin window's 49 x 32 x 49
+// under the SGEMM's 1M, gemm.cpp's kMinParallelFlops), so that one by one they would all
+// run on the calling thread, but enough of them to be worth waking the others.
+bool small_products_to_threads(KernelContext& ctx, std::int64_t m, std::int64_t n, std::int64_t k,
+                               std::int64_t products) {
+  const std::int64_t work = m * n * std::max<std::int64_t>(k, 1);
+  const std::int64_t split = m == 1 ? std::int64_t{1} << 17 : std::int64_t{1} << 20;
+  return ctx.pool().num_threads() > 1 && products > 1 && work < split && products * work >= (std::int64_t{1} << 17);
+}
+
+}  // namespace
+
 Status Matmul(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_io("matmul", in, out, kBinaryIo));
   if (has_half_views(in, out)) return run_via_f32(Matmul, ctx, in, out, attrs);
@@ -271,12 +287,10 @@ Status Matmul(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   const auto b_size = static_cast<std::int64_t>(elem) * (window != nullptr ? window->batch_stride : s.k * s.n);
   const auto c_size = static_cast<std::int64_t>(elem) * s.m * s.n;
   const std::int64_t len = plan.inner();
-  // Many f32 products each too small to split (a decode step's q kᵀ per head: 64 x 1088,
-  // under the GEMV's 128K multiply-adds per split): the products go to the threads instead,
+  // Many f32 products each too small to split: the products go to the threads instead,
   // each computed on one.
   const std::int64_t work = s.m * s.n * std::max<std::int64_t>(s.k, 1), products = s.out_batch.numel();
-  if (dtype == DType::kF32 && ctx.pool().num_threads() > 1 && products > 1 && work < (1 << 17) &&
-      products * work >= (1 << 17)) {
+  if (dtype == DType::kF32 && small_products_to_threads(ctx, s.m, s.n, s.k, products)) {
     std::vector<std::array<std::int64_t, 3>> at;  // a, b, c offsets in elements of each
     at.reserve(static_cast<std::size_t>(products));
     for_each_row<2>(plan, [&](const std::array<std::int64_t, 2>& off, std::int64_t row) {
@@ -332,6 +346,18 @@ Status Bmm(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   const auto* pa = static_cast<const unsigned char*>(a.data);
   const auto* pb = static_cast<const unsigned char*>(b.data);
   auto* pc = static_cast<unsigned char*>(out[0].data);
+  if (a.dtype == DType::kF32 && small_products_to_threads(ctx, m, n, k, batch)) {
+    const auto* fa = static_cast<const float*>(a.data);
+    const auto* fb = static_cast<const float*>(b.data);
+    auto* fc = static_cast<float*>(out[0].data);
+    const std::int64_t work = m * n * std::max<std::int64_t>(k, 1);
+    ctx.pool().parallel_for(batch, ctx.pool().even_grain(batch, work, 1 << 16), [&](std::int64_t first, std::int64_t last) {
+      for (std::int64_t i = first; i < last; ++i) {
+        matmul_f32(m, n, k, fa + i * m * k, k, fb + i * k * n, n, false, fc + i * m * n, n, nullptr);
+      }
+    });
+    return Status::Ok();
+  }
   for (std::int64_t i = 0; i < batch; ++i) {
     if (!matmul_any(a.dtype, m, n, k, pa + i * m * k * elem, pb + i * k * n * elem, false,
                     pc + i * m * n * elem, &ctx.pool())) {

@@ -59,6 +59,102 @@ TEST(PermuteKernel, AllPermutationsOfRank4) {
                          "out.shape"));
 }
 
+// Permutes large enough for the 8 x 8 register transposes and for the split over threads
+// (256 KiB and more): ConvNeXt's NCHW <-> NHWC, Swin's window partition, odd sizes with
+// partial tiles, every element size, on 1, 2 and 3 threads; exact against an index-by-index
+// reference, nothing written past the output.
+TEST(PermuteKernel, LargeTransposesAndWindowsOnEveryThreadCount) {
+  struct Case {
+    Shape shape;
+    std::vector<std::int64_t> perm;
+  };
+  const Case cases[] = {
+      {{1, 96, 56, 56}, {0, 2, 3, 1}}, {{1, 56, 56, 96}, {0, 3, 1, 2}},   {{2, 8, 7, 8, 7, 24}, {0, 1, 3, 2, 4, 5}},
+      {{3, 37, 29, 41}, {0, 3, 1, 2}}, {{3, 37, 29, 41}, {2, 0, 3, 1}},   {{1, 300, 1, 513}, {0, 3, 2, 1}},
+      {{64, 1031}, {1, 0}},            {{5, 12, 197, 64}, {0, 2, 1, 3}},
+  };
+  for (DType dt : {DType::kF32, DType::kI64, DType::kF16, DType::kI8}) {
+    const std::int64_t modulus = dt == DType::kF16 ? 2039 : dt == DType::kI8 ? 127 : std::int64_t{1} << 40;
+    for (const Case& c : cases) {
+      Tensor x(dt, c.shape);
+      for (std::int64_t i = 0; i < x.numel(); ++i) x.set(i, static_cast<double>(i % modulus));
+      Shape os;
+      for (auto p : c.perm) os.push_back(c.shape[static_cast<std::size_t>(p)]);
+      std::vector<double> want(static_cast<std::size_t>(x.numel()));
+      for (std::int64_t i = 0; i < x.numel(); ++i) {
+        const auto oi = unravel(i, os);
+        std::vector<std::int64_t> xi(c.perm.size());
+        for (std::size_t d = 0; d < c.perm.size(); ++d) xi[static_cast<std::size_t>(c.perm[d])] = oi[d];
+        want[static_cast<std::size_t>(i)] = x.at(ravel(xi, c.shape));
+      }
+      for (int threads : {1, 2, 3}) {
+        Tensor out(dt, os);
+        std::vector<TensorView> outs{out.view()};
+        PoolContext ctx(threads);
+        ASSERT_TRUE(run_views(OpKind::Permute, {x.view()}, outs, AttrList().ints(c.perm), &ctx).ok());
+        EXPECT_TRUE(all_equal(out, want)) << shape_string(c.shape) << " perm " << shape_string(c.perm) << ", " << threads
+                                          << " threads";
+        EXPECT_TRUE(out.canary_intact());
+      }
+    }
+  }
+}
+
+// Slices, flips and expands of 256 KiB and more are split over the threads like permutes:
+// strided, negative and zero source strides, on 1, 2 and 3 threads.
+TEST(MovementKernels, LargeSlicesFlipsAndExpandsOnEveryThreadCount) {
+  const Shape shape = {6, 61, 47, 33};
+  Tensor x(DType::kF32, shape);
+  for (std::int64_t i = 0; i < x.numel(); ++i) x.set(i, static_cast<double>(i));
+  for (int threads : {1, 2, 3}) {
+    PoolContext ctx(threads);
+    {  // x[:, 3:59:2]
+      Shape os = shape;
+      os[1] = 28;
+      std::vector<double> want;
+      for (std::int64_t i = 0; i < x.numel() / shape[1] * 28; ++i) {
+        auto oi = unravel(i, os);
+        oi[1] = 3 + 2 * oi[1];
+        want.push_back(x.at(ravel(oi, shape)));
+      }
+      Tensor out(DType::kF32, os);
+      std::vector<TensorView> outs{out.view()};
+      ASSERT_TRUE(run_views(OpKind::Slice, {x.view()}, outs, AttrList().i(1).i(3).i(59).i(2), &ctx).ok());
+      EXPECT_TRUE(all_equal(out, want)) << "slice, " << threads << " threads";
+      EXPECT_TRUE(out.canary_intact());
+    }
+    {  // flip dims 0 and 3
+      std::vector<double> want;
+      for (std::int64_t i = 0; i < x.numel(); ++i) {
+        auto oi = unravel(i, shape);
+        oi[0] = shape[0] - 1 - oi[0];
+        oi[3] = shape[3] - 1 - oi[3];
+        want.push_back(x.at(ravel(oi, shape)));
+      }
+      Tensor out(DType::kF32, shape);
+      std::vector<TensorView> outs{out.view()};
+      ASSERT_TRUE(run_views(OpKind::Flip, {x.view()}, outs, AttrList().ints({0, 3}), &ctx).ok());
+      EXPECT_TRUE(all_equal(out, want)) << "flip, " << threads << " threads";
+      EXPECT_TRUE(out.canary_intact());
+    }
+    {  // [61, 1, 33] -> [9, 61, 47, 33]
+      const Shape small = {61, 1, 33}, os = {9, 61, 47, 33};
+      Tensor y(DType::kF32, small);
+      for (std::int64_t i = 0; i < y.numel(); ++i) y.set(i, static_cast<double>(i));
+      std::vector<double> want;
+      for (std::int64_t i = 0; i < 9 * 61 * 47 * 33; ++i) {
+        const auto oi = unravel(i, os);
+        want.push_back(y.at((oi[1] * 33) + oi[3]));
+      }
+      Tensor out(DType::kF32, os);
+      std::vector<TensorView> outs{out.view()};
+      ASSERT_TRUE(run_views(OpKind::Expand, {y.view()}, outs, AttrList().exprs(os), &ctx).ok());
+      EXPECT_TRUE(all_equal(out, want)) << "expand, " << threads << " threads";
+      EXPECT_TRUE(out.canary_intact());
+    }
+  }
+}
+
 TEST(SliceKernel, PythonStyleClampingAndSteps) {
   const Shape shape = {4, 7, 3};
   const std::int64_t kBig = std::numeric_limits<std::int64_t>::max(), kSmall = std::numeric_limits<std::int64_t>::min();

@@ -4,6 +4,9 @@
 #include <cstring>
 #include <string>
 
+#include "backends/cpu/kernels/simd.h"
+#include "backends/cpu/thread_pool.h"
+
 namespace kiln::cpu::kernels {
 namespace {
 
@@ -199,12 +202,16 @@ void transposed_rows(const T* src, const BroadcastPlan& plan, int j, T* dst) {
   std::array<std::int64_t, kMaxRank> index{};
   std::int64_t src_off = 0, dst_off = 0;
   while (true) {
-    for (std::int64_t a0 = 0; a0 < rows; a0 += kTile) {
-      const std::int64_t a1 = std::min(rows, a0 + kTile);
-      for (std::int64_t b0 = 0; b0 < cols; b0 += kTile) {
-        const std::int64_t b1 = std::min(cols, b0 + kTile);
-        for (std::int64_t a = a0; a < a1; ++a) {
-          for (std::int64_t b = b0; b < b1; ++b) dst[dst_off + a * row_step + b] = src[src_off + a + b * col_step];
+    if constexpr (sizeof(T) == 4) {
+      simd().transpose32(src + src_off, col_step, dst + dst_off, row_step, rows, cols);
+    } else {
+      for (std::int64_t a0 = 0; a0 < rows; a0 += kTile) {
+        const std::int64_t a1 = std::min(rows, a0 + kTile);
+        for (std::int64_t b0 = 0; b0 < cols; b0 += kTile) {
+          const std::int64_t b1 = std::min(cols, b0 + kTile);
+          for (std::int64_t a = a0; a < a1; ++a) {
+            for (std::int64_t b = b0; b < b1; ++b) dst[dst_off + a * row_step + b] = src[src_off + a + b * col_step];
+          }
         }
       }
     }
@@ -235,9 +242,36 @@ void copy_plan(const T* src, const BroadcastPlan& plan, T* dst) {
   strided_rows(src, plan, dst);
 }
 
+// Below this many bytes a copy stays on the calling thread (waking the others costs more).
+constexpr std::int64_t kMinParallelCopyBytes = 256 << 10;
+
+// The copy split over the threads along the plan's first dim: the slab [r0, r1) of it is a
+// copy of its own, from src + r0 * stride into the contiguous dst + r0 * (elements per
+// index of that dim). Slabs are whole multiples of 8 indices where the dim allows, so a
+// transposing copy keeps its full 8 x 8 tiles.
+template <typename T>
+void copy_plan_threaded(const T* src, const BroadcastPlan& plan, T* dst, ThreadPool* pool) {
+  const std::int64_t outer = plan.shape[0];
+  const std::int64_t bytes = plan.numel * static_cast<std::int64_t>(sizeof(T));
+  if (pool == nullptr || pool->num_threads() < 2 || plan.rank < 2 || outer < 2 || bytes < kMinParallelCopyBytes) {
+    return copy_plan(src, plan, dst);
+  }
+  const std::int64_t per_index = plan.numel / outer;
+  const std::int64_t unit = outer >= 16 * pool->num_threads() ? 8 : 1;
+  const std::int64_t units = (outer + unit - 1) / unit;
+  const std::int64_t unit_bytes = per_index * unit * static_cast<std::int64_t>(sizeof(T));
+  pool->parallel_for(units, pool->even_grain(units, unit_bytes, 64 << 10), [&](std::int64_t first, std::int64_t last) {
+    BroadcastPlan slab = plan;
+    const std::int64_t r0 = first * unit, r1 = std::min(outer, last * unit);
+    slab.shape[0] = r1 - r0;
+    slab.numel = slab.shape[0] * per_index;
+    copy_plan(src + r0 * plan.strides[0][0], slab, dst + r0 * per_index);
+  });
+}
+
 }  // namespace
 
-void strided_copy(const void* src, const StridedLayout& layout, void* dst, std::size_t elem_size) {
+void strided_copy(const void* src, const StridedLayout& layout, void* dst, std::size_t elem_size, ThreadPool* pool) {
   for (int d = 0; d < layout.rank; ++d) {
     if (layout.shape[d] == 0) return;
   }
@@ -263,10 +297,10 @@ void strided_copy(const void* src, const StridedLayout& layout, void* dst, std::
   }
   plan.rank = r;
   switch (elem_size) {
-    case 1: copy_plan(static_cast<const std::uint8_t*>(src), plan, static_cast<std::uint8_t*>(dst)); break;
-    case 2: copy_plan(static_cast<const std::uint16_t*>(src), plan, static_cast<std::uint16_t*>(dst)); break;
-    case 4: copy_plan(static_cast<const std::uint32_t*>(src), plan, static_cast<std::uint32_t*>(dst)); break;
-    default: copy_plan(static_cast<const std::uint64_t*>(src), plan, static_cast<std::uint64_t*>(dst)); break;
+    case 1: copy_plan_threaded(static_cast<const std::uint8_t*>(src), plan, static_cast<std::uint8_t*>(dst), pool); break;
+    case 2: copy_plan_threaded(static_cast<const std::uint16_t*>(src), plan, static_cast<std::uint16_t*>(dst), pool); break;
+    case 4: copy_plan_threaded(static_cast<const std::uint32_t*>(src), plan, static_cast<std::uint32_t*>(dst), pool); break;
+    default: copy_plan_threaded(static_cast<const std::uint64_t*>(src), plan, static_cast<std::uint64_t*>(dst), pool); break;
   }
 }
 

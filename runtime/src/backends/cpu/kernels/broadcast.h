@@ -76,7 +76,9 @@ struct StridedLayout {
 
 /// Copies `layout` (read from src + its strides, in elements of `elem_size` bytes) into
 /// contiguous dst. Merges dims that are contiguous in both, uses memcpy for unit-stride
-/// rows.
-void strided_copy(const void* src, const StridedLayout& layout, void* dst, std::size_t elem_size);
+/// rows and 8 x 8 register transposes for transposing ones; with a pool, a copy of 256 KiB
+/// or more is split over its threads.
+void strided_copy(const void* src, const StridedLayout& layout, void* dst, std::size_t elem_size,
+                  ThreadPool* pool = nullptr);
 
 }  // namespace kiln::cpu::kernels

@@ -103,7 +103,7 @@ Status Reshape(KernelContext&, Inputs in, Outputs out, Attrs) {
   return Status::Ok();
 }
 
-Status Permute(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
+Status Permute(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_unary_dtype("permute", in, out));
   KILN_ASSIGN_OR_RETURN(std::span<const std::int64_t> dims, attr_ints("permute", attrs, 0, "dims"));
   const TensorView& x = in[0];
@@ -122,11 +122,11 @@ Status Permute(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
     layout.strides[i] = strides[dims[i]];
   }
   KILN_RETURN_IF_ERROR(check_out_shape("permute", out[0], std::span<const std::int64_t>(layout.shape.data(), x.rank)));
-  if (x.numel() > 0) strided_copy(x.data, layout, out[0].data, dtype_size(x.dtype));
+  if (x.numel() > 0) strided_copy(x.data, layout, out[0].data, dtype_size(x.dtype), &ctx.pool());
   return Status::Ok();
 }
 
-Status Slice(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
+Status Slice(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_unary_dtype("slice", in, out));
   KILN_ASSIGN_OR_RETURN(std::int64_t dim, attr_int("slice", attrs, 0, "dim"));
   KILN_ASSIGN_OR_RETURN(std::int64_t start, attr_int("slice", attrs, 1, "start"));
@@ -150,7 +150,7 @@ Status Slice(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_out_shape("slice", out[0], std::span<const std::int64_t>(layout.shape.data(), x.rank)));
   const std::int64_t offset = start * layout.strides[dim];
   if (length > 1) layout.strides[dim] *= step;  // then step < size: no overflow
-  if (out[0].numel() > 0) strided_copy(byte_ptr(x, offset), layout, out[0].data, dtype_size(x.dtype));
+  if (out[0].numel() > 0) strided_copy(byte_ptr(x, offset), layout, out[0].data, dtype_size(x.dtype), &ctx.pool());
   return Status::Ok();
 }
 
@@ -236,7 +236,7 @@ Status Split(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   return Status::Ok();
 }
 
-Status Expand(KernelContext&, Inputs in, Outputs out, Attrs) {
+Status Expand(KernelContext& ctx, Inputs in, Outputs out, Attrs) {
   KILN_RETURN_IF_ERROR(check_unary_dtype("expand", in, out));
   const TensorView& x = in[0];
   BroadcastPlan plan;
@@ -247,7 +247,7 @@ Status Expand(KernelContext&, Inputs in, Outputs out, Attrs) {
     layout.shape[d] = plan.shape[d];
     layout.strides[d] = plan.strides[0][d];
   }
-  if (plan.numel > 0) strided_copy(x.data, layout, out[0].data, dtype_size(x.dtype));
+  if (plan.numel > 0) strided_copy(x.data, layout, out[0].data, dtype_size(x.dtype), &ctx.pool());
   return Status::Ok();
 }
 
@@ -294,7 +294,7 @@ Status Pad(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   return Status::Ok();
 }
 
-Status Flip(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
+Status Flip(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_unary_dtype("flip", in, out));
   KILN_ASSIGN_OR_RETURN(std::span<const std::int64_t> dims, attr_ints("flip", attrs, 0, "dims"));
   const TensorView& x = in[0];
@@ -316,7 +316,7 @@ Status Flip(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
     offset += (x.shape[d] - 1) * layout.strides[d];
     layout.strides[d] = -layout.strides[d];
   }
-  strided_copy(byte_ptr(x, offset), layout, out[0].data, dtype_size(x.dtype));
+  strided_copy(byte_ptr(x, offset), layout, out[0].data, dtype_size(x.dtype), &ctx.pool());
   return Status::Ok();
 }
 

@@ -141,6 +141,11 @@ struct SimdKernels {
   void (*conv_depthwise_rows)(const ConvDepthwiseArgs& args, std::int64_t oy0, std::int64_t oy1);
   /// Output rows [oy0, oy1) of one block of up to 8 depthwise channels (conv_depthwise.inc).
   void (*conv_depthwise_block)(const ConvDepthwiseBlockArgs& args, std::int64_t oy0, std::int64_t oy1);
+  /// A transposing copy of 32-bit elements (moved as bits, any payload):
+  /// dst[a * dst_stride + b] = src[a + b * src_stride] for a < rows, b < cols, in 8 x 8
+  /// tiles (one register transpose each in the AVX2 table).
+  void (*transpose32)(const std::uint32_t* src, std::int64_t src_stride, std::uint32_t* dst, std::int64_t dst_stride,
+                      std::int64_t rows, std::int64_t cols);
 };
 
 /// The table for this CPU (AVX2+FMA when available).

@@ -8,6 +8,10 @@
 
 #include "backends/cpu/kernels/simd.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include "backends/cpu/avx2_transpose.h"
+#endif
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic")
 #endif

@@ -62,9 +62,21 @@ def export_onnx(model_name, pt2, onnx_path, example, input_name):
         torch.onnx.export(module, (example,), onnx_path, input_names=[input_name], output_names=["y"], opset_version=14,
                           do_constant_folding=True)  # 14: the decoder's causal mask (tril)
         return module
-    if not hasattr(torchvision.models, model_name):
+    if hasattr(torchvision.models, model_name):
+        module = getattr(torchvision.models, model_name)()
+    elif hasattr(torchvision.models.segmentation, model_name):  # bench/make_cnn_archives.py's OutOnly wrapper
+        class OutOnly(torch.nn.Module):
+            def __init__(self, model):
+                super().__init__()
+                self.model = model
+
+            def forward(self, x):
+                return self.model(x)["out"]
+
+        module = OutOnly(getattr(torchvision.models.segmentation, model_name)(weights=None, weights_backbone=None,
+                                                                               aux_loss=False))
+    else:
         sys.exit(f"torchvision {torchvision.__version__} has no model '{model_name}' (mlp/convnet/decoder need --generate)")
-    module = getattr(torchvision.models, model_name)()
     # Constants torch.export lifted out of forward (swin's shift masks: lifted_tensor_N) are
     # not the module's state; the module makes them itself.
     state = {k: v for k, v in archive_state(pt2).items() if not k.rsplit(".", 1)[-1].startswith("lifted_tensor_")}

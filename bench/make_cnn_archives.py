@@ -20,10 +20,28 @@ MODELS = ["squeezenet1_1", "mobilenet_v3_small", "mobilenet_v3_large", "efficien
           "regnet_y_400mf", "resnet50", "mnasnet1_0", "densenet121"]
 
 
+class OutOnly(torch.nn.Module):
+    """A torchvision segmentation model's {'out': ...} as one tensor."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x)["out"]
+
+
+def build(name):
+    """torchvision.models.NAME, or torchvision.models.segmentation.NAME (its 'out' only)."""
+    if hasattr(tvm, name):
+        return getattr(tvm, name)()
+    return OutOnly(getattr(tvm.segmentation, name)(weights=None, weights_backbone=None, aux_loss=False))
+
+
 def main(out, names):
     for name in names or MODELS:
         torch.manual_seed(0)
-        m = getattr(tvm, name)().eval()
+        m = build(name).eval()
         x = torch.randn(1, 3, 224, 224)
         d = os.path.join(out, name)
         os.makedirs(os.path.join(d, "cases"), exist_ok=True)

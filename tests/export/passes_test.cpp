@@ -154,6 +154,120 @@ TEST(Passes, RuntimeFusesAnActivationThroughReshapes) {
   EXPECT_EQ(has("gelu") + has("silu"), 0);
 }
 
+// Bilinear upsampling of x [N, C, H, W] to [oh, ow] as the core ATen IR spells
+// F.interpolate(mode="bilinear", align_corners=False): source coordinates from arange, four
+// gathers, three lerps a + (b - a) * t.
+Tensor upsample_bilinear_spelled_out(const Tensor& x, std::int64_t oh, std::int64_t ow) {
+  const std::int64_t h = x.concrete_shape()[2], w = x.concrete_shape()[3];
+  auto coords = [](std::int64_t out, std::int64_t in) {
+    const double scale = static_cast<double>(in) / static_cast<double>(out);
+    return clamp(sub(mul(add(cast(arange(out), DType::kF32), 0.5), scale), 0.5), 0.0, std::nullopt);
+  };
+  const Tensor ys = reshape(coords(oh, h), {oh, 1}), xs = coords(ow, w);
+  const Tensor y0 = cast(ys, DType::kI64), y1 = clamp(add(y0, 1), std::nullopt, static_cast<double>(h - 1));
+  const Tensor x0 = cast(xs, DType::kI64), x1 = clamp(add(x0, 1), std::nullopt, static_cast<double>(w - 1));
+  const Tensor wx = clamp(sub(xs, cast(x0, DType::kF32)), 0.0, 1.0);
+  const Tensor wy = clamp(sub(ys, cast(y0, DType::kF32)), 0.0, 1.0);
+  auto lerp = [](const Tensor& a, const Tensor& b, const Tensor& t) { return add(a, mul(sub(b, a), t)); };
+  const Tensor top = lerp(index(x, 2, {y0, x0}), index(x, 2, {y0, x1}), wx);
+  const Tensor bottom = lerp(index(x, 2, {y1, x0}), index(x, 2, {y1, x1}), wx);
+  return lerp(top, bottom, wy);
+}
+
+std::vector<float> floats_of(const HostTensor& t) {
+  std::vector<float> v(t.data.size() / sizeof(float));
+  std::memcpy(v.data(), t.data.data(), t.data.size());
+  return v;
+}
+
+// The runtime computes that pattern as one node (`index+lerp`), with the separate ops'
+// roundings: the same floats as the unfused program and as eager execution, on 1 and 2
+// threads, and with an observer (which sees every node computed separately).
+TEST(Passes, BilinearUpsamplingSpelledOutRunsAsOneNode) {
+  const Tensor x = Tensor::randn({2, 3, 5, 7}, 41);
+  auto model = [](Tensor in) { return upsample_bilinear_spelled_out(in, 12, 9); };
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const std::vector<float> want = model(x).to_vector<float>();
+  for (bool fuse : {true, false}) {
+    const auto program = testing::load_exported(*ep, {.fuse_activations = fuse});
+    ASSERT_NE(program, nullptr);
+    for (int threads : {1, 2}) {
+      for (bool observe : {false, true}) {
+        std::size_t observed = 0;
+        SessionOptions options{.threads = threads, .profile = true};
+        if (observe) options.observer = [&](const NodeObservation&) { ++observed; };
+        Session session(*program, options);
+        auto r = session.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
+        ASSERT_TRUE(r.ok()) << r.status().message();
+        EXPECT_EQ(floats_of(r->outputs[0].tensor), want) << "fused " << fuse << ", " << threads << " threads, observer " << observe;
+        std::vector<std::string> ops;
+        for (const RunStats::Op& op : session.last_stats().ops) ops.push_back(op.op);
+        const auto fused = std::count(ops.begin(), ops.end(), "index+lerp");
+        EXPECT_EQ(fused, fuse && !observe ? 1 : 0);
+        EXPECT_EQ(std::count(ops.begin(), ops.end(), "index"), fuse && !observe ? 0 : 4);
+        if (observe) EXPECT_EQ(observed, program->placement(0).size());
+      }
+    }
+  }
+}
+
+// Not fused when an intermediate is read outside the pattern (here the top row's lerp is
+// also an output): the unfused nodes run, with the same results as eager.
+TEST(Passes, BilinearPatternWithAnIntermediateReadElsewhereIsNotFused) {
+  const Tensor x = Tensor::randn({1, 2, 4, 4}, 42);
+  const Tensor w = Tensor::from_floats({3}, std::vector<float>{0.25f, 0.5f, 0.75f});
+  const Tensor i0 = Tensor::from_ints({3}, std::vector<std::int64_t>{0, 1, 2});
+  const Tensor i1 = Tensor::from_ints({3}, std::vector<std::int64_t>{1, 2, 3});
+  auto lerp = [](const Tensor& a, const Tensor& b, const Tensor& t) { return add(a, mul(sub(b, a), t)); };
+  auto model = [&](Tensor in) {
+    const Tensor r0 = reshape(i0, {3, 1}), r1 = reshape(i1, {3, 1});
+    const Tensor top = lerp(index(in, 2, {r0, i0}), index(in, 2, {r0, i1}), w);
+    const Tensor out = lerp(top, lerp(index(in, 2, {r1, i0}), index(in, 2, {r1, i1}), w), reshape(w, {3, 1}));
+    return add(out, sum(top));
+  };
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  std::vector<std::string> ops;
+  expect_runs_like_eager(*ep, x, model(x), &ops);
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "index+lerp"), 0);
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "index"), 4);
+}
+
+// Index tensors that are inputs: the fused node checks them like the index kernel, and one
+// out of range fails the run with its message.
+TEST(Passes, FusedBilinearGathersCheckTheirIndices) {
+  const Tensor x = Tensor::randn({1, 2, 5, 5}, 43);
+  const Tensor wx = Tensor::from_floats({4}, std::vector<float>{0.1f, 0.2f, 0.3f, 0.4f});
+  const Tensor wy = Tensor::from_floats({4, 1}, std::vector<float>{0.5f, 0.6f, 0.7f, 0.8f});
+  auto lerp = [](const Tensor& a, const Tensor& b, const Tensor& t) { return add(a, mul(sub(b, a), t)); };
+  auto model = [&](Tensor in, Tensor rows, Tensor cols) {
+    const Tensor r = reshape(rows, {4, 1});
+    const Tensor top = lerp(index(in, 2, {r, cols}), index(in, 2, {r, neg(cols)}), wx);
+    const Tensor bottom = lerp(index(in, 2, {neg(r), cols}), index(in, 2, {neg(r), neg(cols)}), wx);
+    return lerp(top, bottom, wy);
+  };
+  const Tensor rows = Tensor::from_ints({4}, std::vector<std::int64_t>{0, 1, 2, 3});
+  const Tensor cols = Tensor::from_ints({4}, std::vector<std::int64_t>{1, 2, 3, 4});
+  auto ep = export_program(model, {input("x", x), input("rows", rows), input("cols", cols)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const auto program = testing::load_exported(*ep);
+  ASSERT_NE(program, nullptr);
+  Session session(*program, {.profile = true});
+  auto ok = session.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x)), HostValue::of(testing::host_tensor(rows)),
+                                               HostValue::of(testing::host_tensor(cols))});
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(floats_of(ok->outputs[0].tensor), model(x, rows, cols).to_vector<float>());
+  EXPECT_EQ(session.last_stats().ops.back().op, "index+lerp");
+  const Tensor bad = Tensor::from_ints({4}, std::vector<std::int64_t>{0, 1, 9, 3});
+  auto r = session.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x)), HostValue::of(testing::host_tensor(bad)),
+                                              HostValue::of(testing::host_tensor(cols))});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
+  EXPECT_NE(r.status().message().find("[index] indices[0] element 2 = 9 out of range for dim 2 of size 5"), std::string::npos)
+      << r.status().message();
+}
+
 // A linear whose rows depend on the data has no planned buffer: the fused activation's
 // node copies the result on instead of sharing its bytes.
 TEST(Passes, FusedActivationOnADataDependentSize) {

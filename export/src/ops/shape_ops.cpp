@@ -221,4 +221,33 @@ Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index, Sour
   return one(OpKind::IndexSelect, {x, index}, {d}, {x.dtype(), out}, loc);
 }
 
+Tensor index(const Tensor& x, std::int64_t first_dim, const std::vector<Tensor>& indices, SourceLoc loc) {
+  require_defined(x, "index", "input", loc);
+  if (indices.empty()) detail::op_error("index", "needs at least one index tensor", loc);
+  const std::int64_t first = norm_dim(first_dim, x.dim(), "index", loc);
+  const auto k = static_cast<std::int64_t>(indices.size());
+  if (first + k > x.dim()) {
+    detail::op_error("index", std::to_string(k) + " index tensors from dim " + std::to_string(first) + " exceed rank " +
+                                  std::to_string(x.dim()), loc);
+  }
+  std::vector<Tensor> inputs{x};
+  std::vector<std::int64_t> dims;
+  Shape b;
+  for (std::int64_t i = 0; i < k; ++i) {
+    const Tensor& t = indices[static_cast<std::size_t>(i)];
+    require_defined(t, "index", "indices", loc);
+    if (t.dtype() != DType::kI64 && t.dtype() != DType::kI32) {
+      detail::op_error("index", "indices[" + std::to_string(i) + "] must be i64 or i32", loc);
+    }
+    b = i == 0 ? shape_of(t) : broadcast(b, shape_of(t), "index", loc);
+    inputs.push_back(t);
+    dims.push_back(first + i);
+  }
+  const Shape xs = shape_of(x);
+  Shape out(xs.begin(), xs.begin() + first);
+  out.insert(out.end(), b.begin(), b.end());
+  out.insert(out.end(), xs.begin() + first + k, xs.end());
+  return one(OpKind::Index, inputs, {dims}, {x.dtype(), out}, loc);
+}
+
 }  // namespace kiln

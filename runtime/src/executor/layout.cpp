@@ -40,15 +40,6 @@ void to_physical(const ValueInfo& vi, TensorView& view) {
   view.rank = 5;
 }
 
-namespace {
-
-enum class Role : std::uint8_t {
-  kNone,
-  kKernel,  // input 0 and output 0 in either layout
-  kFollow,  // runs on physical views: its layout operands and output share one layout
-};
-
-// The value of an expression that mentions no symbol; nullopt otherwise.
 std::optional<std::int64_t> static_value(const fb::Program& p, std::uint32_t expr) {
   if (p.exprs() == nullptr || expr >= p.exprs()->size()) return std::nullopt;
   const auto* ref = p.exprs()->Get(expr);
@@ -59,6 +50,14 @@ std::optional<std::int64_t> static_value(const fb::Program& p, std::uint32_t exp
   if (!v.ok()) return std::nullopt;
   return *v;
 }
+
+namespace {
+
+enum class Role : std::uint8_t {
+  kNone,
+  kKernel,  // input 0 and output 0 in either layout
+  kFollow,  // runs on physical views: its layout operands and output share one layout
+};
 
 struct Pass {
   const fb::Program& p;

@@ -335,6 +335,153 @@ void fuse_residual_adds(const fb::Program& p, std::uint32_t g, GraphInfo& info) 
   }
 }
 
+// Bilinear interpolation as the core ATen IR spells it (upsample_bilinear2d decomposed,
+// F.interpolate(mode="bilinear")): four gathers index(x, ...) from one x on its last dims,
+// and three lerps, each lerp(a, b, w) = add(a, mul(sub(b, a), w)) with add's and mul's
+// operands in either order:
+//   top = lerp(g0, g1, w0), bot = lerp(g2, g3, w1), out = lerp(top, bot, w2).
+// Each intermediate is read only inside the pattern, every value is a plain f32 tensor and
+// each weight broadcasts over the index dims only (statically). The final add then computes
+// it all in one pass (cpu::kernels::gather_lerp2, with the separate ops' roundings); the
+// other ten nodes are folded, and x, the index tensors and the weights live until it runs.
+// A segmentation head's upsampling to 224 x 224 writes one full-size tensor instead of
+// thirteen.
+class GatherLerpFusion {
+ public:
+  GatherLerpFusion(const fb::Program& p, std::uint32_t g, GraphInfo& info)
+      : p_(p), graph_(*p.graphs()->Get(g)), info_(info), readers_(readers_of(info)) {}
+
+  void run() {
+    for (std::uint32_t n = 0; n < info_.nodes.size(); ++n) {
+      if (info_.nodes[n].op != OpKind::Add) continue;
+      std::vector<std::uint32_t> folded;
+      GatherLerp gl;
+      const auto out_lerp = lerp(n, folded);
+      if (!out_lerp) continue;
+      const auto top = lerp_of(out_lerp->a, 2, folded), bot = lerp_of(out_lerp->b, 1, folded);
+      if (!top || !bot) continue;
+      const std::uint32_t g[4] = {top->a, top->b, bot->a, bot->b};
+      const std::uint32_t g_readers[4] = {2, 1, 2, 1};
+      bool ok = true;
+      for (int j = 0; j < 4 && ok; ++j) ok = gather(g[j], g_readers[j], j, gl, folded);
+      const std::uint32_t out = info_.nodes[n].outputs[0];
+      gl.weights = {top->w, bot->w, out_lerp->w};
+      for (int j = 0; ok && j < 3; ++j) ok = weight_fits(gl.weights[static_cast<std::size_t>(j)], out, gl);
+      if (!ok) continue;
+      for (std::uint32_t m : folded) info_.nodes[m].folded = true;
+      info_.nodes[n].gather_lerp = static_cast<std::int32_t>(info_.gather_lerps.size());
+      // x, the index tensors and the weights are read by the final add now: alive (and
+      // unchanged) until it runs.
+      auto keep = [&](std::uint32_t v) { info_.values[v].last_use = std::max(info_.values[v].last_use, static_cast<std::int32_t>(n)); };
+      keep(gl.x);
+      for (const auto& idx : gl.indices) for (std::uint32_t v : idx) keep(v);
+      for (std::uint32_t v : gl.weights) keep(v);
+      info_.gather_lerps.push_back(std::move(gl));
+    }
+  }
+
+ private:
+  struct Lerp {
+    std::uint32_t a, b, w;
+  };
+
+  // A node the fusion may take: on the CPU, plain layout, untouched by other fusions.
+  bool free_node(std::uint32_t n, OpKind op, std::size_t inputs) const {
+    const NodeInfo& ni = info_.nodes[n];
+    return ni.op == op && ni.segment < 0 && ni.inputs.size() == inputs && ni.outputs.size() == 1 && !ni.fused_away &&
+           !ni.folded && ni.fused_act == cpu::FusedActivation::kNone && ni.residual < 0 && ni.scale_mul < 0 &&
+           ni.b_slice < 0 && ni.gather_lerp < 0 && ni.in_blocked == 0 && ni.out_blocked == 0 &&
+           info_.bindings_of[n].empty() && !ni.kernel_allocates[0];
+  }
+  bool plain_f32(std::uint32_t v) const {
+    const ValueInfo& vi = info_.values[v];
+    return (vi.kind == fb::ValueKind::Tensor || vi.kind == fb::ValueKind::Constant) && vi.dtype == DType::kF32 && !vi.blocked;
+  }
+  // v: an intermediate of the pattern, read by exactly `readers` nodes and not a graph
+  // output, produced by a free node of kind `op`; that node or -1.
+  std::int32_t inner(std::uint32_t v, std::uint32_t readers, OpKind op, std::size_t inputs) const {
+    const ValueInfo& vi = info_.values[v];
+    if (vi.kind != fb::ValueKind::Tensor || vi.graph_output || readers_.count[v] != readers || !plain_f32(v) || vi.producer < 0) return -1;
+    const auto m = static_cast<std::uint32_t>(vi.producer);
+    return free_node(m, op, inputs) ? static_cast<std::int32_t>(m) : -1;
+  }
+  // The lerp whose add is node n (its sub and mul appended to `folded`).
+  std::optional<Lerp> lerp(std::uint32_t n, std::vector<std::uint32_t>& folded) const {
+    if (!free_node(n, OpKind::Add, 2) || !plain_f32(info_.nodes[n].outputs[0])) return std::nullopt;
+    const NodeInfo& add = info_.nodes[n];
+    for (int k = 0; k < 2; ++k) {
+      const std::uint32_t a = add.inputs[static_cast<std::size_t>(k)], m = add.inputs[static_cast<std::size_t>(1 - k)];
+      const std::int32_t mul = inner(m, 1, OpKind::Mul, 2);
+      if (mul < 0 || !same_value_shape(info_, m, add.outputs[0])) continue;
+      const NodeInfo& mn = info_.nodes[static_cast<std::size_t>(mul)];
+      for (int j = 0; j < 2; ++j) {
+        const std::uint32_t d = mn.inputs[static_cast<std::size_t>(j)], w = mn.inputs[static_cast<std::size_t>(1 - j)];
+        const std::int32_t sub = inner(d, 1, OpKind::Sub, 2);
+        if (sub < 0 || info_.nodes[static_cast<std::size_t>(sub)].inputs[1] != a || !plain_f32(w) || !same_value_shape(info_, d, m)) continue;
+        const std::uint32_t b = info_.nodes[static_cast<std::size_t>(sub)].inputs[0];
+        if (b == a || !same_value_shape(info_, a, m) || !same_value_shape(info_, b, m)) continue;
+        folded.push_back(static_cast<std::uint32_t>(sub));
+        folded.push_back(static_cast<std::uint32_t>(mul));
+        return Lerp{a, b, w};
+      }
+    }
+    return std::nullopt;
+  }
+  // The lerp computing intermediate v (read by `readers` nodes); its add joins `folded`.
+  std::optional<Lerp> lerp_of(std::uint32_t v, std::uint32_t readers, std::vector<std::uint32_t>& folded) const {
+    const std::int32_t add = inner(v, readers, OpKind::Add, 2);
+    if (add < 0) return std::nullopt;
+    auto l = lerp(static_cast<std::uint32_t>(add), folded);
+    if (l) folded.push_back(static_cast<std::uint32_t>(add));
+    return l;
+  }
+  // Gather j: v = index(x, ...) on x's last dims, the same x and dims as the others.
+  bool gather(std::uint32_t v, std::uint32_t readers, int j, GatherLerp& gl, std::vector<std::uint32_t>& folded) const {
+    const ValueInfo& vi = info_.values[v];
+    if (vi.kind != fb::ValueKind::Tensor || vi.graph_output || readers_.count[v] != readers || !plain_f32(v) || vi.producer < 0) return false;
+    const auto m = static_cast<std::uint32_t>(vi.producer);
+    const NodeInfo& ni = info_.nodes[m];
+    if (ni.inputs.size() < 2 || !free_node(m, OpKind::Index, ni.inputs.size())) return false;
+    const auto* attrs = graph_.nodes()->Get(m)->attrs();
+    if (count(attrs) < 1 || attrs->Get(0)->kind() != fb::AttrKind::Ints || attrs->Get(0)->ints() == nullptr) return false;
+    const std::vector<std::int64_t> dims(attrs->Get(0)->ints()->begin(), attrs->Get(0)->ints()->end());
+    const std::uint32_t x = ni.inputs[0];
+    if (!plain_f32(x) || dims.empty() || dims.size() + 1 != ni.inputs.size()) return false;
+    if (dims[0] < 0 || dims[0] + static_cast<std::int64_t>(dims.size()) != static_cast<std::int64_t>(count(info_.values[x].shape))) return false;
+    for (std::size_t i = 1; i < dims.size(); ++i) {
+      if (dims[i] != dims[0] + static_cast<std::int64_t>(i)) return false;
+    }
+    if (j == 0) {
+      gl.x = x;
+      gl.dims = dims;
+    } else if (x != gl.x || dims != gl.dims) {
+      return false;
+    }
+    gl.indices[static_cast<std::size_t>(j)].assign(ni.inputs.begin() + 1, ni.inputs.end());
+    folded.push_back(m);
+    return true;
+  }
+  // Weight w broadcasts into `out` with size 1 on x's dims before the indexed ones, known
+  // before the run.
+  bool weight_fits(std::uint32_t w, std::uint32_t out, const GatherLerp& gl) const {
+    const ValueInfo &wi = info_.values[w], &oi = info_.values[out];
+    const std::uint32_t wr = count(wi.shape), orank = count(oi.shape);
+    if (wr > orank) return false;
+    for (std::uint32_t d = 0; d < orank; ++d) {
+      const std::optional<std::int64_t> od = static_value(p_, oi.shape->Get(d));
+      const std::optional<std::int64_t> wd = d + wr >= orank ? static_value(p_, wi.shape->Get(d + wr - orank)) : std::optional<std::int64_t>(1);
+      if (!od || !wd) return false;
+      if (*wd != 1 && (static_cast<std::int64_t>(d) < gl.dims[0] || *wd != *od)) return false;
+    }
+    return true;
+  }
+
+  const fb::Program& p_;
+  const fb::Graph& graph_;
+  GraphInfo& info_;
+  const ValueReaders readers_;
+};
+
 // Activations that the core ATen IR spells out in elementwise ops, recognized after a
 // linear/conv2d on the CPU whose f32 result x only the pattern reads, and taken into that
 // node's kernel like a single activation node (the pattern's nodes then pass its bytes on):
@@ -788,7 +935,10 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
     KILN_ASSIGN_OR_RETURN(impl.released_weight_bytes, pack_weights(p, *bundle, impl));
   }
   if (options.fuse_activations) {
-    for (std::uint32_t g = 0; g < count(p.graphs()); ++g) fuse_residual_adds(p, g, impl.graphs[g]);
+    for (std::uint32_t g = 0; g < count(p.graphs()); ++g) {
+      fuse_residual_adds(p, g, impl.graphs[g]);
+      GatherLerpFusion(p, g, impl.graphs[g]).run();
+    }
   }
   program->bundle_ = std::move(bundle);
   return std::shared_ptr<const Program>(std::move(program));

@@ -3,6 +3,7 @@
 // sizes itself, where asserts and bindings sit), computed once at load.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -57,6 +58,11 @@ struct NodeInfo {
   // node, and it reads B as a window of the slice's input (OperandWindow), with no copy.
   bool folded = false;
   std::int32_t b_slice = -1;
+  // Gather-lerp fusion (fuse_gather_lerps, program.cpp): this add computes bilinear
+  // interpolation spelled as four index nodes and three lerps in one pass
+  // (cpu::kernels::gather_lerp2, from GraphInfo::gather_lerps[gather_lerp]); the other ten
+  // nodes are `folded`.
+  std::int32_t gather_lerp = -1;
   // Layouts (executor/layout.cpp): bit k set when input/output k is stored blocked
   // (NCHW8c). Its TensorView is then the physical [N, ceil(C/8), H, W, 8] (every plan and
   // kernel sees that shape); the kernel learns the layout from KernelContext::blocked.
@@ -67,6 +73,7 @@ struct NodeInfo {
 // and Program::placement name a node.
 inline std::string op_label(const NodeInfo& ni) {
   std::string name(op_info(ni.op).name);
+  if (ni.gather_lerp >= 0) return "index+lerp";
   if (ni.scale_mul >= 0) name = "mul+" + name;
   if (ni.residual >= 0) name += "+add";
   if (ni.fused_act != cpu::FusedActivation::kNone) name = name + "+" + cpu::activation_name(ni.fused_act);
@@ -95,8 +102,19 @@ struct Segment {
   std::uint32_t first = 0, last = 0;  // node range [first, last]
 };
 
+// The operands of a gather-lerp fusion (NodeInfo::gather_lerp): x, the index tensors of
+// each of the four gathers (on x's last dims `dims`), and the three lerp weights, in
+// cpu::kernels::gather_lerp2's order.
+struct GatherLerp {
+  std::uint32_t x = 0;
+  std::vector<std::int64_t> dims;
+  std::array<std::vector<std::uint32_t>, 4> indices;
+  std::array<std::uint32_t, 3> weights{};
+};
+
 struct GraphInfo {
   std::vector<NodeInfo> nodes;
+  std::vector<GatherLerp> gather_lerps;
   std::vector<ValueInfo> values;
   std::vector<std::vector<std::uint32_t>> asserts_after;  // [0]: on entry; [n + 1]: after node n
   std::vector<std::vector<std::uint32_t>> bindings_of;    // per node
@@ -114,6 +132,8 @@ ValueReaders readers_of(const GraphInfo& info);
 /// Whether values a and b of `info` have the same symbolic shape (the same expression in
 /// every dim).
 bool same_value_shape(const GraphInfo& info, std::uint32_t a, std::uint32_t b);
+/// The value of a shape expression that mentions no symbol; nullopt otherwise.
+std::optional<std::int64_t> static_value(const fb::Program& p, std::uint32_t expr);
 /// The value of a one-element f32 constant of `info`; nullopt for anything else.
 std::optional<float> constant_f32_scalar(const Bundle& bundle, const GraphInfo& info, std::uint32_t v);
 

@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include "backends/cpu/kernels/kernels.h"
 #include "executor/memory_plan.h"
 #include "executor/session_impl.h"
 
@@ -310,10 +311,12 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
     ctx.set_input_scale(&f.views[sv], f.info->values[sv].blocked);
   }
   const auto t0 = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-  const Status st = ni.kernel(ctx, ins, out, attrs->values);
+  const Status st = ni.gather_lerp >= 0 && !options.observer ? run_gather_lerp(f, ni, ctx, out[0]) : ni.kernel(ctx, ins, out, attrs->values);
   if (options.profile) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    stats.ops.push_back({op_label(ni), debug_location(p, ni.debug).text(), ms});
+    // With an observer a gather-lerp add ran as the plain add it is.
+    stats.ops.push_back({ni.gather_lerp >= 0 && options.observer ? std::string(op_info(ni.op).name) : op_label(ni),
+                         debug_location(p, ni.debug).text(), ms});
   }
   if (!st.ok()) {
     return Status(st.code(), st.message() + " [" + graph_name(f.graph_id) + ", node " + std::to_string(n) + "]" + location(p, ni.debug));
@@ -325,6 +328,20 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
     }
   }
   return Status::Ok();
+}
+
+// The fused bilinear interpolation of node `ni` (NodeInfo::gather_lerp): its folded gathers'
+// and lerps' operands, read where they lie.
+Status Session::Impl::run_gather_lerp(Frame& f, const NodeInfo& ni, KernelContext& ctx, TensorView& out) {
+  const GatherLerp& gl = f.info->gather_lerps[static_cast<std::size_t>(ni.gather_lerp)];
+  std::array<std::vector<TensorView>, 4> index_views;
+  std::array<std::span<const TensorView>, 4> gathers;
+  for (std::size_t j = 0; j < 4; ++j) {
+    for (std::uint32_t v : gl.indices[j]) index_views[j].push_back(f.views[v]);
+    gathers[j] = index_views[j];
+  }
+  const std::array<TensorView, 3> weights{f.views[gl.weights[0]], f.views[gl.weights[1]], f.views[gl.weights[2]]};
+  return cpu::kernels::gather_lerp2(ctx, f.views[gl.x], gl.dims, gathers, weights, out);
 }
 
 // Node n's input 1 as the window the folded slice b_slice cuts from its input, without a

@@ -189,11 +189,12 @@ struct Session::Impl {
   Result<GraphPlan*> replan_entry(std::span<const CallArg> args, std::unique_ptr<GraphPlan>& slot);
   Status run_node(Frame& f, std::uint32_t n);
   Status run_segment(Frame& f, std::uint32_t s);
+  Status slice_window(const Frame& f, std::uint32_t n, TensorView& b, OperandWindow& window);
+  Status run_gather_lerp(Frame& f, const NodeInfo& ni, KernelContext& ctx, TensorView& out);
   // Before node n of f writes its state in place: saves the elements it will change (all of
   // the state when the writes add up to more) in the undo log and counts them in
   // stats.state_bytes_written. Fails, naming the node, where its kernel would (an index out
   // of range), having saved nothing.
-  Status slice_window(const Frame& f, std::uint32_t n, TensorView& b, OperandWindow& window);
   Status save_state_writes(const Frame& f, std::uint32_t n, std::span<const TensorView> ins, std::span<const AttrValue> attrs);
   // Puts back what the undo log saved (a failed run) and empties it; then has every segment
   // of this run that wrote device state put back what it overwrote (newest first).

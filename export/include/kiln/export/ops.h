@@ -136,6 +136,12 @@ std::vector<Tensor> split(const Tensor& x, std::vector<SymInt> sizes, std::int64
 Tensor expand(const Tensor& x, std::vector<SymInt> shape, SourceLoc loc = SourceLoc::current());
 Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index, SourceLoc loc = SourceLoc::current());
 Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index, SourceLoc loc = SourceLoc::current());
+/// Advanced indexing with integer tensors on the adjacent dims first_dim, first_dim + 1, ...
+/// (PyTorch's x[:, :, i, j]): the result's shape is x's dims before first_dim, then the
+/// indices' broadcast shape, then x's dims after the indexed ones. Negative indices count
+/// from the end; one out of range fails the run (exit 3).
+Tensor index(const Tensor& x, std::int64_t first_dim, const std::vector<Tensor>& indices,
+             SourceLoc loc = SourceLoc::current());
 
 // Scatters: x with some of its elements replaced (new tensors; x is unchanged). The source
 // takes x's dtype.

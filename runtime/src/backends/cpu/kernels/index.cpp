@@ -11,6 +11,7 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/thread_pool.h"
 #include "kernel/attrs.h"
 
 namespace kiln::cpu::kernels {
@@ -87,19 +88,53 @@ Status check_indices(std::string_view op, std::string_view name, const IndexRead
   return Status::Ok();
 }
 
+// Elements [begin, end) of out[pre, b] = src[pre * pre_stride + off[b]], element by element
+// (post == 1: a gather of single elements, the core ATen IR's bilinear upsampling).
+template <typename T>
+void take_elements(const T* src, std::int64_t pre_stride, const std::int64_t* off, std::int64_t count, std::int64_t begin,
+                   std::int64_t end, T* dst) {
+  for (std::int64_t i = begin; i < end;) {
+    const std::int64_t p = i / count, j0 = i % count, j1 = std::min(count, j0 + (end - i));
+    const T* s = src + p * pre_stride;
+    T* d = dst + i - j0;
+    for (std::int64_t j = j0; j < j1; ++j) d[j] = s[off[j]];
+    i += j1 - j0;
+  }
+}
+
+// Below this many output bytes a gather stays on the calling thread.
+constexpr std::int64_t kMinParallelTakeBytes = 128 << 10;
+
 // out[pre, b, post] = x[pre, off[b], post] where off[b] already includes the dim strides.
+// Single elements (post == 1) are gathered in typed loops, rows copied whole; split over
+// the pool's threads from 128 KiB of output.
 void take_rows(const TensorView& x, std::int64_t pre, std::int64_t pre_stride, std::span<const std::int64_t> offsets,
-               std::int64_t post, void* out) {
+               std::int64_t post, void* out, ThreadPool& pool) {
   const std::size_t elem = dtype_size(x.dtype);
   const auto* src = static_cast<const unsigned char*>(x.data);
   auto* dst = static_cast<unsigned char*>(out);
+  const auto count = static_cast<std::int64_t>(offsets.size());
+  const std::int64_t rows = pre * count;
   const std::size_t row_bytes = static_cast<std::size_t>(post) * elem;
-  for (std::int64_t p = 0; p < pre; ++p) {
-    for (std::int64_t off : offsets) {
-      copy_bytes(dst, src + (p * pre_stride + off) * static_cast<std::int64_t>(elem), row_bytes);
-      dst += row_bytes;
+  auto body = [&](std::int64_t begin, std::int64_t end) {
+    if (post == 1) {
+      switch (elem) {
+        case 1: return take_elements(reinterpret_cast<const std::uint8_t*>(src), pre_stride, offsets.data(), count, begin, end, reinterpret_cast<std::uint8_t*>(dst));
+        case 2: return take_elements(reinterpret_cast<const std::uint16_t*>(src), pre_stride, offsets.data(), count, begin, end, reinterpret_cast<std::uint16_t*>(dst));
+        case 4: return take_elements(reinterpret_cast<const std::uint32_t*>(src), pre_stride, offsets.data(), count, begin, end, reinterpret_cast<std::uint32_t*>(dst));
+        case 8: return take_elements(reinterpret_cast<const std::uint64_t*>(src), pre_stride, offsets.data(), count, begin, end, reinterpret_cast<std::uint64_t*>(dst));
+        default: break;
+      }
     }
-  }
+    for (std::int64_t i = begin; i < end; ++i) {
+      const std::int64_t p = i / count, off = offsets[static_cast<std::size_t>(i % count)];
+      copy_bytes(dst + static_cast<std::size_t>(i) * row_bytes, src + (p * pre_stride + off) * static_cast<std::int64_t>(elem), row_bytes);
+    }
+  };
+  if (rows == 0) return;
+  const auto total_bytes = static_cast<std::int64_t>(row_bytes) * rows;
+  if (pool.num_threads() < 2 || total_bytes < kMinParallelTakeBytes) return body(0, rows);
+  pool.parallel_for(rows, pool.even_grain(rows, static_cast<std::int64_t>(row_bytes), 32 << 10), body);
 }
 
 // The broadcast shape of the index tensors in[1..]; kInvalidBundle if they do not broadcast.
@@ -120,36 +155,52 @@ Status index_broadcast_shape(std::string_view op, Inputs in, std::array<std::int
   return Status::Ok();
 }
 
-// x offsets (in elements) selected by each broadcast position of the index tensors.
+// x offsets (in elements) selected by each broadcast position of the index tensors. Each
+// index tensor is checked and scaled to x offsets once, element by element, then added along
+// the broadcast positions with an odometer over its own strides (0 where it broadcasts).
 Status index_offsets(std::string_view op, Inputs in, int first_dim, std::span<const std::int64_t> bshape, std::vector<std::int64_t>& offsets) {
   const TensorView& x = in[0];
   const auto xs = contiguous_strides(x);
   std::int64_t count = 1;
   for (std::int64_t d : bshape) count *= d;
   offsets.assign(static_cast<std::size_t>(count), 0);
+  if (count == 0) return Status::Ok();
   const int rank = static_cast<int>(bshape.size());
+  std::vector<std::int64_t> scaled;
   for (std::size_t i = 1; i < in.size(); ++i) {
     const TensorView& t = in[i];
     IndexReader ix{};
     KILN_RETURN_IF_ERROR(index_reader(op, Name("indices", i - 1), t, ix));
     const int xd = first_dim + static_cast<int>(i) - 1;
     const std::int64_t size = x.shape[xd];
-    const auto ts = contiguous_strides(t);
-    std::array<std::int64_t, kMaxRank> pos{};
-    for (std::int64_t b = 0; b < count; ++b) {
-      std::int64_t toff = 0;
-      for (int d = 0; d < rank; ++d) {
-        const int td = d - (rank - t.rank);
-        if (td >= 0 && t.shape[td] != 1) toff += pos[d] * ts[td];
-      }
-      std::int64_t v = ix[toff];
+    // Every element of t is read at least once (count > 0, and t broadcasts to bshape).
+    scaled.resize(static_cast<std::size_t>(t.numel()));
+    for (std::int64_t e = 0; e < t.numel(); ++e) {
+      std::int64_t v = ix[e];
       if (v < -size || v >= size) {
-        return invalid_input(op, "indices[", i - 1, "] element ", toff, " = ", v, " out of range for dim ", xd,
+        return invalid_input(op, "indices[", i - 1, "] element ", e, " = ", v, " out of range for dim ", xd,
                              " of size ", size);
       }
       if (v < 0) v += size;
-      offsets[b] += v * xs[xd];
-      for (int d = rank - 1; d >= 0 && ++pos[d] == bshape[d]; --d) pos[d] = 0;
+      scaled[static_cast<std::size_t>(e)] = v * xs[xd];
+    }
+    const auto ts = contiguous_strides(t);
+    std::array<std::int64_t, kMaxRank> step{}, pos{};
+    for (int d = 0; d < rank; ++d) {
+      const int td = d - (rank - t.rank);
+      step[d] = td >= 0 && t.shape[td] != 1 ? ts[td] : 0;
+    }
+    std::int64_t toff = 0;
+    for (std::int64_t b = 0; b < count; ++b) {
+      offsets[static_cast<std::size_t>(b)] += scaled[static_cast<std::size_t>(toff)];
+      for (int d = rank - 1; d >= 0; --d) {
+        if (++pos[d] < bshape[d]) {
+          toff += step[d];
+          break;
+        }
+        toff -= step[d] * (bshape[d] - 1);
+        pos[d] = 0;
+      }
     }
   }
   return Status::Ok();
@@ -193,7 +244,7 @@ void scatter_values(const TensorView& values, std::span<const std::int64_t> vstr
 
 }  // namespace
 
-Status Embedding(KernelContext&, Inputs in, Outputs out, Attrs) {
+Status Embedding(KernelContext& ctx, Inputs in, Outputs out, Attrs) {
   KILN_RETURN_IF_ERROR(check_io("embedding", in, out, {.min_inputs = 2, .max_inputs = 2, .num_outputs = 1}));
   const TensorView& weight = in[0];
   const TensorView& idx = in[1];
@@ -215,11 +266,11 @@ Status Embedding(KernelContext&, Inputs in, Outputs out, Attrs) {
   const std::int64_t row = dims_product(weight, 1, weight.rank);
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) offsets[i] = ix[i] * row;
-  take_rows(weight, 1, 0, offsets, row, out[0].data);
+  take_rows(weight, 1, 0, offsets, row, out[0].data, ctx.pool());
   return Status::Ok();
 }
 
-Status IndexSelect(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
+Status IndexSelect(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_io("index_select", in, out, {.min_inputs = 2, .max_inputs = 2, .num_outputs = 1}));
   KILN_ASSIGN_OR_RETURN(std::int64_t dim, attr_int("index_select", attrs, 0, "dim"));
   const TensorView& x = in[0];
@@ -247,7 +298,7 @@ Status IndexSelect(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   const std::int64_t post = dims_product(xv, d + 1, xv.rank);
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) offsets[i] = ix[i] * post;
-  take_rows(xv, dims_product(xv, 0, d), xv.shape[d] * post, offsets, post, out[0].data);
+  take_rows(xv, dims_product(xv, 0, d), xv.shape[d] * post, offsets, post, out[0].data, ctx.pool());
   return Status::Ok();
 }
 
@@ -280,7 +331,7 @@ Status Gather(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   return Status::Ok();
 }
 
-Status Index(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
+Status Index(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_io("index", in, out, {.min_inputs = 2, .max_inputs = -1, .num_outputs = 1}));
   KILN_ASSIGN_OR_RETURN(std::span<const std::int64_t> dims, attr_ints("index", attrs, 0, "dims"));
   const TensorView& x = in[0];
@@ -316,7 +367,111 @@ Status Index(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   std::vector<std::int64_t> offsets;
   KILN_RETURN_IF_ERROR(index_offsets("index", in, first, std::span<const std::int64_t>(bshape.data(), brank), offsets));
   const std::int64_t post = dims_product(x, first + k, x.rank);
-  take_rows(x, dims_product(x, 0, first), dims_product(x, first, x.rank), offsets, post, out[0].data);
+  take_rows(x, dims_product(x, 0, first), dims_product(x, first, x.rank), offsets, post, out[0].data, ctx.pool());
+  return Status::Ok();
+}
+
+Status gather_lerp2(KernelContext& ctx, const TensorView& x, std::span<const std::int64_t> dims,
+                    const std::array<std::span<const TensorView>, 4>& gathers, const std::array<TensorView, 3>& weights,
+                    TensorView& out) {
+  constexpr std::string_view op = "index";
+  const auto k = static_cast<int>(dims.size());
+  if (x.dtype != DType::kF32 || out.dtype != DType::kF32 || k == 0 || dims[0] < 0 || dims[0] + k != x.rank) {
+    return Status(StatusCode::kInternal, "[index+lerp] x must be f32, indexed on its last dims");
+  }
+  const int first = static_cast<int>(dims[0]);
+  std::array<std::int64_t, kMaxRank> bshape{};
+  int brank = 0;
+  std::array<std::vector<std::int64_t>, 4> offsets;
+  for (std::size_t j = 0; j < 4; ++j) {
+    if (gathers[j].size() != static_cast<std::size_t>(k)) return Status(StatusCode::kInternal, "[index+lerp] index tensor count");
+    std::array<TensorView, kMaxRank + 1> xi{};
+    xi[0] = x;
+    for (int i = 0; i < k; ++i) xi[static_cast<std::size_t>(i) + 1] = gathers[j][static_cast<std::size_t>(i)];
+    const Inputs in(xi.data(), static_cast<std::size_t>(k) + 1);
+    std::array<std::int64_t, kMaxRank> shape{};
+    int rank = 0;
+    KILN_RETURN_IF_ERROR(index_broadcast_shape(op, in, shape, rank));
+    if (j == 0) {
+      bshape = shape;
+      brank = rank;
+    } else if (rank != brank || !std::equal(shape.begin(), shape.begin() + rank, bshape.begin())) {
+      return Status(StatusCode::kInternal, "[index+lerp] the four gathers' index shapes differ");
+    }
+    KILN_RETURN_IF_ERROR(index_offsets(op, in, first, std::span<const std::int64_t>(bshape.data(), brank), offsets[j]));
+  }
+  if (out.rank != first + brank || !std::equal(x.shape.begin(), x.shape.begin() + first, out.shape.begin()) ||
+      !std::equal(bshape.begin(), bshape.begin() + brank, out.shape.begin() + first)) {
+    return invalid("index", "out.shape=", shape_text(out), " does not match the gathers of x.shape=", shape_text(x));
+  }
+  const std::int64_t count = static_cast<std::int64_t>(offsets[0].size());
+  const std::int64_t pre = dims_product(x, 0, first), pre_stride = dims_product(x, first, x.rank);
+  if (pre * count == 0) return Status::Ok();
+  // Each weight over the index positions (size 1 on the dims before them: checked here).
+  std::array<std::vector<float>, 3> w;
+  for (std::size_t j = 0; j < 3; ++j) {
+    const TensorView& t = weights[j];
+    if (t.dtype != DType::kF32 || t.rank > out.rank) return Status(StatusCode::kInternal, "[index+lerp] weights must be f32");
+    const auto ts = contiguous_strides(t);
+    std::array<std::int64_t, kMaxRank> step{}, pos{};
+    for (int d = 0; d < out.rank; ++d) {
+      const int td = d - (out.rank - t.rank);
+      const std::int64_t size = td >= 0 ? t.shape[td] : 1;
+      if (size != 1 && (d < first || size != out.shape[d])) {
+        return Status(StatusCode::kInternal, "[index+lerp] a weight that does not broadcast over the index dims only");
+      }
+      if (d >= first) step[d - first] = size != 1 ? ts[td] : 0;
+    }
+    w[j].resize(static_cast<std::size_t>(count));
+    const float* src = t.as<float>();
+    std::int64_t toff = 0;
+    for (std::int64_t b = 0; b < count; ++b) {
+      w[j][static_cast<std::size_t>(b)] = src[toff];
+      for (int d = brank - 1; d >= 0; --d) {
+        if (++pos[d] < bshape[d]) {
+          toff += step[d];
+          break;
+        }
+        toff -= step[d] * (bshape[d] - 1);
+        pos[d] = 0;
+      }
+    }
+  }
+  const float* src = x.as<float>();
+  float* dst = out.as<float>();
+  const std::int64_t* o0 = offsets[0].data();
+  const std::int64_t* o1 = offsets[1].data();
+  const std::int64_t* o2 = offsets[2].data();
+  const std::int64_t* o3 = offsets[3].data();
+  const float* w0 = w[0].data();
+  const float* w1 = w[1].data();
+  const float* w2 = w[2].data();
+  // Blocks of index positions, every channel of each: a block's offsets and weights stay in
+  // L1 while the channels reuse them.
+  constexpr std::int64_t kBlock = 256;
+  const std::int64_t blocks = (count + kBlock - 1) / kBlock;
+  auto body = [&](std::int64_t first_block, std::int64_t last_block) {
+    for (std::int64_t blk = first_block; blk < last_block; ++blk) {
+      const std::int64_t b0 = blk * kBlock, b1 = std::min(count, b0 + kBlock);
+      for (std::int64_t p = 0; p < pre; ++p) {
+        const float* s = src + p * pre_stride;
+        float* d = dst + p * count;
+        for (std::int64_t b = b0; b < b1; ++b) {
+          // The separate kernels' roundings: sub, then mul, then add (no contraction: ISO C++).
+          const float a = s[o0[b]], c = s[o2[b]];
+          const float top = a + (s[o1[b]] - a) * w0[b];
+          const float bot = c + (s[o3[b]] - c) * w1[b];
+          d[b] = top + (bot - top) * w2[b];
+        }
+      }
+    }
+  };
+  ThreadPool& pool = ctx.pool();
+  if (pool.num_threads() < 2 || pre * count * static_cast<std::int64_t>(sizeof(float)) < kMinParallelTakeBytes) {
+    body(0, blocks);
+  } else {
+    pool.parallel_for(blocks, pool.even_grain(blocks, kBlock * pre * 4, 32 << 10), body);
+  }
   return Status::Ok();
 }
 

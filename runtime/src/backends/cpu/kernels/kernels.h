@@ -22,7 +22,9 @@
 // results rounded back, as PyTorch's CPU kernels compute half types in float).
 #pragma once
 
+#include <array>
 #include <memory>
+#include <span>
 
 #include "backends/cpu/kernel.h"
 #include "kernel/kernel.h"
@@ -278,5 +280,15 @@ inline constexpr KernelFn InvokeSubgraph = nullptr;
 void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
                 const float* b, std::int64_t ldb, bool b_transposed, float* c, std::int64_t ldc,
                 ThreadPool* pool = nullptr);
+
+/// Bilinear interpolation as the core ATen IR spells it, in one pass (the executor's
+/// gather-lerp fusion): out = lerp(lerp(g[0], g[1], w[0]), lerp(g[2], g[3], w[1]), w[2]),
+/// lerp(a, b, w) = a + (b - a) * w rounded step by step as the separate sub, mul and add
+/// kernels round it, where g[j] = index(x, gathers[j]..., dims) gathers on x's last dims
+/// (as the index kernel, with its range checks) and each weight broadcasts into out with
+/// size 1 on x's dims before the first indexed one. f32 only.
+Status gather_lerp2(KernelContext& ctx, const TensorView& x, std::span<const std::int64_t> dims,
+                    const std::array<std::span<const TensorView>, 4>& gathers, const std::array<TensorView, 3>& weights,
+                    TensorView& out);
 
 }  // namespace kiln::cpu::kernels

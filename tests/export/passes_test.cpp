@@ -206,7 +206,9 @@ TEST(Passes, BilinearUpsamplingSpelledOutRunsAsOneNode) {
         const auto fused = std::count(ops.begin(), ops.end(), "index+lerp");
         EXPECT_EQ(fused, fuse && !observe ? 1 : 0);
         EXPECT_EQ(std::count(ops.begin(), ops.end(), "index"), fuse && !observe ? 0 : 4);
-        if (observe) EXPECT_EQ(observed, program->placement(0).size());
+        if (observe) {
+          EXPECT_EQ(observed, program->placement(0).size());
+        }
       }
     }
   }
@@ -235,37 +237,47 @@ TEST(Passes, BilinearPatternWithAnIntermediateReadElsewhereIsNotFused) {
 }
 
 // Index tensors that are inputs: the fused node checks them like the index kernel, and one
-// out of range fails the run with its message.
+// out of range fails the run with its message. Both of its paths: the separable one
+// (upsampling's: row indices shared by gather pairs, weights along one dim each) and the
+// general one (here a weight that varies along both index dims).
 TEST(Passes, FusedBilinearGathersCheckTheirIndices) {
   const Tensor x = Tensor::randn({1, 2, 5, 5}, 43);
-  const Tensor wx = Tensor::from_floats({4}, std::vector<float>{0.1f, 0.2f, 0.3f, 0.4f});
   const Tensor wy = Tensor::from_floats({4, 1}, std::vector<float>{0.5f, 0.6f, 0.7f, 0.8f});
-  auto lerp = [](const Tensor& a, const Tensor& b, const Tensor& t) { return add(a, mul(sub(b, a), t)); };
-  auto model = [&](Tensor in, Tensor rows, Tensor cols) {
-    const Tensor r = reshape(rows, {4, 1});
-    const Tensor top = lerp(index(in, 2, {r, cols}), index(in, 2, {r, neg(cols)}), wx);
-    const Tensor bottom = lerp(index(in, 2, {neg(r), cols}), index(in, 2, {neg(r), neg(cols)}), wx);
-    return lerp(top, bottom, wy);
-  };
   const Tensor rows = Tensor::from_ints({4}, std::vector<std::int64_t>{0, 1, 2, 3});
   const Tensor cols = Tensor::from_ints({4}, std::vector<std::int64_t>{1, 2, 3, 4});
-  auto ep = export_program(model, {input("x", x), input("rows", rows), input("cols", cols)});
-  ASSERT_TRUE(ep.ok()) << ep.status().message();
-  const auto program = testing::load_exported(*ep);
-  ASSERT_NE(program, nullptr);
-  Session session(*program, {.profile = true});
-  auto ok = session.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x)), HostValue::of(testing::host_tensor(rows)),
-                                               HostValue::of(testing::host_tensor(cols))});
-  ASSERT_TRUE(ok.ok()) << ok.status().message();
-  EXPECT_EQ(floats_of(ok->outputs[0].tensor), model(x, rows, cols).to_vector<float>());
-  EXPECT_EQ(session.last_stats().ops.back().op, "index+lerp");
   const Tensor bad = Tensor::from_ints({4}, std::vector<std::int64_t>{0, 1, 9, 3});
-  auto r = session.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x)), HostValue::of(testing::host_tensor(bad)),
-                                              HostValue::of(testing::host_tensor(cols))});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
-  EXPECT_NE(r.status().message().find("[index] indices[0] element 2 = 9 out of range for dim 2 of size 5"), std::string::npos)
-      << r.status().message();
+  auto lerp = [](const Tensor& a, const Tensor& b, const Tensor& t) { return add(a, mul(sub(b, a), t)); };
+  for (bool separable : {true, false}) {
+    std::vector<float> wv(separable ? 4 : 16);
+    for (std::size_t i = 0; i < wv.size(); ++i) wv[i] = 0.05f * static_cast<float>(i + 1);
+    const Tensor wx = separable ? Tensor::from_floats({4}, wv) : Tensor::from_floats({4, 4}, wv);
+    auto model = [&](Tensor in, Tensor r1, Tensor c) {
+      const Tensor r = reshape(r1, {4, 1});
+      const Tensor top = lerp(index(in, 2, {r, c}), index(in, 2, {r, neg(c)}), wx);
+      const Tensor bottom = lerp(index(in, 2, {neg(r), c}), index(in, 2, {neg(r), neg(c)}), wx);
+      return lerp(top, bottom, wy);
+    };
+    auto ep = export_program(model, {input("x", x), input("rows", rows), input("cols", cols)});
+    ASSERT_TRUE(ep.ok()) << ep.status().message();
+    const auto program = testing::load_exported(*ep);
+    ASSERT_NE(program, nullptr);
+    for (int threads : {1, 2}) {
+      Session session(*program, {.threads = threads, .profile = true});
+      auto args = [&](const Tensor& r) {
+        return std::vector<HostValue>{HostValue::of(testing::host_tensor(x)), HostValue::of(testing::host_tensor(r)),
+                                      HostValue::of(testing::host_tensor(cols))};
+      };
+      auto ok = session.run(args(rows));
+      ASSERT_TRUE(ok.ok()) << ok.status().message();
+      EXPECT_EQ(floats_of(ok->outputs[0].tensor), model(x, rows, cols).to_vector<float>()) << separable << " " << threads;
+      EXPECT_EQ(session.last_stats().ops.back().op, "index+lerp");
+      auto r = session.run(args(bad));
+      ASSERT_FALSE(r.ok());
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
+      EXPECT_NE(r.status().message().find("[index] indices[0] element 2 = 9 out of range for dim 2 of size 5"), std::string::npos)
+          << r.status().message();
+    }
+  }
 }
 
 // A linear whose rows depend on the data has no planned buffer: the fused activation's

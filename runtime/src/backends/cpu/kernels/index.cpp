@@ -4,6 +4,7 @@
 // negative indices count from the end). An index out of range is kInvalidInput naming it.
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -11,6 +12,7 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/simd.h"
 #include "backends/cpu/thread_pool.h"
 #include "kernel/attrs.h"
 
@@ -371,6 +373,97 @@ Status Index(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   return Status::Ok();
 }
 
+namespace {
+
+// Whether index tensor (or weight) t, right-aligned against the broadcast index shape of
+// rank `brank`, varies along broadcast dim `along` only (size 1 on the others).
+bool varies_only_along(const TensorView& t, int along, int brank) {
+  if (t.rank > brank) return false;
+  for (int d = 0; d < t.rank; ++d) {
+    if (d + brank - t.rank != along && t.shape[d] != 1) return false;
+  }
+  return true;
+}
+
+// The n values of index tensor t (indices[i] of a gather, on x's dim xd of `size`) along
+// broadcast dim `along`, wrapped and checked as index_offsets checks them.
+Status index_along(const TensorView& t, int i, int along, int brank, std::int64_t n, int xd, std::int64_t size,
+                   std::vector<std::int32_t>& out) {
+  IndexReader ix{};
+  KILN_RETURN_IF_ERROR(index_reader("index", Name("indices", i), t, ix));
+  const auto ts = contiguous_strides(t);
+  const int td = along - (brank - t.rank);
+  const std::int64_t step = td >= 0 && t.shape[td] != 1 ? ts[td] : 0;
+  out.resize(static_cast<std::size_t>(n));
+  for (std::int64_t q = 0; q < n; ++q) {
+    std::int64_t v = ix[q * step];
+    if (v < -size || v >= size) {
+      return invalid_input("index", "indices[", i, "] element ", q * step, " = ", v, " out of range for dim ", xd,
+                           " of size ", size);
+    }
+    out[static_cast<std::size_t>(q)] = static_cast<std::int32_t>(v < 0 ? v + size : v);
+  }
+  return Status::Ok();
+}
+
+// gather_lerp2 when it is separable, as upsampling's is: two index dims, gathers 0 and 1
+// reading one row index tensor and gathers 2 and 3 another, every row index varying along
+// the first index dim only and every column index along the second only, w0 and w1 along
+// the second, w2 along the first. Then top[by][bx] = H(row ya[by])[bx] for one lerp of two
+// gathers along a source row, computed once for all the output rows that read that row (8
+// of them when upsampling 8x), and the last lerp runs along rows, vectorized. The same
+// roundings as the general path.
+Status gather_lerp2_separable(KernelContext& ctx, const TensorView& x, int first, const std::array<std::span<const TensorView>, 4>& gathers,
+                              const std::array<TensorView, 3>& weights, std::int64_t oh, std::int64_t ow, TensorView& out) {
+  const std::int64_t h = x.shape[first], w = x.shape[first + 1];
+  std::vector<std::int32_t> ya, yc;
+  std::array<std::vector<std::int32_t>, 4> cols;
+  KILN_RETURN_IF_ERROR(index_along(gathers[0][0], 0, 0, 2, oh, first, h, ya));
+  KILN_RETURN_IF_ERROR(index_along(gathers[2][0], 0, 0, 2, oh, first, h, yc));
+  for (std::size_t j = 0; j < 4; ++j) KILN_RETURN_IF_ERROR(index_along(gathers[j][1], 1, 1, 2, ow, first + 1, w, cols[j]));
+  auto along = [&](const TensorView& t, int dim, std::int64_t n) {
+    std::vector<float> v(static_cast<std::size_t>(n));
+    const auto ts = contiguous_strides(t);
+    const int td = dim - (2 - t.rank);
+    const std::int64_t step = td >= 0 && t.shape[td] != 1 ? ts[td] : 0;
+    for (std::int64_t q = 0; q < n; ++q) v[static_cast<std::size_t>(q)] = t.as<float>()[q * step];
+    return v;
+  };
+  const std::vector<float> w0 = along(weights[0], 1, ow), w1 = along(weights[1], 1, ow), w2 = along(weights[2], 0, oh);
+  const std::int64_t planes = dims_product(x, 0, first);
+  constexpr std::int64_t kRows = 32;
+  const std::int64_t row_blocks = (oh + kRows - 1) / kRows, units = planes * row_blocks;
+  const SimdKernels& simd_k = simd();
+  const float* src = x.as<float>();
+  float* dst = out.as<float>();
+  auto body = [&](std::int64_t u0, std::int64_t u1) {
+    std::vector<float> top(static_cast<std::size_t>(ow)), bottom(static_cast<std::size_t>(ow));
+    for (std::int64_t u = u0; u < u1; ++u) {
+      const std::int64_t p = u / row_blocks, r0 = (u % row_blocks) * kRows, r1 = std::min(oh, r0 + kRows);
+      const float* plane = src + p * h * w;
+      float* o = dst + p * oh * ow;
+      std::int64_t top_row = -1, bottom_row = -1;
+      for (std::int64_t by = r0; by < r1; ++by) {
+        const std::int32_t a = ya[static_cast<std::size_t>(by)], c = yc[static_cast<std::size_t>(by)];
+        if (a != top_row) simd_k.lerp_gather_row(plane + a * w, cols[0].data(), cols[1].data(), w0.data(), top.data(), ow);
+        if (c != bottom_row) simd_k.lerp_gather_row(plane + c * w, cols[2].data(), cols[3].data(), w1.data(), bottom.data(), ow);
+        top_row = a;
+        bottom_row = c;
+        simd_k.lerp_rows(top.data(), bottom.data(), w2[static_cast<std::size_t>(by)], o + by * ow, ow);
+      }
+    }
+  };
+  ThreadPool& pool = ctx.pool();
+  if (pool.num_threads() < 2 || planes * oh * ow * static_cast<std::int64_t>(sizeof(float)) < kMinParallelTakeBytes) {
+    body(0, units);
+  } else {
+    pool.parallel_for(units, pool.even_grain(units, kRows * ow * 4, 32 << 10), body);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status gather_lerp2(KernelContext& ctx, const TensorView& x, std::span<const std::int64_t> dims,
                     const std::array<std::span<const TensorView>, 4>& gathers, const std::array<TensorView, 3>& weights,
                     TensorView& out) {
@@ -380,89 +473,110 @@ Status gather_lerp2(KernelContext& ctx, const TensorView& x, std::span<const std
     return Status(StatusCode::kInternal, "[index+lerp] x must be f32, indexed on its last dims");
   }
   const int first = static_cast<int>(dims[0]);
+  // x and the index tensors of each gather, as index_broadcast_shape / index_offsets expect.
+  std::array<std::array<TensorView, kMaxRank + 1>, 4> xi{};
   std::array<std::int64_t, kMaxRank> bshape{};
   int brank = 0;
-  std::array<std::vector<std::int64_t>, 4> offsets;
   for (std::size_t j = 0; j < 4; ++j) {
     if (gathers[j].size() != static_cast<std::size_t>(k)) return Status(StatusCode::kInternal, "[index+lerp] index tensor count");
-    std::array<TensorView, kMaxRank + 1> xi{};
-    xi[0] = x;
-    for (int i = 0; i < k; ++i) xi[static_cast<std::size_t>(i) + 1] = gathers[j][static_cast<std::size_t>(i)];
-    const Inputs in(xi.data(), static_cast<std::size_t>(k) + 1);
+    xi[j][0] = x;
+    for (int i = 0; i < k; ++i) {
+      IndexReader unused{};
+      KILN_RETURN_IF_ERROR(index_reader(op, Name("indices", i), gathers[j][static_cast<std::size_t>(i)], unused));
+      xi[j][static_cast<std::size_t>(i) + 1] = gathers[j][static_cast<std::size_t>(i)];
+    }
     std::array<std::int64_t, kMaxRank> shape{};
     int rank = 0;
-    KILN_RETURN_IF_ERROR(index_broadcast_shape(op, in, shape, rank));
+    KILN_RETURN_IF_ERROR(index_broadcast_shape(op, Inputs(xi[j].data(), static_cast<std::size_t>(k) + 1), shape, rank));
     if (j == 0) {
       bshape = shape;
       brank = rank;
     } else if (rank != brank || !std::equal(shape.begin(), shape.begin() + rank, bshape.begin())) {
       return Status(StatusCode::kInternal, "[index+lerp] the four gathers' index shapes differ");
     }
-    KILN_RETURN_IF_ERROR(index_offsets(op, in, first, std::span<const std::int64_t>(bshape.data(), brank), offsets[j]));
   }
   if (out.rank != first + brank || !std::equal(x.shape.begin(), x.shape.begin() + first, out.shape.begin()) ||
       !std::equal(bshape.begin(), bshape.begin() + brank, out.shape.begin() + first)) {
     return invalid("index", "out.shape=", shape_text(out), " does not match the gathers of x.shape=", shape_text(x));
   }
-  const std::int64_t count = static_cast<std::int64_t>(offsets[0].size());
-  const std::int64_t pre = dims_product(x, 0, first), pre_stride = dims_product(x, first, x.rank);
-  if (pre * count == 0) return Status::Ok();
-  // Each weight over the index positions (size 1 on the dims before them: checked here).
-  std::array<std::vector<float>, 3> w;
+  // Each weight's element stride per index dim (0 where it broadcasts); size 1 on the dims
+  // before them.
+  std::array<std::array<std::int64_t, kMaxRank>, 3> wstep{};
   for (std::size_t j = 0; j < 3; ++j) {
     const TensorView& t = weights[j];
     if (t.dtype != DType::kF32 || t.rank > out.rank) return Status(StatusCode::kInternal, "[index+lerp] weights must be f32");
     const auto ts = contiguous_strides(t);
-    std::array<std::int64_t, kMaxRank> step{}, pos{};
     for (int d = 0; d < out.rank; ++d) {
       const int td = d - (out.rank - t.rank);
       const std::int64_t size = td >= 0 ? t.shape[td] : 1;
       if (size != 1 && (d < first || size != out.shape[d])) {
         return Status(StatusCode::kInternal, "[index+lerp] a weight that does not broadcast over the index dims only");
       }
-      if (d >= first) step[d - first] = size != 1 ? ts[td] : 0;
-    }
-    w[j].resize(static_cast<std::size_t>(count));
-    const float* src = t.as<float>();
-    std::int64_t toff = 0;
-    for (std::int64_t b = 0; b < count; ++b) {
-      w[j][static_cast<std::size_t>(b)] = src[toff];
-      for (int d = brank - 1; d >= 0; --d) {
-        if (++pos[d] < bshape[d]) {
-          toff += step[d];
-          break;
-        }
-        toff -= step[d] * (bshape[d] - 1);
-        pos[d] = 0;
-      }
+      if (d >= first) wstep[j][static_cast<std::size_t>(d - first)] = size != 1 ? ts[td] : 0;
     }
   }
-  const float* src = x.as<float>();
-  float* dst = out.as<float>();
-  const std::int64_t* o0 = offsets[0].data();
-  const std::int64_t* o1 = offsets[1].data();
-  const std::int64_t* o2 = offsets[2].data();
-  const std::int64_t* o3 = offsets[3].data();
-  const float* w0 = w[0].data();
-  const float* w1 = w[1].data();
-  const float* w2 = w[2].data();
-  // Blocks of index positions, every channel of each: a block's offsets and weights stay in
-  // L1 while the channels reuse them.
+  std::int64_t count = 1;
+  for (int d = 0; d < brank; ++d) count *= bshape[static_cast<std::size_t>(d)];
+  const std::int64_t pre = dims_product(x, 0, first), pre_stride = dims_product(x, first, x.rank);
+  if (pre * count == 0) return Status::Ok();
+  if (pre_stride > INT32_MAX) return unsupported("index", "bilinear gathers from planes of more than 2^31 elements");
+  if (k == 2 && brank == 2 && gathers[0][0].data == gathers[1][0].data && gathers[2][0].data == gathers[3][0].data &&
+      varies_only_along(gathers[0][0], 0, 2) && varies_only_along(gathers[1][0], 0, 2) &&
+      varies_only_along(gathers[2][0], 0, 2) && varies_only_along(gathers[3][0], 0, 2) &&
+      varies_only_along(gathers[0][1], 1, 2) && varies_only_along(gathers[1][1], 1, 2) &&
+      varies_only_along(gathers[2][1], 1, 2) && varies_only_along(gathers[3][1], 1, 2) &&
+      varies_only_along(weights[0], 1, 2) && varies_only_along(weights[1], 1, 2) && varies_only_along(weights[2], 0, 2)) {
+    return gather_lerp2_separable(ctx, x, first, gathers, weights, bshape[0], bshape[1], out);
+  }
+  // Seven tasks, over the threads: the four gathers' offsets (as 32-bit element offsets
+  // within a plane, for the vector gathers) and the three weights over the index positions.
+  std::array<std::vector<std::int32_t>, 4> offsets;
+  std::array<std::vector<float>, 3> w;
+  std::array<Status, 4> failed;
+  ctx.pool().parallel_for(7, 1, [&](std::int64_t t0, std::int64_t t1) {
+    std::vector<std::int64_t> wide;
+    for (std::int64_t task = t0; task < t1; ++task) {
+      if (task < 4) {
+        const auto j = static_cast<std::size_t>(task);
+        failed[j] = index_offsets(op, Inputs(xi[j].data(), static_cast<std::size_t>(k) + 1), first,
+                                  std::span<const std::int64_t>(bshape.data(), static_cast<std::size_t>(brank)), wide);
+        if (!failed[j].ok()) continue;
+        offsets[j].assign(wide.begin(), wide.end());  // each < pre_stride <= INT32_MAX
+        continue;
+      }
+      const auto j = static_cast<std::size_t>(task - 4);
+      w[j].resize(static_cast<std::size_t>(count));
+      const float* src = weights[j].as<float>();
+      std::array<std::int64_t, kMaxRank> pos{};
+      std::int64_t toff = 0;
+      for (std::int64_t b = 0; b < count; ++b) {
+        w[j][static_cast<std::size_t>(b)] = src[toff];
+        for (int d = brank - 1; d >= 0; --d) {
+          const auto du = static_cast<std::size_t>(d);
+          if (++pos[du] < bshape[du]) {
+            toff += wstep[j][du];
+            break;
+          }
+          toff -= wstep[j][du] * (bshape[du] - 1);
+          pos[du] = 0;
+        }
+      }
+    }
+  });
+  for (const Status& st : failed) KILN_RETURN_IF_ERROR(st);
+  // Blocks of index positions, every plane of each: a block's offsets and weights stay in
+  // L1 while the planes reuse them.
   constexpr std::int64_t kBlock = 256;
   const std::int64_t blocks = (count + kBlock - 1) / kBlock;
+  const auto row = simd().gather_lerp2_row;
+  const float* src = x.as<float>();
+  float* dst = out.as<float>();
   auto body = [&](std::int64_t first_block, std::int64_t last_block) {
     for (std::int64_t blk = first_block; blk < last_block; ++blk) {
-      const std::int64_t b0 = blk * kBlock, b1 = std::min(count, b0 + kBlock);
+      const std::int64_t b0 = blk * kBlock, n = std::min(count, b0 + kBlock) - b0;
       for (std::int64_t p = 0; p < pre; ++p) {
-        const float* s = src + p * pre_stride;
-        float* d = dst + p * count;
-        for (std::int64_t b = b0; b < b1; ++b) {
-          // The separate kernels' roundings: sub, then mul, then add (no contraction: ISO C++).
-          const float a = s[o0[b]], c = s[o2[b]];
-          const float top = a + (s[o1[b]] - a) * w0[b];
-          const float bot = c + (s[o3[b]] - c) * w1[b];
-          d[b] = top + (bot - top) * w2[b];
-        }
+        row(src + p * pre_stride, offsets[0].data() + b0, offsets[1].data() + b0, offsets[2].data() + b0,
+            offsets[3].data() + b0, w[0].data() + b0, w[1].data() + b0, w[2].data() + b0, dst + p * count + b0, n);
       }
     }
   };

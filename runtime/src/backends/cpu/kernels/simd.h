@@ -146,6 +146,19 @@ struct SimdKernels {
   /// tiles (one register transpose each in the AVX2 table).
   void (*transpose32)(const std::uint32_t* src, std::int64_t src_stride, std::uint32_t* dst, std::int64_t dst_stride,
                       std::int64_t rows, std::int64_t cols);
+  /// n outputs of the fused bilinear gathers (gather_lerp2): with a = s[o0[b]], c = s[o2[b]],
+  /// top = a + (s[o1[b]] - a) * w0[b], bot = c + (s[o3[b]] - c) * w1[b],
+  /// d[b] = top + (bot - top) * w2[b], each step rounded as the separate f32 sub, mul and add
+  /// kernels round it (8-lane gathers in the AVX2 table).
+  void (*gather_lerp2_row)(const float* s, const std::int32_t* o0, const std::int32_t* o1, const std::int32_t* o2,
+                           const std::int32_t* o3, const float* w0, const float* w1, const float* w2, float* d,
+                           std::int64_t n);
+  /// d[b] = a + (c - a) * w[b] with a = s[ia[b]], c = s[ic[b]], for b < n (a lerp of two
+  /// gathers along one row; the same roundings).
+  void (*lerp_gather_row)(const float* s, const std::int32_t* ia, const std::int32_t* ic, const float* w, float* d,
+                          std::int64_t n);
+  /// d[b] = a[b] + (c[b] - a[b]) * w for b < n (the same roundings).
+  void (*lerp_rows)(const float* a, const float* c, float w, float* d, std::int64_t n);
 };
 
 /// The table for this CPU (AVX2+FMA when available).

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pt2_weights import archive_state, fixture_classes  # noqa: E402
+from pt2_weights import archive_state, fixture_classes, segmentation_out_only  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--kiln", required=True, help="the kiln CLI")
@@ -64,17 +64,9 @@ def export_onnx(model_name, pt2, onnx_path, example, input_name):
         return module
     if hasattr(torchvision.models, model_name):
         module = getattr(torchvision.models, model_name)()
-    elif hasattr(torchvision.models.segmentation, model_name):  # bench/make_cnn_archives.py's OutOnly wrapper
-        class OutOnly(torch.nn.Module):
-            def __init__(self, model):
-                super().__init__()
-                self.model = model
-
-            def forward(self, x):
-                return self.model(x)["out"]
-
-        module = OutOnly(getattr(torchvision.models.segmentation, model_name)(weights=None, weights_backbone=None,
-                                                                               aux_loss=False))
+    elif hasattr(torchvision.models.segmentation, model_name):  # as bench/make_cnn_archives.py wraps it
+        module = segmentation_out_only(getattr(torchvision.models.segmentation, model_name)(
+            weights=None, weights_backbone=None, aux_loss=False))
     else:
         sys.exit(f"torchvision {torchvision.__version__} has no model '{model_name}' (mlp/convnet/decoder need --generate)")
     # Constants torch.export lifted out of forward (swin's shift masks: lifted_tensor_N) are

@@ -4,7 +4,7 @@ model list beyond ../shared/fixtures/torch_export_perf): core ATen IR in the PT2
 fixed seed, eval mode, batch 1, plus one input and PyTorch's output as the golden case.
 Needs PyTorch 2.6 (../shared/tools/torch26.sh); a benchmark tool, never used by the build.
 
-    mkdir -p /var/tmp/kiln-torch26/script && cp tests/fixtures/torch_zoo/{make_archives,generate}.py /var/tmp/kiln-torch26/script/
+    mkdir -p /var/tmp/kiln-torch26/script && cp tests/fixtures/torch_zoo/{make_archives,generate}.py bench/pt2_weights.py /var/tmp/kiln-torch26/script/
     bash ../shared/tools/torch26.sh run /work/perf/cnn bench/make_cnn_archives.py /io [MODEL ...]
 """
 import json, os, sys
@@ -15,27 +15,17 @@ import torchvision.models as tvm
 
 sys.path.insert(0, "/script")
 from make_archives import write_archive  # noqa: E402  (tests/fixtures/torch_zoo/make_archives.py, copied next to this script)
+from pt2_weights import segmentation_out_only  # noqa: E402  (bench/pt2_weights.py, copied likewise)
 
 MODELS = ["squeezenet1_1", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "shufflenet_v2_x1_0",
           "regnet_y_400mf", "resnet50", "mnasnet1_0", "densenet121"]
-
-
-class OutOnly(torch.nn.Module):
-    """A torchvision segmentation model's {'out': ...} as one tensor."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x):
-        return self.model(x)["out"]
 
 
 def build(name):
     """torchvision.models.NAME, or torchvision.models.segmentation.NAME (its 'out' only)."""
     if hasattr(tvm, name):
         return getattr(tvm, name)()
-    return OutOnly(getattr(tvm.segmentation, name)(weights=None, weights_backbone=None, aux_loss=False))
+    return segmentation_out_only(getattr(tvm.segmentation, name)(weights=None, weights_backbone=None, aux_loss=False))
 
 
 def main(out, names):

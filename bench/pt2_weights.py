@@ -44,3 +44,19 @@ def fixture_classes(generate_path):
     ns = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
     exec(compile(src, generate_path, "exec"), ns)
     return {"mlp": ns["MLP"], "convnet": ns["ConvNet"], "decoder": ns["Decoder"]}
+
+
+def segmentation_out_only(model):
+    """A torchvision segmentation model's {'out': ...} as one tensor (an nn.Module wrapping
+    it as `model`, so its state dict keys start with "model.")."""
+    import torch
+
+    class OutOnly(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.model = m
+
+        def forward(self, x):
+            return self.model(x)["out"]
+
+    return OutOnly(model)

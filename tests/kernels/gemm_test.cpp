@@ -170,6 +170,17 @@ class GemmIsaTest : public ::testing::TestWithParam<GemmIsa> {
   }
   void TearDown() override { (void)set_gemm_isa_for_testing(GemmIsa::kAuto); }
 
+  // An m x n x k problem varied by `seed`: A and B transposed or not, the bias kind, alpha,
+  // beta, relu or `odd_act`; checked on both paths, on three threads for even seeds.
+  void check_varied(std::int64_t m, std::int64_t n, std::int64_t k, std::uint32_t seed, GemmActivation odd_act) {
+    Problem problem({m, n, k}, seed % 2 == 0, seed % 3 == 0, static_cast<int>(seed % 3), seed);
+    problem.params.alpha = seed % 4 == 0 ? 1.0f : 1.5f;
+    problem.params.beta = seed % 5 == 0 ? 0.0f : 0.5f;
+    problem.params.bias_kind = static_cast<GemmBias>(seed % 3);
+    problem.params.activation = seed % 2 == 0 ? GemmActivation::kRelu : odd_act;
+    check_both_paths(problem, seed % 2 == 0 ? &pool3_ : nullptr, describe(problem.params, seed % 2 == 0 ? 3 : 1));
+  }
+
   ThreadPool pool3_{3};
 };
 
@@ -287,15 +298,7 @@ TEST_P(GemmIsaTest, NarrowColumnTailsMatchReference) {
     for (std::int64_t k : ks) {
       const std::int64_t m = 1 + static_cast<std::int64_t>(rng() % 40);
       const std::int64_t n = 16 * static_cast<std::int64_t>(rng() % 3) + tail;
-      const std::uint32_t problem_seed = seed++;
-      Problem problem({m, n, k}, problem_seed % 2 == 0, problem_seed % 3 == 0, static_cast<int>(problem_seed % 3),
-                      problem_seed);
-      problem.params.alpha = problem_seed % 4 == 0 ? 1.0f : 1.5f;
-      problem.params.beta = problem_seed % 5 == 0 ? 0.0f : 0.5f;
-      problem.params.bias_kind = static_cast<GemmBias>(problem_seed % 3);
-      problem.params.activation = problem_seed % 2 == 0 ? GemmActivation::kRelu : GemmActivation::kSilu;
-      check_both_paths(problem, problem_seed % 2 == 0 ? &pool3_ : nullptr,
-                       describe(problem.params, problem_seed % 2 == 0 ? 3 : 1));
+      check_varied(m, n, k, seed++, GemmActivation::kSilu);
     }
   }
 }
@@ -313,15 +316,7 @@ TEST_P(GemmIsaTest, ShortRowTailsMatchReference) {
     for (std::int64_t k : ks) {
       const std::int64_t m = 6 * static_cast<std::int64_t>(rng() % 4) + rows;
       const std::int64_t n = ns[rng() % 5];
-      const std::uint32_t problem_seed = seed++;
-      Problem problem({m, n, k}, problem_seed % 2 == 0, problem_seed % 3 == 0, static_cast<int>(problem_seed % 3),
-                      problem_seed);
-      problem.params.alpha = problem_seed % 4 == 0 ? 1.0f : 1.5f;
-      problem.params.beta = problem_seed % 5 == 0 ? 0.0f : 0.5f;
-      problem.params.bias_kind = static_cast<GemmBias>(problem_seed % 3);
-      problem.params.activation = problem_seed % 2 == 0 ? GemmActivation::kRelu : GemmActivation::kGeluErf;
-      check_both_paths(problem, problem_seed % 2 == 0 ? &pool3_ : nullptr,
-                       describe(problem.params, problem_seed % 2 == 0 ? 3 : 1));
+      check_varied(m, n, k, seed++, GemmActivation::kGeluErf);
     }
   }
 }

@@ -392,6 +392,25 @@ TEST(NchwcDense, MatchesNaiveConvolutionOnNetworkShapes) {
   }
 }
 
+// Weights too large for L2 per block group (1,036 input channels x 9 taps; ASPP's are 2,048):
+// the input blocks run in slices, the later ones adding to the partial sums in the output.
+// Interior regions split, border ones (fewer taps) do not; plain input with a partial last
+// block (only the last slice reads 4 channels of it), both output layouts (the plain one
+// through the blocked scratch), residuals, activations and two threads.
+TEST(NchwcDense, InputChannelSlicesOfLargeWeights) {
+  const Case c{1, 1036, 40, 1, 9, 9, 3, 3, 1, 1, 2, 2, 2, 2};
+  std::uint32_t seed = 90;
+  for (int variant = 0; variant < 4; ++variant) {
+    Options o;
+    o.in_blocked = variant % 2 == 0;
+    o.out_blocked = variant < 2;
+    o.threads = 1 + variant % 2;
+    o.residual = variant == 0 ? Residual::kBlocked : variant == 3 ? Residual::kPlain : Residual::kNone;
+    o.act = variant % 2 == 0 ? FusedActivation::kRelu6 : FusedActivation::kHardswish;
+    check_conv(c, o, seed++);
+  }
+}
+
 // Winograd F(4x4, 3x3): odd sizes (partial edge tiles), padding 0..2, channel counts that
 // are not multiples of 8, batch 3, every layout pair, residuals, activations (check_conv
 // runs the direct path too, and Winograd wherever winograd_supported: these and every other

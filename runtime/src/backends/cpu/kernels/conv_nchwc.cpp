@@ -396,6 +396,13 @@ DenseTileArgs block_group_args(const Run& r, const Unit& u, std::int64_t q, floa
   return args;
 }
 
+// Above this many bytes of a block group's weights (for one region's taps), its input
+// blocks run in slices of about kSliceWeightBytes (run_region).
+constexpr std::int64_t kSplitWeightBytes = std::int64_t{1} << 20;
+constexpr std::int64_t kSliceWeightBytes = std::int64_t{256} << 10;
+// The bias of the slices after the first (every width's).
+alignas(64) constexpr float kZeroBias[kMaxWidth * kBlock] = {};
+
 // Every tile of region `g` in the unit's band for block groups [q0, q1): the region's
 // pixels in chunks (whose input stays in cache while every block group runs over them),
 // each split into balanced tiles of at most the kernel's pixel count.
@@ -422,11 +429,38 @@ void run_region(const Run& r, const Unit& u, const Region& g, std::int64_t q0, s
       const std::int64_t tiles = ceil_div(n, max_pixels), small = n / tiles, big = n % tiles;
       const auto& fns = r.kernels.fn[r.x.blocked ? 1 : 0][width - 1];
       // `big` tiles of small + 1 pixels, then the others.
-      if (big > 0) fns[small](args, uniform ? nullptr : in_off, uniform ? nullptr : out_off, big);
-      const std::int64_t skip = big * (small + 1);
-      args.run_in += skip * run_step;
-      args.run_out += skip * kBlock;
-      fns[small - 1](args, uniform ? nullptr : in_off + skip, uniform ? nullptr : out_off + skip, tiles - big);
+      auto run_tiles = [&](DenseTileArgs a) {
+        if (big > 0) fns[small](a, uniform ? nullptr : in_off, uniform ? nullptr : out_off, big);
+        const std::int64_t skip = big * (small + 1);
+        a.run_in += skip * run_step;
+        a.run_out += skip * kBlock;
+        fns[small - 1](a, uniform ? nullptr : in_off + skip, uniform ? nullptr : out_off + skip, tiles - big);
+      };
+      // A block group whose weights for this region's taps outgrow L2 (2048 input channels
+      // x 9 taps: 3.5 MB) would stream them again for every tile. Its input blocks then run
+      // in slices of ~256 KiB of weights, each slice over every tile of the chunk: the
+      // first adds the bias (and the residual), the later ones the partial sums already in
+      // `out` (as their residual), the last applies the activation.
+      const std::int64_t per_block = std::max<std::int64_t>(g.taps, 1) * 64 * width * static_cast<std::int64_t>(sizeof(float));
+      if (tiles < 2 || g.taps == 0 || args.in_blocks * per_block <= kSplitWeightBytes) {
+        run_tiles(args);
+        continue;
+      }
+      const std::int64_t slice = std::max<std::int64_t>(1, kSliceWeightBytes / per_block);
+      for (std::int64_t cb0 = 0; cb0 < args.in_blocks; cb0 += slice) {
+        const std::int64_t cb1 = std::min(args.in_blocks, cb0 + slice);
+        DenseTileArgs a = args;
+        a.in = args.in + cb0 * args.in_block_stride;
+        a.in_blocks = cb1 - cb0;
+        a.last_block_channels = cb1 == args.in_blocks ? args.last_block_channels : kBlock;
+        a.w = args.w + cb0 * args.w_block_stride;
+        if (cb0 > 0) {
+          a.bias = kZeroBias;
+          a.residual = args.out;
+        }
+        if (cb1 < args.in_blocks) a.act = TileActivation::kNone;
+        run_tiles(a);
+      }
     }
     done += n;
   }

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pt2_weights import archive_state, fixture_classes, segmentation_out_only  # noqa: E402
+from pt2_weights import archive_state, fixture_classes, module_state, segmentation_out_only  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--kiln", required=True, help="the kiln CLI")
@@ -69,9 +69,7 @@ def export_onnx(model_name, pt2, onnx_path, example, input_name):
             weights=None, weights_backbone=None, aux_loss=False))
     else:
         sys.exit(f"torchvision {torchvision.__version__} has no model '{model_name}' (mlp/convnet/decoder need --generate)")
-    # Constants torch.export lifted out of forward (swin's shift masks: lifted_tensor_N) are
-    # not the module's state; the module makes them itself.
-    state = {k: v for k, v in archive_state(pt2).items() if not k.rsplit(".", 1)[-1].startswith("lifted_tensor_")}
+    state = module_state(pt2)
     if model_name.startswith("mnasnet"):  # its loader insists on the state dict's version metadata
         state = __import__("collections").OrderedDict(state)
         state._metadata = {"": {"version": 2}}

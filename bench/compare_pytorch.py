@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pt2_weights import archive_state, fixture_classes  # noqa: E402
+from pt2_weights import archive_state, fixture_classes, module_state  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--kiln", required=True)
@@ -81,7 +81,7 @@ for d in args.fixtures:
     elif tv_name and hasattr(__import__("torchvision").models, tv_name):
         # A torchvision model (manifest "model"): its own nn.Module with the archive's weights.
         mod = getattr(__import__("torchvision").models, tv_name)()
-        state = archive_state(archive)
+        state = module_state(archive)
         if tv_name.startswith("mnasnet"):  # its loader insists on the state dict's version metadata
             state = __import__("collections").OrderedDict(state)
             state._metadata = {"": {"version": 2}}

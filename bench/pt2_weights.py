@@ -35,6 +35,12 @@ def archive_state(pt2):
     return state
 
 
+def module_state(pt2):
+    """archive_state without the constants torch.export lifted out of forward (swin's shift
+    masks: lifted_tensor_N), which are not the module's state: it makes them itself."""
+    return {k: v for k, v in archive_state(pt2).items() if not k.rsplit(".", 1)[-1].startswith("lifted_tensor_")}
+
+
 def fixture_classes(generate_path):
     """{fixture name: nn.Module class} for mlp, convnet and decoder, from the fixtures'
     generate.py (its model classes only: the code from `class MLP` up to `def build_visible`)."""

@@ -3,6 +3,9 @@
 // time left out of the arena, and negative sizes rejected naming the value.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "executor/plan.h"
 #include "kiln/export/serialize.h"
 #include "kiln/runtime/program.h"
@@ -74,6 +77,54 @@ TEST(PlanGraph, ReshapesAndElementwiseOpsShareOneBuffer) {
   EXPECT_EQ(gp.alias[static_cast<std::size_t>(chain.r)], chain.x);
   EXPECT_EQ(gp.largest, chain.b);
   EXPECT_EQ(gp.largest_bytes, 400u);
+}
+
+// x: f32[n] -> b = x + x -> c = pad(b, pads) -> d = relu(c); output d. A pad of zeros
+// shares b's bytes like a reshape; any other pad gets its own.
+TEST(PlanGraph, AZeroPadSharesItsInputsBytes) {
+  for (std::int64_t right : {0, 2}) {
+    ir::Program p;
+    p.name = "pad";
+    const int s0 = *p.env.create_backed_symbol("n", {1, 1 << 20}, 8);
+    const Expr S0 = Expr::symbol(s0);
+    ir::Graph g;
+    g.name = "main";
+    const int x = g.add_value({ir::ValueKind::kTensor, DType::kF32, {S0}, {}, -1, "x"});
+    const int b = g.add_value({ir::ValueKind::kTensor, DType::kF32, {S0}, {}, -1, "b"});
+    const int c = g.add_value({ir::ValueKind::kTensor, DType::kF32, {S0 + Expr::constant(right)}, {}, -1, "c"});
+    const int d = g.add_value({ir::ValueKind::kTensor, DType::kF32, {S0 + Expr::constant(right)}, {}, -1, "d"});
+    g.inputs = {x};
+    g.outputs = {d};
+    g.nodes.push_back({OpKind::Add, {x, x}, {b}, {}, {}, meta(1)});
+    g.nodes.push_back({OpKind::Pad, {b}, {c}, {std::vector<std::int64_t>{0, right}, 0.0}, {}, meta(2)});
+    g.nodes.push_back({OpKind::Relu, {c}, {d}, {}, {}, meta(3)});
+    p.graphs = {g};
+    p.inputs.push_back({"x", false, DType::kF32, {S0}, ir::Dynamism::kStatic, 0, {}});
+    p.outputs.push_back({"d", false, DType::kF32, {S0 + Expr::constant(right)}, {}});
+    auto program = load(p);
+    ASSERT_NE(program, nullptr);
+    const std::vector<std::int64_t> symbols = {100};
+    const std::vector<std::uint8_t> bound = {1};
+    auto plan = plan_graph(*program, 0, symbols, bound);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    const GraphPlan& gp = **plan;
+    if (right == 0) {
+      EXPECT_EQ(gp.offset[static_cast<std::size_t>(c)], gp.offset[static_cast<std::size_t>(b)]);
+    } else {
+      EXPECT_NE(gp.offset[static_cast<std::size_t>(c)], gp.offset[static_cast<std::size_t>(b)]);
+    }
+    // And it runs: relu(x + x), then `right` zeros.
+    Session session(*program);
+    std::vector<float> xs(100);
+    for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i) - 50.0f;
+    auto r = session.run(std::vector<HostValue>{testing::floats(xs)});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    const HostTensor& out = r->outputs[0].tensor;
+    ASSERT_EQ(out.shape, (std::vector<std::int64_t>{100 + right}));
+    std::vector<float> got(static_cast<std::size_t>(100 + right));
+    std::memcpy(got.data(), out.data.data(), got.size() * sizeof(float));
+    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], i < 100 ? std::max(0.0f, 2 * xs[i]) : 0.0f) << i;
+  }
 }
 
 TEST(PlanGraph, NegativeSizeNamesTheValueAndItsExpression) {

@@ -103,6 +103,23 @@ void collect_symbols(const fb::Program& p, std::uint32_t expr, std::vector<std::
 
 bool is_alias_op(OpKind k) { return k == OpKind::Reshape || k == OpKind::Identity; }
 
+// A pad whose amounts are all zero (known before the run): a copy, so its output may share
+// its input's bytes like a reshape (Swin pads its windows to multiples of 7 that 56, 28, 14
+// and 7 already are).
+bool is_zero_pad(const fb::Program& p, const fb::Node& node) {
+  const auto* attrs = node.attrs();
+  if (count(attrs) < 1) return false;
+  const fb::Attr* pads = attrs->Get(0);
+  if (pads->kind() == fb::AttrKind::Ints) {
+    return pads->ints() != nullptr && std::all_of(pads->ints()->begin(), pads->ints()->end(), [](std::int64_t v) { return v == 0; });
+  }
+  if (pads->kind() == fb::AttrKind::Exprs && pads->exprs() != nullptr) {
+    return std::all_of(pads->exprs()->begin(), pads->exprs()->end(),
+                       [&](std::uint32_t e) { return static_value(p, e) == std::optional<std::int64_t>(0); });
+  }
+  return false;
+}
+
 bool is_inplace_op(OpKind k) {
   switch (k) {
     case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
@@ -153,7 +170,7 @@ GraphInfo analyze(const fb::Program& p, const Program::Impl& impl, std::uint32_t
     if (node->outputs()) ni.outputs.assign(node->outputs()->begin(), node->outputs()->end());
     if (node->subgraphs()) ni.subgraphs.assign(node->subgraphs()->begin(), node->subgraphs()->end());
     ni.debug = node->debug();
-    ni.alias_ok = is_alias_op(ni.op);
+    ni.alias_ok = is_alias_op(ni.op) || (ni.op == OpKind::Pad && is_zero_pad(p, *node));
     ni.inplace_ok = is_inplace_op(ni.op);
     for (std::uint32_t k = 0; k < count(node->attrs()); ++k) {
       const auto kind = node->attrs()->Get(k)->kind();

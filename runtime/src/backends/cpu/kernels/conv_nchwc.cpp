@@ -396,17 +396,41 @@ DenseTileArgs block_group_args(const Run& r, const Unit& u, std::int64_t q, floa
   return args;
 }
 
-// Above this many bytes of a block group's weights (for one region's taps), its input
-// blocks run in slices of about kSliceWeightBytes (run_region).
+// A block group whose weights outgrow L2 (2048 input channels x 9 taps: 3.5 MB) would
+// stream them again for every tile and every region. Its input blocks then run in slices
+// of about kSliceWeightBytes of weights, each slice over every region and tile of the unit
+// (run_unit): the first slice adds the bias (and the residual), the later ones the partial
+// sums already in `out` (as their residual), the last applies the activation.
 constexpr std::int64_t kSplitWeightBytes = std::int64_t{1} << 20;
 constexpr std::int64_t kSliceWeightBytes = std::int64_t{256} << 10;
 // The bias of the slices after the first (every width's).
 alignas(64) constexpr float kZeroBias[kMaxWidth * kBlock] = {};
 
+// Input blocks [begin, end) of a block group's tiles; end < 0: all of them, as one pass.
+struct InputSlice {
+  std::int64_t begin = 0, end = -1;
+
+  DenseTileArgs apply(const DenseTileArgs& args) const {
+    if (end < 0) return args;
+    DenseTileArgs a = args;
+    a.in = args.in + begin * args.in_block_stride;
+    a.in_blocks = end - begin;
+    a.last_block_channels = end == args.in_blocks ? args.last_block_channels : kBlock;
+    a.w = args.w + begin * args.w_block_stride;
+    if (begin > 0) {
+      a.bias = kZeroBias;
+      a.residual = args.out;
+    }
+    if (end < args.in_blocks) a.act = TileActivation::kNone;
+    return a;
+  }
+};
+
 // Every tile of region `g` in the unit's band for block groups [q0, q1): the region's
 // pixels in chunks (whose input stays in cache while every block group runs over them),
 // each split into balanced tiles of at most the kernel's pixel count.
-void run_region(const Run& r, const Unit& u, const Region& g, std::int64_t q0, std::int64_t q1, float* scratch) {
+void run_region(const Run& r, const Unit& u, const Region& g, std::int64_t q0, std::int64_t q1, float* scratch,
+                const InputSlice& slice = {}) {
   RegionWalk walk(r, g, u.p0, u.p1, scratch == nullptr ? 0 : u.p0);
   constexpr std::int64_t kChunk = 252;  // a multiple of every tile size up to 12
   std::int64_t in_off[kChunk], out_off[kChunk];
@@ -436,31 +460,7 @@ void run_region(const Run& r, const Unit& u, const Region& g, std::int64_t q0, s
         a.run_out += skip * kBlock;
         fns[small - 1](a, uniform ? nullptr : in_off + skip, uniform ? nullptr : out_off + skip, tiles - big);
       };
-      // A block group whose weights for this region's taps outgrow L2 (2048 input channels
-      // x 9 taps: 3.5 MB) would stream them again for every tile. Its input blocks then run
-      // in slices of ~256 KiB of weights, each slice over every tile of the chunk: the
-      // first adds the bias (and the residual), the later ones the partial sums already in
-      // `out` (as their residual), the last applies the activation.
-      const std::int64_t per_block = std::max<std::int64_t>(g.taps, 1) * 64 * width * static_cast<std::int64_t>(sizeof(float));
-      if (tiles < 2 || g.taps == 0 || args.in_blocks * per_block <= kSplitWeightBytes) {
-        run_tiles(args);
-        continue;
-      }
-      const std::int64_t slice = std::max<std::int64_t>(1, kSliceWeightBytes / per_block);
-      for (std::int64_t cb0 = 0; cb0 < args.in_blocks; cb0 += slice) {
-        const std::int64_t cb1 = std::min(args.in_blocks, cb0 + slice);
-        DenseTileArgs a = args;
-        a.in = args.in + cb0 * args.in_block_stride;
-        a.in_blocks = cb1 - cb0;
-        a.last_block_channels = cb1 == args.in_blocks ? args.last_block_channels : kBlock;
-        a.w = args.w + cb0 * args.w_block_stride;
-        if (cb0 > 0) {
-          a.bias = kZeroBias;
-          a.residual = args.out;
-        }
-        if (cb1 < args.in_blocks) a.act = TileActivation::kNone;
-        run_tiles(a);
-      }
+      run_tiles(slice.apply(args));
     }
     done += n;
   }
@@ -511,11 +511,23 @@ bool run_unit(const Run& r, const Unit& u) {
     if (scratch == nullptr) return false;
   }
   const std::int64_t plane = r.plan.oh * r.plan.ow, qg = w.block_groups();
-  // Direct: every block group over each chunk of pixels. Scratch: one block group at a time.
-  const std::int64_t q_step = r.direct ? u.q1 - u.q0 : 1;
+  // Weights of one input block of a block group, all taps (the widest group's).
+  const std::int64_t per_block = w.taps * 64 * w.width * static_cast<std::int64_t>(sizeof(float));
+  const bool sliced = w.in_blocks * per_block > kSplitWeightBytes;
+  const std::int64_t slice = std::max<std::int64_t>(1, kSliceWeightBytes / per_block);
+  // Direct: every block group over each chunk of pixels. Scratch or sliced: one block group
+  // at a time.
+  const std::int64_t q_step = r.direct && !sliced ? u.q1 - u.q0 : 1;
   for (std::int64_t qa = u.q0; qa < u.q1; qa += q_step) {
     const std::int64_t qb = std::min(u.q1, qa + q_step);
-    for (const Region& g : r.plan.regions) run_region(r, u, g, qa, qb, scratch.get());
+    if (!sliced) {
+      for (const Region& g : r.plan.regions) run_region(r, u, g, qa, qb, scratch.get());
+    } else {
+      for (std::int64_t cb0 = 0; cb0 < w.in_blocks; cb0 += slice) {
+        const InputSlice part{cb0, std::min(w.in_blocks, cb0 + slice)};
+        for (const Region& g : r.plan.regions) run_region(r, u, g, qa, qb, scratch.get(), part);
+      }
+    }
     for (std::int64_t q = qa; q < qb; ++q) {
       const std::int64_t width = std::min<std::int64_t>(w.width, w.out_blocks - q % qg * w.width);
       const std::int64_t block0 = q / qg * w.out_blocks + q % qg * w.width;

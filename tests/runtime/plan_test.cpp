@@ -20,6 +20,13 @@ ir::NodeMeta meta(std::uint32_t line) { return ir::NodeMeta{{"plan.cpp", line, 1
 
 std::shared_ptr<const Program> load(const ir::Program& p) { return testing::load_program(p); }
 
+// plan_graph of graph 0 with its one symbol bound to n.
+Result<std::unique_ptr<GraphPlan>> plan_with(const Program& program, std::int64_t n) {
+  const std::vector<std::int64_t> symbols = {n};
+  const std::vector<std::uint8_t> bound = {1};
+  return plan_graph(program, 0, symbols, bound);
+}
+
 // x: f32[n] -> b = x + x -> c = reshape(b) -> d = relu(c) -> e = exp(d); r = reshape(x);
 // outputs e and r.
 struct Chain {
@@ -59,9 +66,7 @@ TEST(PlanGraph, ReshapesAndElementwiseOpsShareOneBuffer) {
   Chain chain = chain_program(Expr::symbol(0));
   auto program = load(chain.program);
   ASSERT_NE(program, nullptr);
-  const std::vector<std::int64_t> symbols = {100};
-  const std::vector<std::uint8_t> bound = {1};
-  auto plan = plan_graph(*program, 0, symbols, bound);
+  auto plan = plan_with(*program, 100);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   const GraphPlan& gp = **plan;
   EXPECT_EQ(gp.views[static_cast<std::size_t>(chain.e)].rank, 1);
@@ -103,9 +108,7 @@ TEST(PlanGraph, AZeroPadSharesItsInputsBytes) {
     p.outputs.push_back({"d", false, DType::kF32, {S0 + Expr::constant(right)}, {}});
     auto program = load(p);
     ASSERT_NE(program, nullptr);
-    const std::vector<std::int64_t> symbols = {100};
-    const std::vector<std::uint8_t> bound = {1};
-    auto plan = plan_graph(*program, 0, symbols, bound);
+    auto plan = plan_with(*program, 100);
     ASSERT_TRUE(plan.ok()) << plan.status().message();
     const GraphPlan& gp = **plan;
     if (right == 0) {
@@ -131,9 +134,7 @@ TEST(PlanGraph, NegativeSizeNamesTheValueAndItsExpression) {
   Chain chain = chain_program(Expr::symbol(0) - Expr::constant(10));
   auto program = load(chain.program);
   ASSERT_NE(program, nullptr);
-  const std::vector<std::int64_t> symbols = {3};
-  const std::vector<std::uint8_t> bound = {1};
-  auto plan = plan_graph(*program, 0, symbols, bound);
+  auto plan = plan_with(*program, 3);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kInvalidInput);
   EXPECT_EQ(plan.status().message(), "value 1 of main would have a negative size -7 (s0 - 10) (plan.cpp:1)");
@@ -143,9 +144,7 @@ TEST(PlanGraph, SizesThatDoNotFitIn64BitsSaturateTheArena) {
   Chain chain = chain_program(Expr::symbol(0) * Expr::constant(std::int64_t{1} << 40));
   auto program = load(chain.program);
   ASSERT_NE(program, nullptr);
-  const std::vector<std::int64_t> symbols = {std::int64_t{1} << 21};  // 2^61 floats
-  const std::vector<std::uint8_t> bound = {1};
-  auto plan = plan_graph(*program, 0, symbols, bound);
+  auto plan = plan_with(*program, std::int64_t{1} << 21);  // 2^61 floats
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   EXPECT_EQ((*plan)->arena_bytes, UINT64_MAX);  // never allocated: the session's memory limit rejects it
   EXPECT_EQ((*plan)->largest, chain.b);

@@ -3,6 +3,7 @@
 // per-graph facts every run needs, and (with an accelerator) partition graphs into
 // segments of consecutive nodes the accelerator supports.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -469,6 +470,14 @@ class GatherLerpFusion {
       if (dims[i] != dims[0] + static_cast<std::int64_t>(i)) return false;
     }
     if (j == 0) {
+      // The kernel addresses a plane of the indexed dims with 32-bit offsets: planes known
+      // before the run and below 2^31 elements only (others run unfused).
+      std::int64_t plane = 1;
+      for (std::int64_t d : dims) {
+        const std::optional<std::int64_t> size = static_value(p_, info_.values[x].shape->Get(static_cast<std::uint32_t>(d)));
+        if (!size || *size <= 0 || *size > INT32_MAX / plane) return false;
+        plane *= *size;
+      }
       gl.x = x;
       gl.dims = dims;
     } else if (x != gl.x || dims != gl.dims) {

@@ -519,7 +519,7 @@ Status gather_lerp2(KernelContext& ctx, const TensorView& x, std::span<const std
   for (int d = 0; d < brank; ++d) count *= bshape[static_cast<std::size_t>(d)];
   const std::int64_t pre = dims_product(x, 0, first), pre_stride = dims_product(x, first, x.rank);
   if (pre * count == 0) return Status::Ok();
-  if (pre_stride > INT32_MAX) return unsupported("index", "bilinear gathers from planes of more than 2^31 elements");
+  if (pre_stride > INT32_MAX) return Status(StatusCode::kInternal, "[index+lerp] a plane of 2^31 elements or more");
   if (k == 2 && brank == 2 && gathers[0][0].data == gathers[1][0].data && gathers[2][0].data == gathers[3][0].data &&
       varies_only_along(gathers[0][0], 0, 2) && varies_only_along(gathers[1][0], 0, 2) &&
       varies_only_along(gathers[2][0], 0, 2) && varies_only_along(gathers[3][0], 0, 2) &&

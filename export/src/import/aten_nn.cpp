@@ -231,7 +231,7 @@ void convolution(Importer& im, bool transposed_op) {
   std::optional<int> bias = im.opt_tensor(2, "bias");
   if (bias) bias = im.cast(*bias, dt);
   const std::int64_t spatial = im.rank(w) - 2;
-  if (spatial != 1 && spatial != 2) im.unsupported(std::to_string(spatial) + "-D convolution (Kiln has 1-D and 2-D)");
+  if (spatial < 1 || spatial > 3) im.unsupported(std::to_string(spatial) + "-D convolution (Kiln has 1-D, 2-D and 3-D)");
   const std::vector<std::int64_t> stride = im.int_list(3, "stride", {1});
   std::vector<std::int64_t> dilation;
   std::vector<std::int64_t> padding;
@@ -256,8 +256,11 @@ void convolution(Importer& im, bool transposed_op) {
     groups = im.int_arg(6, "groups", 1);
   }
   const Shape out = im.out_shape();
+  if (spatial == 3 || (spatial == 1 && transposed)) {
+    im.define(0, convolution_volume(im, x, w, bias, stride, padding, dilation, transposed, output_padding, groups, dt, out));
+    return;
+  }
   if (spatial == 1) {
-    if (transposed) im.unsupported("1-D transposed convolution");
     const Shape xs = im.shape(x), ws = im.shape(w);
     if (xs.size() != 2 && xs.size() != 3) im.bad("conv1d input must be [N, C, L] or [C, L]");
     const bool batched = xs.size() == 3;
@@ -691,6 +694,19 @@ void glu(Importer& im) {
 }
 
 }  // namespace
+
+int conv2d_node(Importer& im, int x, int w, std::optional<int> bias, std::vector<std::int64_t> stride,
+                std::vector<std::int64_t> padding, std::vector<std::int64_t> dilation, std::int64_t groups, DType dt,
+                const Shape& out) {
+  return conv_forward(im, x, w, bias, std::move(stride), std::move(padding), std::move(dilation), groups, dt, out);
+}
+
+int conv_transpose2d_nodes(Importer& im, int x, int w, std::optional<int> bias, std::vector<std::int64_t> stride,
+                           std::vector<std::int64_t> padding, std::vector<std::int64_t> output_padding,
+                           std::vector<std::int64_t> dilation, std::int64_t groups, DType dt, const Shape& out) {
+  return conv_transpose(im, x, w, bias, std::move(stride), std::move(padding), std::move(output_padding), std::move(dilation),
+                        groups, dt, out);
+}
 
 void register_nn(HandlerTable& t) {
   t["aten.rms_norm"] = rms_norm;

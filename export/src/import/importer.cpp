@@ -686,6 +686,9 @@ const HandlerTable& aten_handlers() {
     register_elementwise(t);
     register_nn(t);
     register_shape(t);
+    register_volume(t);
+    register_scatter(t);
+    register_recurrent(t);
     return t;
   }();
   return table;

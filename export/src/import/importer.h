@@ -98,6 +98,22 @@ const HandlerTable& aten_handlers();
 void register_elementwise(HandlerTable& t);  // aten_elementwise.cpp
 void register_nn(HandlerTable& t);           // aten_nn.cpp
 void register_shape(HandlerTable& t);        // aten_shape.cpp
+void register_volume(HandlerTable& t);       // aten_volume.cpp: 3-D convolution and pooling
+void register_scatter(HandlerTable& t);      // aten_scatter.cpp: scatter, index_add, searches
+void register_recurrent(HandlerTable& t);    // aten_recurrent.cpp: LSTM, GRU, RNN; grid sampling
+/// conv2d as Kiln's conv2d node (x [N, C, H, W], w [O, C/g, kH, kW]; aten_nn.cpp).
+int conv2d_node(Importer& im, int x, int w, std::optional<int> bias, std::vector<std::int64_t> stride,
+                std::vector<std::int64_t> padding, std::vector<std::int64_t> dilation, std::int64_t groups, DType dt,
+                const Shape& out);
+/// conv_transpose2d by decomposition (x [N, C, H, W], w [C, O/g, kH, kW]; aten_nn.cpp).
+int conv_transpose2d_nodes(Importer& im, int x, int w, std::optional<int> bias, std::vector<std::int64_t> stride,
+                           std::vector<std::int64_t> padding, std::vector<std::int64_t> output_padding,
+                           std::vector<std::int64_t> dilation, std::int64_t groups, DType dt, const Shape& out);
+/// Convolutions aten_nn.cpp does not map itself (3-D, 1-D transposed): the convolution
+/// node's arguments, already read and cast to `dt` (aten_volume.cpp).
+int convolution_volume(Importer& im, int x, int w, std::optional<int> bias, std::vector<std::int64_t> stride,
+                       std::vector<std::int64_t> padding, std::vector<std::int64_t> dilation, bool transposed,
+                       std::vector<std::int64_t> output_padding, std::int64_t groups, DType dt, const Shape& out);
 /// slice_scatter(self, src, d, start, end) with step 1, Python-clamped bounds (aten_shape.cpp).
 int slice_scatter_impl(Importer& im, int self, int src, std::int64_t d, sym::Expr start, sym::Expr end);
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -320,6 +321,32 @@ TEST(ImportOps, BooleanMasksOverLeadingDimsAndMaskedAssignment) {
   put.metas["m"] = meta({4}, 12);
   HostTensor m4{DType::kBool, {4}, {0, 1, 0, 1}};
   expect_near(run(put, {f32({4}, {1, 2, 3, 4}), HostValue::of(m4), f32({}, {-7})}), {1, -7, 3, -7});
+}
+
+// The math composites at the values random inputs never hit: signed zeros, infinities,
+// NaN, the two forms of lerp, negative decimals.
+TEST(ImportOps, MathCompositesAtSignedZerosAndInfinities) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  OneOp atan2{"aten.atan2.default", {{"self", tensor_arg("y")}, {"other", tensor_arg("x")}}, {{"y", {8}}, {"x", {8}}}, {8}};
+  const std::vector<float> ys{0.0f, 0.0f, -0.0f, -0.0f, 1.0f, -1.0f, 1.0f, -1.0f}, xs{0.0f, -0.0f, 0.0f, -0.0f, -0.0f, -0.0f, -2.0f, -2.0f};
+  std::vector<float> want;
+  for (std::size_t i = 0; i < ys.size(); ++i) want.push_back(std::atan2(ys[i], xs[i]));
+  expect_near(run(atan2, {f32({8}, ys), f32({8}, xs)}), want);
+  OneOp copysign{"aten.copysign.Tensor", {{"self", tensor_arg("a")}, {"other", tensor_arg("b")}}, {{"a", {4}}, {"b", {4}}}, {4}};
+  expect_near(run(copysign, {f32({4}, {1, 2, -3, 4}), f32({4}, {-0.0f, 0.0f, 5, -inf})}), {-1, 2, 3, -4});
+  OneOp nan_to_num{"aten.nan_to_num.default", {{"self", tensor_arg("x")}, {"nan", {{"as_float", 7.0}}}, {"neginf", {{"as_float", -9.0}}}},
+                   {{"x", {4}}}, {4}};
+  expect_near(run(nan_to_num, {f32({4}, {nan, inf, -inf, 1.5f})}), {7, std::numeric_limits<float>::max(), -9, 1.5f});
+  OneOp logaddexp{"aten.logaddexp.default", {{"self", tensor_arg("a")}, {"other", tensor_arg("b")}}, {{"a", {4}}, {"b", {4}}}, {4}};
+  expect_near(run(logaddexp, {f32({4}, {inf, -inf, 0, 100}), f32({4}, {inf, -inf, 0, -100})}),
+              {inf, -inf, static_cast<float>(std::log(2.0)), 100});
+  OneOp lerp{"aten.lerp.Tensor", {{"self", tensor_arg("a")}, {"end", tensor_arg("b")}, {"weight", tensor_arg("w")}},
+             {{"a", {4}}, {"b", {4}}, {"w", {4}}}, {4}};
+  expect_near(run(lerp, {f32({4}, {1, 1, 1, 1}), f32({4}, {3, 3, 3, 3}), f32({4}, {0, 0.25f, 0.5f, 1})}), {1, 1.5f, 2, 3});
+  OneOp round{"aten.round.decimals", {{"self", tensor_arg("x")}, {"decimals", {{"as_int", -1}}}}, {{"x", {3}}}, {3}};
+  expect_near(run(round, {f32({3}, {14, 15, 26})}), {10, 20, 30});  // half to even: 1.5 -> 2
+  OneOp atanh{"aten.atanh.default", {{"self", tensor_arg("x")}}, {{"x", {3}}}, {3}};
+  expect_near(run(atanh, {f32({3}, {-0.5f, 0, 0.9f})}), {std::atanh(-0.5f), 0, std::atanh(0.9f)});
 }
 
 TEST(ImportOps, ArgumentsKiln_CannotExpressNameTheOpAndLine) {

@@ -82,6 +82,11 @@ std::vector<Case> all_cases() {
     c.push_back(unary_case(op));
   }
   for (OpKind op : {OpKind::Log, OpKind::Sqrt, OpKind::Rsqrt, OpKind::Reciprocal}) c.push_back(unary_case(op, 0.1, 4));
+  for (OpKind op : {OpKind::Atan, OpKind::Sinh, OpKind::Cosh, OpKind::Asinh}) c.push_back(unary_case(op));
+  c.push_back(unary_case(OpKind::Tan, -1.4, 1.4));
+  c.push_back(unary_case(OpKind::Acosh, 1.0, 5.0));
+  c.push_back(unary_case(OpKind::Atanh, -0.95, 0.95));
+  for (OpKind op : {OpKind::Asin, OpKind::Acos}) c.push_back(unary_case(op, -0.99, 0.99));
   c.push_back(unary_case(OpKind::Gelu, -3, 3, AttrList().s("none"), "_none"));
   c.push_back(unary_case(OpKind::Gelu, -3, 3, AttrList().s("tanh"), "_tanh"));
   c.push_back(unary_case(OpKind::Clamp, -3, 3, AttrList().f(-0.5).f(1.25), "_both"));

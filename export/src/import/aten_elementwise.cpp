@@ -1,6 +1,7 @@
 // aten elementwise, selection, reduction and conversion ops.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "import/importer.h"
 
@@ -35,6 +36,12 @@ DType result_type(Importer& im, const Operand& a, const Operand& b) {
 }
 
 void binary(Importer& im, OpKind op, Kind kind, const char* lhs = "self", const char* rhs = "other") {
+  if (kind == Kind::kArith && im.out_dtype() == DType::kBool) {  // bool * bool is and, bool + bool is or
+    if (op == OpKind::Mul) op = OpKind::LogicalAnd, kind = Kind::kLogical;
+    if (op == OpKind::Add && !im.has(2, "alpha")) op = OpKind::LogicalOr, kind = Kind::kLogical;
+    if (op == OpKind::Maximum) op = OpKind::LogicalOr, kind = Kind::kLogical;
+    if (op == OpKind::Minimum) op = OpKind::LogicalAnd, kind = Kind::kLogical;
+  }
   Operand a = im.operand(0, lhs);
   Operand b = im.operand(1, rhs);
   if (im.has(2, "alpha")) {
@@ -234,6 +241,38 @@ void composite(Importer& im, F f) {
   im.define(0, f(x, im.out_dtype(), im.shape(x)));
 }
 
+// f(a, b) of two operands (tensors or numbers) in the output dtype, built from other ops.
+template <typename F>
+void composite2(Importer& im, const char* rhs, F f) {
+  const DType d = im.out_dtype();
+  const int a = im.as_tensor(im.operand(0, "self"), d);
+  const int b = im.as_tensor(im.operand(1, rhs), d);
+  im.define(0, f(a, b, d, im.out_shape()));
+}
+
+// signbit(v) of a floating-point v: v < 0, or -0.0 (whose reciprocal is -inf). A NaN
+// counts as positive whatever its sign bit.
+int signbit_of(Importer& im, int v) {
+  const DType d = im.dtype(v);
+  const Shape s = im.shape(v);
+  const int neg = im.emit(OpKind::Lt, {v, im.scalar(0, d)}, {}, DType::kBool, s);
+  if (!dtype_is_floating(d)) return neg;
+  const int r = im.emit(OpKind::Reciprocal, {v}, {}, d, s);
+  const int neg_zero = im.emit(OpKind::Lt, {r, im.scalar(0, d)}, {}, DType::kBool, s);
+  return im.emit(OpKind::LogicalOr, {neg, neg_zero}, {}, DType::kBool, s);
+}
+
+// elu(x) = scale * (x > 0 ? x : alpha * (exp(x * input_scale) - 1)), the form of selu and celu.
+int elu_of(Importer& im, int x, DType d, const Shape& s, double alpha, double scale, double in_scale) {
+  const int xs = in_scale == 1.0 ? x : im.emit(OpKind::Mul, {x, im.scalar(in_scale, d)}, {}, d, s);
+  const int e = im.emit(OpKind::Exp, {xs}, {}, d, s);
+  const int em1 = im.emit(OpKind::Sub, {e, im.scalar(1, d)}, {}, d, s);
+  const int neg = im.emit(OpKind::Mul, {em1, im.scalar(alpha, d)}, {}, d, s);
+  const int pos = im.emit(OpKind::Gt, {x, im.scalar(0, d)}, {}, DType::kBool, s);
+  const int r = im.emit(OpKind::Where, {pos, x, neg}, {}, d, s);
+  return scale == 1.0 ? r : im.emit(OpKind::Mul, {r, im.scalar(scale, d)}, {}, d, s);
+}
+
 void cast_like(Importer& im) {
   const int x = im.has(0, "self") ? im.tensor(0, "self") : im.tensor(0, "input");
   im.define(0, im.cast(x, im.out_dtype()));
@@ -336,12 +375,24 @@ void register_elementwise(HandlerTable& t) {
                           {"aten.cos", OpKind::Cos}, {"aten.tanh", OpKind::Tanh}, {"aten.sigmoid", OpKind::Sigmoid},
                           {"aten.relu", OpKind::Relu}, {"aten.silu", OpKind::Silu}, {"aten.hardswish", OpKind::Hardswish},
                           {"aten.hardsigmoid", OpKind::Hardsigmoid}, {"aten.erf", OpKind::Erf}, {"aten.floor", OpKind::Floor},
-                          {"aten.ceil", OpKind::Ceil}, {"aten.sign", OpKind::Sign}, {"aten.sgn", OpKind::Sign}}) {
+                          {"aten.ceil", OpKind::Ceil}, {"aten.sign", OpKind::Sign}, {"aten.sgn", OpKind::Sign},
+                          {"aten.atan", OpKind::Atan}, {"aten.asin", OpKind::Asin}, {"aten.acos", OpKind::Acos}, {"aten.tan", OpKind::Tan}, {"aten.sinh", OpKind::Sinh}, {"aten.cosh", OpKind::Cosh}, {"aten.asinh", OpKind::Asinh}, {"aten.acosh", OpKind::Acosh}, {"aten.atanh", OpKind::Atanh}}) {
     t[name] = [op](Importer& im) { unary(im, op); };
   }
   t["aten.round"] = [](Importer& im) {
-    if (im.has(1, "decimals") && im.int_arg(1, "decimals") != 0) im.unsupported("round with decimals != 0");
-    unary(im, OpKind::Round);
+    const std::int64_t decimals = im.has(1, "decimals") ? im.int_arg(1, "decimals") : 0;
+    if (decimals == 0) {
+      unary(im, OpKind::Round);
+      return;
+    }
+    // PyTorch: nearbyint(x * 10^d) / 10^d, or nearbyint(x / 10^-d) * 10^-d for d < 0.
+    if (!dtype_is_floating(im.out_dtype())) im.unsupported("round with decimals of an integer tensor");
+    composite(im, [&](int x, DType d, const Shape& s) {
+      const int ten = im.scalar(std::pow(10.0, static_cast<double>(std::abs(decimals))), d);
+      const int up = decimals > 0 ? im.emit(OpKind::Mul, {x, ten}, {}, d, s) : im.emit(OpKind::Div, {x, ten}, {std::monostate{}}, d, s);
+      const int r = im.emit(OpKind::Round, {up}, {}, d, s);
+      return decimals > 0 ? im.emit(OpKind::Div, {r, ten}, {std::monostate{}}, d, s) : im.emit(OpKind::Mul, {r, ten}, {}, d, s);
+    });
   };
   t["aten.gelu"] = [](Importer& im) { unary(im, OpKind::Gelu, {im.string_arg(1, "approximate", "none")}); };
   t["aten.leaky_relu"] = [](Importer& im) { unary(im, OpKind::LeakyRelu, {im.float_arg(1, "negative_slope", 0.01)}); };
@@ -377,15 +428,218 @@ void register_elementwise(HandlerTable& t) {
   };
   t["aten.elu"] = [](Importer& im) {
     const double alpha = im.float_arg(1, "alpha", 1.0), scale = im.float_arg(2, "scale", 1.0), in_scale = im.float_arg(3, "input_scale", 1.0);
+    composite(im, [&](int x, DType d, const Shape& s) { return elu_of(im, x, d, s, alpha, scale, in_scale); });
+  };
+  t["aten.selu"] = [](Importer& im) {
     composite(im, [&](int x, DType d, const Shape& s) {
-      const int xs = in_scale == 1.0 ? x : im.emit(OpKind::Mul, {x, im.scalar(in_scale, d)}, {}, d, s);
-      const int e = im.emit(OpKind::Exp, {xs}, {}, d, s);
-      const int em1 = im.emit(OpKind::Sub, {e, im.scalar(1, d)}, {}, d, s);
-      const int neg = im.emit(OpKind::Mul, {em1, im.scalar(alpha, d)}, {}, d, s);
-      const int pos = im.emit(OpKind::Gt, {x, im.scalar(0, d)}, {}, DType::kBool, s);
-      const int r = im.emit(OpKind::Where, {pos, x, neg}, {}, d, s);
-      return scale == 1.0 ? r : im.emit(OpKind::Mul, {r, im.scalar(scale, d)}, {}, d, s);
+      return elu_of(im, x, d, s, 1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1.0);
     });
+  };
+  t["aten.celu"] = [](Importer& im) {
+    const double alpha = im.float_arg(1, "alpha", 1.0);
+    if (alpha == 0.0) im.bad("celu with alpha 0");
+    composite(im, [&](int x, DType d, const Shape& s) { return elu_of(im, x, d, s, alpha, 1.0, 1.0 / alpha); });
+  };
+  t["aten.hardshrink"] = [](Importer& im) {  // |x| > lambda ? x : 0
+    const double lambda = im.float_arg(1, "lambd", 0.5);
+    composite(im, [&](int x, DType d, const Shape& s) {
+      const int a = im.emit(OpKind::Abs, {x}, {}, d, s);
+      const int keep = im.emit(OpKind::Gt, {a, im.scalar(lambda, d)}, {}, DType::kBool, s);
+      return im.emit(OpKind::Where, {keep, x, im.scalar(0, d)}, {}, d, s);
+    });
+  };
+  t["aten.softshrink"] = [](Importer& im) {  // x - clamp(x, -lambda, lambda)
+    const double lambda = im.float_arg(1, "lambd", 0.5);
+    composite(im, [&](int x, DType d, const Shape& s) {
+      const int c = im.emit(OpKind::Clamp, {x}, {-lambda, lambda}, d, s);
+      return im.emit(OpKind::Sub, {x, c}, {}, d, s);
+    });
+  };
+  t["aten.threshold"] = [](Importer& im) {  // x > threshold ? x : value
+    const DType d = im.out_dtype();
+    const int x = im.cast(im.tensor(0, "self"), d);
+    const int th = im.as_tensor(im.operand(1, "threshold"), d);
+    const int value = im.as_tensor(im.operand(2, "value"), d);
+    const int keep = im.emit(OpKind::Gt, {x, th}, {}, DType::kBool, im.shape(x));
+    im.emit_out(OpKind::Where, {keep, x, value});
+  };
+  t["aten.log_sigmoid"] = [](Importer& im) {  // min(x, 0) - log(1 + exp(-|x|))
+    composite(im, [&](int x, DType d, const Shape& s) {
+      const int lo = im.emit(OpKind::Minimum, {x, im.scalar(0, d)}, {}, d, s);
+      const int a = im.emit(OpKind::Abs, {x}, {}, d, s);
+      const int e = im.emit(OpKind::Exp, {im.emit(OpKind::Neg, {a}, {}, d, s)}, {}, d, s);
+      const int l = im.emit(OpKind::Log, {im.emit(OpKind::Add, {e, im.scalar(1, d)}, {}, d, s)}, {}, d, s);
+      return im.emit(OpKind::Sub, {lo, l}, {}, d, s);
+    });
+  };
+  t["aten.log_sigmoid_forward"] = [](Importer& im) {
+    if (im.num_outputs() > 1 && im.output_used(1)) im.unsupported("the buffer output of log_sigmoid_forward");
+    composite(im, [&](int x, DType d, const Shape& s) {
+      const int lo = im.emit(OpKind::Minimum, {x, im.scalar(0, d)}, {}, d, s);
+      const int a = im.emit(OpKind::Abs, {x}, {}, d, s);
+      const int e = im.emit(OpKind::Exp, {im.emit(OpKind::Neg, {a}, {}, d, s)}, {}, d, s);
+      const int l = im.emit(OpKind::Log, {im.emit(OpKind::Add, {e, im.scalar(1, d)}, {}, d, s)}, {}, d, s);
+      return im.emit(OpKind::Sub, {lo, l}, {}, d, s);
+    });
+  };
+  // rrelu in eval mode is leaky_relu with the mean slope; training mode draws random slopes.
+  t["aten.rrelu"] = [](Importer& im) {
+    if (im.bool_arg(3, "training", false)) im.unsupported("rrelu in training mode (random slopes; export the model in eval mode)");
+    const double slope = (im.float_arg(1, "lower", 1.0 / 8) + im.float_arg(2, "upper", 1.0 / 3)) / 2;
+    unary(im, OpKind::LeakyRelu, {slope});
+  };
+  for (const char* name : {"aten.rrelu_with_noise", "aten.rrelu_with_noise_functional"}) {
+    t[name] = [](Importer& im) {
+      if (im.bool_arg(4, "training", false)) im.unsupported("rrelu in training mode (random slopes; export the model in eval mode)");
+      if (im.num_outputs() > 1 && im.output_used(1)) im.unsupported("the noise output of rrelu_with_noise");
+      const double slope = (im.float_arg(2, "lower", 1.0 / 8) + im.float_arg(3, "upper", 1.0 / 3)) / 2;
+      unary(im, OpKind::LeakyRelu, {slope});
+    };
+  }
+  t["aten.softsign"] = [](Importer& im) {  // x / (1 + |x|)
+    composite(im, [&](int x, DType d, const Shape& s) {
+      const int a = im.emit(OpKind::Add, {im.emit(OpKind::Abs, {x}, {}, d, s), im.scalar(1, d)}, {}, d, s);
+      return im.emit(OpKind::Div, {x, a}, {std::monostate{}}, d, s);
+    });
+  };
+  t["aten.tanhshrink"] = [](Importer& im) {  // x - tanh(x)
+    composite(im, [&](int x, DType d, const Shape& s) {
+      return im.emit(OpKind::Sub, {x, im.emit(OpKind::Tanh, {x}, {}, d, s)}, {}, d, s);
+    });
+  };
+  t["aten.log10"] = [](Importer& im) {
+    composite(im, [&](int x, DType d, const Shape& s) {
+      const int l = im.emit(OpKind::Log, {x}, {}, d, s);
+      return im.emit(OpKind::Mul, {l, im.scalar(1.0 / std::log(10.0), d)}, {}, d, s);
+    });
+  };
+  t["aten.exp2"] = [](Importer& im) {  // 2^x, exact at integers as PyTorch's
+    composite(im, [&](int x, DType d, const Shape& s) { return im.emit(OpKind::Pow, {im.scalar(2, d), x}, {}, d, s); });
+  };
+  t["aten.frac"] = [](Importer& im) {  // x - trunc(x)
+    composite(im, [&](int x, DType d, const Shape& s) {
+      const int a = im.emit(OpKind::Abs, {x}, {}, d, s);
+      const int f = im.emit(OpKind::Floor, {a}, {}, d, s);
+      const int tr = im.emit(OpKind::Mul, {f, im.emit(OpKind::Sign, {x}, {}, d, s)}, {}, d, s);
+      return im.emit(OpKind::Sub, {x, tr}, {}, d, s);
+    });
+  };
+  t["aten.logit"] = [](Importer& im) {  // log(z / (1 - z)), z = clamp(x, eps, 1 - eps) when eps is given
+    const std::optional<double> eps = im.has(1, "eps") ? std::optional<double>(im.float_arg(1, "eps")) : std::nullopt;
+    composite(im, [&](int x, DType d, const Shape& s) {
+      const int z = eps ? im.emit(OpKind::Clamp, {x}, {*eps, 1.0 - *eps}, d, s) : x;
+      const int one_minus = im.emit(OpKind::Sub, {im.scalar(1, d), z}, {}, d, s);
+      return im.emit(OpKind::Log, {im.emit(OpKind::Div, {z, one_minus}, {std::monostate{}}, d, s)}, {}, d, s);
+    });
+  };
+  t["aten.atan2"] = [](Importer& im) {  // atan(y / x), moved to the right quadrant
+    composite2(im, "other", [&](int y, int x, DType d, const Shape& s) {
+      const Shape ys = im.shape(y), xs = im.shape(x);
+      const int q = im.emit(OpKind::Atan, {im.emit(OpKind::Div, {y, x}, {std::monostate{}}, d, s)}, {}, d, s);
+      const int x_neg = signbit_of(im, x), y_neg = signbit_of(im, y);
+      const int pi = im.scalar(M_PI, d), neg_pi = im.scalar(-M_PI, d);
+      const int turn = im.emit(OpKind::Where, {y_neg, neg_pi, pi}, {}, d, ys);
+      const int moved = im.emit(OpKind::Add, {q, turn}, {}, d, s);
+      const int r = im.emit(OpKind::Where, {x_neg, moved, q}, {}, d, s);
+      // atan2(+-0, +0) = +-0 and atan2(+-0, -0) = +-pi: 0 / 0 gave NaN above.
+      const int y_zero = im.emit(OpKind::Eq, {y, im.scalar(0, d)}, {}, DType::kBool, ys);
+      const int x_zero = im.emit(OpKind::Eq, {x, im.scalar(0, d)}, {}, DType::kBool, xs);
+      const int both = im.emit(OpKind::LogicalAnd, {y_zero, x_zero}, {}, DType::kBool, s);
+      const int at_zero = im.emit(OpKind::Where, {x_neg, turn, y}, {}, d, s);
+      return im.emit(OpKind::Where, {both, at_zero, r}, {}, d, s);
+    });
+  };
+  t["aten.hypot"] = [](Importer& im) {
+    composite2(im, "other", [&](int a, int b, DType d, const Shape& s) {
+      const int aa = im.emit(OpKind::Mul, {a, a}, {}, d, im.shape(a));
+      const int bb = im.emit(OpKind::Mul, {b, b}, {}, d, im.shape(b));
+      return im.emit(OpKind::Sqrt, {im.emit(OpKind::Add, {aa, bb}, {}, d, s)}, {}, d, s);
+    });
+  };
+  t["aten.copysign"] = [](Importer& im) {  // |a| with b's sign
+    composite2(im, "other", [&](int a, int b, DType d, const Shape& s) {
+      const int mag = im.emit(OpKind::Abs, {a}, {}, d, im.shape(a));
+      const int neg = im.emit(OpKind::Neg, {mag}, {}, d, im.shape(a));
+      return im.emit(OpKind::Where, {signbit_of(im, b), neg, mag}, {}, d, s);
+    });
+  };
+  t["aten.signbit"] = [](Importer& im) {
+    const int x = im.tensor(0, "self");
+    if (im.dtype(x) == DType::kBool) {
+      im.define(0, im.emit(OpKind::Ne, {x, x}, {}, DType::kBool, im.shape(x)));
+      return;
+    }
+    im.define(0, signbit_of(im, x));
+  };
+  t["aten.isfinite"] = [](Importer& im) {  // x == x and |x| != inf
+    const int x = im.tensor(0, "self");
+    const DType d = im.dtype(x);
+    const Shape s = im.shape(x);
+    const int not_nan = im.emit(OpKind::Eq, {x, x}, {}, DType::kBool, s);
+    if (!dtype_is_floating(d)) {
+      im.define(0, not_nan);
+      return;
+    }
+    const int a = im.emit(OpKind::Abs, {x}, {}, d, s);
+    const int not_inf = im.emit(OpKind::Ne, {a, im.scalar(HUGE_VAL, d)}, {}, DType::kBool, s);
+    im.emit_out(OpKind::LogicalAnd, {not_nan, not_inf});
+  };
+  t["aten.nan_to_num"] = [](Importer& im) {
+    const int x = im.tensor(0, "self");
+    const DType d = im.dtype(x);
+    if (!dtype_is_floating(d)) {
+      im.define(0, x);
+      return;
+    }
+    const double biggest = d == DType::kF64 ? std::numeric_limits<double>::max()
+                          : d == DType::kF16 ? 65504.0
+                          : d == DType::kBF16 ? 3.3895313892515355e38
+                                              : static_cast<double>(std::numeric_limits<float>::max());
+    const double nan = im.has(1, "nan") ? im.float_arg(1, "nan") : 0.0;
+    const double posinf = im.has(2, "posinf") ? im.float_arg(2, "posinf") : biggest;
+    const double neginf = im.has(3, "neginf") ? im.float_arg(3, "neginf") : -biggest;
+    const Shape s = im.shape(x);
+    const int is_nan = im.emit(OpKind::Ne, {x, x}, {}, DType::kBool, s);
+    const int is_pos = im.emit(OpKind::Eq, {x, im.scalar(HUGE_VAL, d)}, {}, DType::kBool, s);
+    const int is_neg = im.emit(OpKind::Eq, {x, im.scalar(-HUGE_VAL, d)}, {}, DType::kBool, s);
+    int r = im.emit(OpKind::Where, {is_nan, im.scalar(nan, d), x}, {}, d, s);
+    r = im.emit(OpKind::Where, {is_pos, im.scalar(posinf, d), r}, {}, d, s);
+    im.emit_out(OpKind::Where, {is_neg, im.scalar(neginf, d), r});
+  };
+  t["aten.logaddexp"] = [](Importer& im) {  // max + log(1 + exp(-|a - b|)); a where a == b = +-inf
+    composite2(im, "other", [&](int a, int b, DType d, const Shape& s) {
+      const int m = im.emit(OpKind::Maximum, {a, b}, {}, d, s);
+      const int diff = im.emit(OpKind::Abs, {im.emit(OpKind::Sub, {a, b}, {}, d, s)}, {}, d, s);
+      const int e = im.emit(OpKind::Exp, {im.emit(OpKind::Neg, {diff}, {}, d, s)}, {}, d, s);
+      const int l = im.emit(OpKind::Log, {im.emit(OpKind::Add, {e, im.scalar(1, d)}, {}, d, s)}, {}, d, s);
+      const int r = im.emit(OpKind::Add, {m, l}, {}, d, s);
+      const int same = im.emit(OpKind::Eq, {a, b}, {}, DType::kBool, s);
+      const int inf = im.emit(OpKind::Eq, {im.emit(OpKind::Abs, {a}, {}, d, im.shape(a)), im.scalar(HUGE_VAL, d)}, {}, DType::kBool,
+                              im.shape(a));
+      const int both_inf = im.emit(OpKind::LogicalAnd, {same, inf}, {}, DType::kBool, s);
+      return im.emit(OpKind::Where, {both_inf, m, r}, {}, d, s);
+    });
+  };
+  t["aten.lerp"] = [](Importer& im) {  // PyTorch's two forms: a + w (b - a) for |w| < 0.5, else b - (1 - w)(b - a)
+    const DType d = im.out_dtype();
+    const int a = im.cast(im.tensor(0, "self"), d);
+    const int b = im.cast(im.tensor(1, "end"), d);
+    const Operand w = im.operand(2, "weight");
+    const Shape s = im.out_shape();
+    const int diff = im.emit(OpKind::Sub, {b, a}, {}, d, s);
+    if (!w.is_tensor()) {
+      if (w.symbolic) im.unsupported("lerp with a symbolic weight");
+      const bool high = std::abs(w.number) >= 0.5;
+      const int p = im.emit(OpKind::Mul, {diff, im.scalar(high ? w.number - 1 : w.number, d)}, {}, d, s);
+      im.emit_out(OpKind::Add, {p, high ? b : a});
+      return;
+    }
+    const int wt = im.cast(w.value, d);
+    const Shape ws = im.shape(wt);
+    const int high = im.emit(OpKind::Ge, {im.emit(OpKind::Abs, {wt}, {}, d, ws), im.scalar(0.5, d)}, {}, DType::kBool, ws);
+    const int coef = im.emit(OpKind::Where, {high, im.emit(OpKind::Sub, {wt, im.scalar(1, d)}, {}, d, ws), wt}, {}, d, ws);
+    const int base = im.emit(OpKind::Where, {high, b, a}, {}, d, s);
+    im.emit_out(OpKind::Add, {im.emit(OpKind::Mul, {coef, diff}, {}, d, s), base});
   };
   t["aten.softplus"] = [](Importer& im) {
     const double beta = im.float_arg(1, "beta", 1.0), threshold = im.float_arg(2, "threshold", 20.0);
@@ -463,6 +717,24 @@ void register_elementwise(HandlerTable& t) {
   t["aten.argmin"] = [](Importer& im) { arg_extreme(im, OpKind::Argmin); };
   t["aten.var"] = [](Importer& im) { variance(im, false); };
   t["aten.std"] = [](Importer& im) { variance(im, true); };
+  // var_mean / std_mean: (var or std, mean) over the same dims.
+  for (auto [name, is_std] : {std::pair{"aten.var_mean", false}, {"aten.std_mean", true}}) {
+    t[name] = [is_std](Importer& im) {
+      variance(im, is_std);
+      const int x = im.tensor(0, "self");
+      const DType out = im.out_dtype(1);
+      im.emit_out(OpKind::Mean, {im.cast(x, out)}, {reduce_dims(im, x), im.bool_arg(3, "keepdim", false)}, 1);
+    };
+  }
+  t["aten.aminmax"] = [](Importer& im) {  // (amin, amax) over one dim, or over all
+    const int x = im.tensor(0, "self");
+    std::vector<std::int64_t> dims;
+    if (im.has(1, "dim")) dims.push_back(im.norm_dim(im.int_arg(1, "dim"), im.rank(x)));
+    else for (std::int64_t d = 0; d < im.rank(x); ++d) dims.push_back(d);
+    const bool keepdim = im.bool_arg(2, "keepdim", false);
+    im.emit_out(OpKind::Amin, {x}, {dims, keepdim}, 0);
+    im.emit_out(OpKind::Amax, {x}, {dims, keepdim}, 1);
+  };
   t["aten.logsumexp"] = logsumexp;
   t["aten.cumsum"] = [](Importer& im) {
     const int x = im.tensor(0, "self");

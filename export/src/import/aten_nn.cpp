@@ -279,8 +279,72 @@ void convolution(Importer& im, bool transposed_op) {
 }
 
 // batch_norm family: (input, weight, bias, running_mean, running_var, [training], momentum, eps).
+// Normalization by the input's own statistics over every dim but 1 (batch norm's
+// training-mode arithmetic; instance norm is this on [1, N*C, ...]): mean and biased
+// variance, then batch_norm. Outputs 1 and 2, when read, are the mean and 1/sqrt(var + eps).
+void input_stats_norm(Importer& im, int x, int w, int b, double eps, DType dt) {
+  const Shape xs = im.shape(x);
+  if (xs.size() < 2) im.bad("batch norm input has rank < 2");
+  std::vector<std::int64_t> dims{0};
+  for (std::int64_t d = 2; d < static_cast<std::int64_t>(xs.size()); ++d) dims.push_back(d);
+  const Shape cs{xs[1]};
+  const int mean = im.emit(OpKind::Mean, {x}, {dims, false}, dt, cs);
+  const int var = im.emit(OpKind::Var, {x}, {dims, 0.0, false}, dt, cs);
+  im.emit_out(OpKind::BatchNorm, {x, w, b, mean, var}, {eps});
+  if (im.num_outputs() > 1 && im.output_used(1)) im.define(1, im.reshape(mean, im.out_shape(1)));
+  if (im.num_outputs() > 2 && im.output_used(2)) {
+    const int ve = im.emit(OpKind::Add, {var, im.scalar(eps, dt)}, {}, dt, cs);
+    im.define(2, im.reshape(im.emit(OpKind::Rsqrt, {ve}, {}, dt, cs), im.out_shape(2)));
+  }
+}
+
+// instance_norm(input, weight, bias, running_mean, running_var, use_input_stats, momentum,
+// eps, cudnn_enabled): per (sample, channel) statistics, as batch norm of [1, N*C, ...].
+void instance_norm(Importer& im) {
+  const DType dt = im.out_dtype();
+  const int x = im.cast(im.tensor(0, "input"), dt);
+  const double eps = im.float_arg(7, "eps", 1e-5);
+  auto opt = [&](std::size_t pos, const char* name) -> std::optional<int> {
+    auto v = im.opt_tensor(pos, name);
+    return v ? std::optional<int>(im.cast(*v, dt)) : std::nullopt;
+  };
+  const auto w = opt(1, "weight"), b = opt(2, "bias"), rm = opt(3, "running_mean"), rv = opt(4, "running_var");
+  if (!im.bool_arg(5, "use_input_stats", true)) {
+    if (!rm || !rv) im.bad("instance_norm without input statistics needs running statistics");
+    im.emit_out(OpKind::BatchNorm, {x, w ? *w : im.none_value(), b ? *b : im.none_value(), *rm, *rv}, {eps});
+    return;
+  }
+  const Shape xs = im.shape(x);
+  if (xs.size() < 2) im.bad("instance_norm input has rank < 2");
+  const Expr nc = im.simplify(xs[0] * xs[1]);
+  Shape flat{c(1), nc};
+  flat.insert(flat.end(), xs.begin() + 2, xs.end());
+  auto per_instance = [&](std::optional<int> v) {  // [C] -> [N*C]
+    if (!v) return im.none_value();
+    const int e = im.emit(OpKind::Expand, {im.unsqueeze(*v, 0)}, {Shape{xs[0], xs[1]}}, dt, {xs[0], xs[1]});
+    return im.reshape(e, {nc});
+  };
+  const int xf = im.reshape(x, flat);
+  const int wf = per_instance(w), bf = per_instance(b);
+  std::vector<std::int64_t> dims{0};
+  for (std::int64_t d = 2; d < static_cast<std::int64_t>(flat.size()); ++d) dims.push_back(d);
+  const int mean = im.emit(OpKind::Mean, {xf}, {dims, false}, dt, {nc});
+  const int var = im.emit(OpKind::Var, {xf}, {dims, 0.0, false}, dt, {nc});
+  const int y = im.emit(OpKind::BatchNorm, {xf, wf, bf, mean, var}, {eps}, dt, flat);
+  im.define(0, im.reshape(y, xs));
+}
+
 void batch_norm(Importer& im) {
   const std::string& t = im.target();
+  if (im.overload() == "no_stats") {  // _native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)
+    const DType dt = im.out_dtype();
+    auto opt = [&](std::size_t pos, const char* name) {
+      auto v = im.opt_tensor(pos, name);
+      return v ? im.cast(*v, dt) : im.none_value();
+    };
+    input_stats_norm(im, im.cast(im.tensor(0, "input"), dt), opt(1, "weight"), opt(2, "bias"), im.float_arg(5, "eps", 1e-5), dt);
+    return;
+  }
   const bool no_training = t.find("no_training") != std::string::npos;
   if (!no_training && im.bool_arg(5, "training", false)) im.unsupported("batch norm in training mode (export the model in eval mode)");
   const double eps = im.float_arg(no_training ? 6 : 7, "eps", 1e-5);
@@ -373,9 +437,41 @@ void avg_pool(Importer& im) {
   auto stride = im.int_list(2, "stride", {});
   stride = stride.empty() ? kernel : pair(stride, 1);
   const auto padding = pair(im.int_list(3, "padding", {0}), 0);
-  if (im.has(6, "divisor_override")) im.unsupported("avg_pool2d with divisor_override");
-  im.emit_out(OpKind::AvgPool2d, {x}, {kernel, stride, padding, im.bool_arg(4, "ceil_mode", false),
-                                       im.bool_arg(5, "count_include_pad", true)});
+  const bool ceil_mode = im.bool_arg(4, "ceil_mode", false);
+  if (!im.has(6, "divisor_override")) {
+    im.emit_out(OpKind::AvgPool2d, {x}, {kernel, stride, padding, ceil_mode, im.bool_arg(5, "count_include_pad", true)});
+    return;
+  }
+  // The window sums divided by the override: the mean over the real (unpadded) elements
+  // times their count, a constant of the static output plane.
+  const std::int64_t divisor = im.int_arg(6, "divisor_override");
+  if (divisor == 0) im.bad("avg_pool2d divisor_override is 0");
+  const Shape xs = im.shape(x), out = im.out_shape();
+  if (xs.size() < 3) im.bad("avg_pool2d input has rank < 3");
+  auto fixed = [&](const Expr& e) {
+    auto v = im.simplify(e).constant_value();
+    if (!v) im.unsupported("avg_pool2d with divisor_override on a dynamic spatial size");
+    return *v;
+  };
+  const std::int64_t h = fixed(xs[xs.size() - 2]), w = fixed(xs[xs.size() - 1]);
+  const std::int64_t oh = fixed(out[out.size() - 2]), ow = fixed(out[out.size() - 1]);
+  auto real = [](std::int64_t o, std::int64_t k, std::int64_t st, std::int64_t pad, std::int64_t n) {
+    const std::int64_t start = o * st - pad, end = std::min(start + k, n + pad);
+    return std::min(end, n) - std::max<std::int64_t>(start, 0);
+  };
+  std::vector<float> scale(static_cast<std::size_t>(oh * ow));
+  for (std::int64_t i = 0; i < oh; ++i) {
+    for (std::int64_t j = 0; j < ow; ++j) {
+      const std::int64_t count = real(i, kernel[0], stride[0], padding[0], h) * real(j, kernel[1], stride[1], padding[1], w);
+      scale[static_cast<std::size_t>(i * ow + j)] = static_cast<float>(count) / static_cast<float>(divisor);
+    }
+  }
+  std::vector<std::uint8_t> bytes(scale.size() * 4);
+  std::memcpy(bytes.data(), scale.data(), bytes.size());
+  int sc = im.constant(DType::kF32, {oh, ow}, std::move(bytes), "avg_pool_divisor");
+  sc = im.cast(sc, im.dtype(x));
+  const int mean = im.emit(OpKind::AvgPool2d, {x}, {kernel, stride, padding, ceil_mode, false}, im.dtype(x), out);
+  im.emit_out(OpKind::Mul, {mean, sc});
 }
 
 void adaptive_pool(Importer& im, OpKind op) {
@@ -693,6 +789,287 @@ void glu(Importer& im) {
   im.emit_out(OpKind::Mul, {parts[0], g});
 }
 
+// ---- distances, products and norms that only the training IR keeps whole -------------
+
+Shape reduced(const Shape& s, const std::vector<std::int64_t>& dims, bool keepdim) {
+  Shape r;
+  for (std::int64_t d = 0; d < static_cast<std::int64_t>(s.size()); ++d) {
+    const bool gone = std::find(dims.begin(), dims.end(), d) != dims.end();
+    if (!gone) r.push_back(s[static_cast<std::size_t>(d)]);
+    else if (keepdim) r.push_back(c(1));
+  }
+  return r;
+}
+
+Shape broadcast(Importer& im, const Shape& a, const Shape& b) {
+  Shape r(std::max(a.size(), b.size()));
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    const std::size_t ia = i + a.size(), ib = i + b.size();
+    const bool has_a = ia >= r.size(), has_b = ib >= r.size();
+    const Expr da = has_a ? a[ia - r.size()] : c(1), db = has_b ? b[ib - r.size()] : c(1);
+    r[i] = im.simplify(da).constant_value() == 1 ? db : da;
+  }
+  return r;
+}
+
+// The p-norm of v over `dims`: 2 (sqrt of the sum of squares), 1, inf, -inf, 0 or p > 0.
+int p_norm(Importer& im, int v, double p, const std::vector<std::int64_t>& dims, bool keepdim) {
+  const DType d = im.dtype(v);
+  const Shape s = im.shape(v), r = reduced(s, dims, keepdim);
+  const int a = im.emit(OpKind::Abs, {v}, {}, d, s);
+  if (p == 2.0) {
+    const int sq = im.emit(OpKind::Mul, {v, v}, {}, d, s);
+    return im.emit(OpKind::Sqrt, {im.emit(OpKind::Sum, {sq}, {dims, keepdim, std::monostate{}}, d, r)}, {}, d, r);
+  }
+  if (p == 1.0) return im.emit(OpKind::Sum, {a}, {dims, keepdim, std::monostate{}}, d, r);
+  if (std::isinf(p)) return im.emit(p > 0 ? OpKind::Amax : OpKind::Amin, {a}, {dims, keepdim}, d, r);
+  if (p == 0.0) {
+    const int nz = im.cast(im.emit(OpKind::Ne, {v, im.scalar(0, d)}, {}, DType::kBool, s), d);
+    return im.emit(OpKind::Sum, {nz}, {dims, keepdim, std::monostate{}}, d, r);
+  }
+  if (p < 0) im.unsupported("a p-norm with negative p");
+  const int pw = im.emit(OpKind::Pow, {a, im.scalar(p, d)}, {}, d, s);
+  const int sum = im.emit(OpKind::Sum, {pw}, {dims, keepdim, std::monostate{}}, d, r);
+  return im.emit(OpKind::Pow, {sum, im.scalar(1.0 / p, d)}, {}, d, r);
+}
+
+// cosine_similarity(x1, x2, dim, eps): sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps)), as
+// PyTorch's decomposition computes it.
+void cosine_similarity(Importer& im) {
+  const DType d = im.out_dtype();
+  const int a = im.cast(im.tensor(0, "x1"), d), b = im.cast(im.tensor(1, "x2"), d);
+  const Shape s = broadcast(im, im.shape(a), im.shape(b));
+  const std::int64_t dim = im.norm_dim(im.int_arg(2, "dim", 1), static_cast<std::int64_t>(s.size()));
+  const double eps = im.float_arg(3, "eps", 1e-8);
+  auto unit = [&](int v) {
+    const std::int64_t vd = dim - (static_cast<std::int64_t>(s.size()) - im.rank(v));
+    if (vd < 0) im.unsupported("cosine_similarity broadcasting over its reduced dim");
+    const int n = p_norm(im, v, 2.0, {vd}, true);
+    const int cl = im.emit(OpKind::Clamp, {n}, {eps, std::monostate{}}, d, im.shape(n));
+    return im.emit(OpKind::Div, {v, cl}, {std::monostate{}}, d, im.shape(v));
+  };
+  const int ua = unit(a), ub = unit(b);
+  const int m = im.emit(OpKind::Mul, {ub, ua}, {}, d, s);
+  im.emit_out(OpKind::Sum, {m}, {std::vector<std::int64_t>{dim}, false, std::monostate{}});
+}
+
+// pairwise_distance(x1, x2, p, eps, keepdim) = norm(x1 - x2 + eps, p, dim = -1).
+void pairwise_distance(Importer& im) {
+  const DType d = im.out_dtype();
+  const int a = im.cast(im.tensor(0, "x1"), d), b = im.cast(im.tensor(1, "x2"), d);
+  const Shape s = broadcast(im, im.shape(a), im.shape(b));
+  const double p = im.float_arg(2, "p", 2.0), eps = im.float_arg(3, "eps", 1e-6);
+  const int diff = im.emit(OpKind::Add, {im.emit(OpKind::Sub, {a, b}, {}, d, s), im.scalar(eps, d)}, {}, d, s);
+  const std::int64_t last = static_cast<std::int64_t>(s.size()) - 1;
+  if (last < 0) im.bad("pairwise_distance of 0-d tensors");
+  im.define(0, im.reshape(p_norm(im, diff, p, {last}, im.bool_arg(4, "keepdim", false)), im.out_shape()));
+}
+
+// cdist(x1 [.., P, M], x2 [.., R, M], p, compute_mode): p = 2 on more than 25 rows (or
+// compute_mode 1) uses PyTorch's matrix-product form, clamp(|a|^2 - 2 a.b + |b|^2, 0) ^ 0.5;
+// otherwise the differences directly.
+void cdist(Importer& im) {
+  const DType d = im.out_dtype();
+  const int a = im.cast(im.tensor(0, "x1"), d), b = im.cast(im.tensor(1, "x2"), d);
+  const double p = im.float_arg(2, "p", 2.0);
+  const std::int64_t mode = im.has(3, "compute_mode") ? im.int_arg(3, "compute_mode") : 0;
+  const Shape as = im.shape(a), bs = im.shape(b), out = im.out_shape();
+  if (as.size() < 2 || bs.size() < 2) im.bad("cdist inputs must have rank >= 2");
+  const Expr rows_a = as[as.size() - 2], rows_b = bs[bs.size() - 2], m = as.back();
+  auto many = [&](const Expr& e) {
+    auto v = im.simplify(e).constant_value();
+    return !v || *v > 25;
+  };
+  if (p == 2.0 && (mode == 1 || (mode == 0 && (many(rows_a) || many(rows_b))))) {
+    auto norm_sq = [&](int v, const Shape& vs) {
+      Shape r = vs;
+      r.back() = c(1);
+      const int sq = im.emit(OpKind::Mul, {v, v}, {}, d, vs);
+      return im.emit(OpKind::Sum, {sq}, {std::vector<std::int64_t>{static_cast<std::int64_t>(vs.size()) - 1}, true, std::monostate{}}, d, r);
+    };
+    Shape one_a = as, one_b = bs;
+    one_a.back() = c(1), one_b.back() = c(1);
+    const int ones_a = im.emit(OpKind::Full, {}, {one_a, 1.0, d}, d, one_a);
+    const int ones_b = im.emit(OpKind::Full, {}, {one_b, 1.0, d}, d, one_b);
+    Shape wa = as, wb = bs;
+    wa.back() = im.simplify(m + c(2)), wb.back() = im.simplify(m + c(2));
+    const std::int64_t last_a = static_cast<std::int64_t>(as.size()) - 1, last_b = static_cast<std::int64_t>(bs.size()) - 1;
+    const int a2 = im.emit(OpKind::Mul, {a, im.scalar(-2, d)}, {}, d, as);
+    const int ca = im.emit(OpKind::Cat, {a2, norm_sq(a, as), ones_a}, {last_a}, d, wa);
+    const int cb = im.emit(OpKind::Cat, {b, ones_b, norm_sq(b, bs)}, {last_b}, d, wb);
+    std::vector<std::int64_t> perm(bs.size());
+    for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<std::int64_t>(i);
+    std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+    const int prod = im.emit(OpKind::Matmul, {ca, im.permute(cb, perm)}, {}, d, out);
+    const int cl = im.emit(OpKind::Clamp, {prod}, {0.0, std::monostate{}}, d, out);
+    im.emit_out(OpKind::Sqrt, {cl});
+    return;
+  }
+  // [.., P, 1, M] - [.., 1, R, M], reduced over M.
+  const int ua = im.unsqueeze(a, static_cast<std::int64_t>(as.size()) - 1);
+  const int ub = im.unsqueeze(b, static_cast<std::int64_t>(bs.size()) - 2);
+  Shape ds = out;
+  ds.push_back(m);
+  const int diff = im.emit(OpKind::Sub, {ua, ub}, {}, d, ds);
+  im.define(0, p_norm(im, diff, p, {static_cast<std::int64_t>(ds.size()) - 1}, false));
+}
+
+// linalg_cross(a, b, dim): a[(i+1)%3] b[(i+2)%3] - a[(i+2)%3] b[(i+1)%3].
+void linalg_cross(Importer& im) {
+  const DType d = im.out_dtype();
+  const int a = im.cast(im.tensor(0, "self"), d), b = im.cast(im.tensor(1, "other"), d);
+  const Shape s = im.out_shape();
+  const std::int64_t dim = im.norm_dim(im.int_arg(2, "dim", -1), static_cast<std::int64_t>(s.size()));
+  if (im.simplify(s[static_cast<std::size_t>(dim)]).constant_value() != 3) im.bad("linalg_cross needs size 3 in its dim");
+  const int i1 = im.index_constant({1, 2, 0}), i2 = im.index_constant({2, 0, 1});
+  auto pick = [&](int v, int idx) {
+    const std::int64_t vd = dim - (static_cast<std::int64_t>(s.size()) - im.rank(v));
+    Shape vs = im.shape(v);
+    if (vd < 0) im.unsupported("linalg_cross broadcasting over its dim");
+    return im.emit(OpKind::IndexSelect, {v, idx}, {vd}, d, vs);
+  };
+  const int l = im.emit(OpKind::Mul, {pick(a, i1), pick(b, i2)}, {}, d, s);
+  const int r = im.emit(OpKind::Mul, {pick(a, i2), pick(b, i1)}, {}, d, s);
+  im.emit_out(OpKind::Sub, {l, r});
+}
+
+// diag_embed(x, offset, dim1, dim2): x's last dim on a diagonal of two new dims.
+void diag_embed(Importer& im) {
+  const DType d = im.out_dtype();
+  const int x = im.cast(im.tensor(0, "self"), d);
+  const Shape xs = im.shape(x), out = im.out_shape();
+  const std::int64_t r = static_cast<std::int64_t>(out.size());
+  std::int64_t offset = im.int_arg(1, "offset", 0);
+  std::int64_t d1 = im.norm_dim(im.int_arg(2, "dim1", -2), r), d2 = im.norm_dim(im.int_arg(3, "dim2", -1), r);
+  if (d1 == d2) im.bad("diag_embed dim1 and dim2 are the same");
+  if (d1 > d2) std::swap(d1, d2), offset = -offset;
+  if (xs.empty()) im.bad("diag_embed of a 0-d tensor");
+  auto n_opt = im.simplify(xs.back()).constant_value();
+  if (!n_opt) im.unsupported("diag_embed of a dynamic size");
+  const std::int64_t n = *n_opt, k = std::abs(offset), m = n + k;
+  // x padded to m, times the 0/1 matrix E of the diagonal: E[row, col] = (col == row + offset).
+  int v = x;
+  if (k > 0) {
+    Shape ps = xs;
+    ps.back() = c(m);
+    std::vector<std::int64_t> pads{0, k};
+    v = im.emit(OpKind::Pad, {x}, {pads, 0.0}, d, ps);
+  }
+  std::vector<float> e(static_cast<std::size_t>(m * m), 0.0f);
+  for (std::int64_t row = 0; row < m; ++row) {
+    const std::int64_t col = row + offset;
+    if (col >= 0 && col < m) e[static_cast<std::size_t>(row * m + col)] = 1.0f;
+  }
+  std::vector<std::uint8_t> bytes(e.size() * 4);
+  std::memcpy(bytes.data(), e.data(), bytes.size());
+  const int eye = im.cast(im.constant(DType::kF32, {m, m}, std::move(bytes), "diag_embed"), d);
+  // offset >= 0: the value of row i is x[i] (x as a column); offset < 0: x[col] (x as a row).
+  const int xv = im.unsqueeze(v, offset >= 0 ? im.rank(v) : im.rank(v) - 1);
+  Shape prod(xs.begin(), xs.end() - 1);
+  prod.push_back(c(m));
+  prod.push_back(c(m));
+  int y = im.emit(OpKind::Mul, {xv, eye}, {}, d, prod);
+  // The two new dims are last; move them to dim1 and dim2.
+  std::vector<std::int64_t> perm;
+  std::int64_t next = 0;
+  for (std::int64_t i = 0; i < r; ++i) perm.push_back(i == d1 ? r - 2 : i == d2 ? r - 1 : next++);
+  bool identity = true;
+  for (std::int64_t i = 0; i < r; ++i) identity = identity && perm[static_cast<std::size_t>(i)] == i;
+  if (!identity) y = im.permute(y, perm);
+  im.define(0, y);
+}
+
+// bilinear(x1 [.., I], x2 [.., J], w [O, I, J], bias): x1 W x2 + b, as one matmul of x1 with
+// W laid out [I, O*J], a product with x2 and a sum over J.
+void bilinear(Importer& im) {
+  const DType d = im.out_dtype();
+  const int x1 = im.cast(im.tensor(0, "input1"), d), x2 = im.cast(im.tensor(1, "input2"), d);
+  const int w = im.cast(im.tensor(2, "weight"), d);
+  const Shape ws = im.shape(w), out = im.out_shape();
+  if (ws.size() != 3) im.bad("bilinear weight must be [O, I, J]");
+  const Expr o = ws[0], i = ws[1], j = ws[2];
+  Expr rows = c(1);
+  const Shape s1 = im.shape(x1);
+  for (std::size_t k = 0; k + 1 < s1.size(); ++k) rows = rows * s1[k];
+  rows = im.simplify(rows);
+  const int a = im.reshape(x1, {rows, i});
+  const int b = im.reshape(x2, {rows, c(1), j});
+  const int wt = im.reshape(im.permute(w, {1, 0, 2}), {i, im.simplify(o * j)});
+  const int t = im.reshape(im.emit(OpKind::Matmul, {a, wt}, {}, d, {rows, im.simplify(o * j)}), {rows, o, j});
+  const int m = im.emit(OpKind::Mul, {t, b}, {}, d, {rows, o, j});
+  int y = im.emit(OpKind::Sum, {m}, {std::vector<std::int64_t>{2}, false, std::monostate{}}, d, {rows, o});
+  if (auto bias = im.opt_tensor(3, "bias")) y = im.emit(OpKind::Add, {y, im.cast(*bias, d)}, {}, d, {rows, o});
+  im.define(0, im.reshape(y, out));
+}
+
+// _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim): each input with
+// size-1 dims inserted at its expand dims, multiplied together, summed over sumdim.
+void trilinear(Importer& im) {
+  const DType d = im.out_dtype();
+  std::array<int, 3> in{im.cast(im.tensor(0, "i1"), d), im.cast(im.tensor(1, "i2"), d), im.cast(im.tensor(2, "i3"), d)};
+  const std::array<const char*, 3> names{"expand1", "expand2", "expand3"};
+  Shape full;
+  for (int k = 0; k < 3; ++k) {
+    auto dims = im.int_list(static_cast<std::size_t>(3 + k), names[static_cast<std::size_t>(k)]);
+    std::sort(dims.begin(), dims.end());
+    for (std::int64_t dd : dims) in[static_cast<std::size_t>(k)] = im.unsqueeze(in[static_cast<std::size_t>(k)], dd);
+    full = k == 0 ? im.shape(in[0]) : broadcast(im, full, im.shape(in[static_cast<std::size_t>(k)]));
+  }
+  const Shape s01 = broadcast(im, im.shape(in[0]), im.shape(in[1]));
+  const int p = im.emit(OpKind::Mul, {in[0], in[1]}, {}, d, s01);
+  const int q = im.emit(OpKind::Mul, {p, in[2]}, {}, d, full);
+  auto sum = im.int_list(6, "sumdim");
+  if (sum.empty()) {
+    im.define(0, q);
+    return;
+  }
+  std::sort(sum.begin(), sum.end());
+  im.emit_out(OpKind::Sum, {q}, {sum, false, std::monostate{}});
+}
+
+// linalg_matrix_norm(A, ord, dim, keepdim): 'fro', inf, -inf, 1, -1 (2, -2 and 'nuc' need
+// singular values).
+void matrix_norm(Importer& im) {
+  const DType d = im.out_dtype();
+  const int x = im.cast(im.tensor(0, "self"), d);
+  const std::int64_t r = im.rank(x);
+  auto dims = im.int_list(2, "dim", {-2, -1});
+  if (dims.size() != 2) im.bad("linalg_matrix_norm needs two dims");
+  const std::int64_t rdim = im.norm_dim(dims[0], r), cdim = im.norm_dim(dims[1], r);
+  const bool keepdim = im.bool_arg(3, "keepdim", false);
+  double ord = 0;
+  if (im.overload() == "str_ord") {
+    const std::string o = im.string_arg(1, "ord", "fro");
+    if (o != "fro") im.unsupported("linalg_matrix_norm with ord '" + o + "' (needs singular values)");
+    std::vector<std::int64_t> both{std::min(rdim, cdim), std::max(rdim, cdim)};
+    im.define(0, im.reshape(p_norm(im, x, 2.0, both, keepdim), im.out_shape()));
+    return;
+  }
+  ord = im.float_arg(1, "ord");
+  if (!std::isinf(ord) && std::abs(ord) != 1.0) im.unsupported("linalg_matrix_norm with ord " + std::to_string(ord) + " (needs singular values)");
+  // inf: the largest row sum of |A| (sum over the columns); 1: the largest column sum.
+  const std::int64_t summed = std::isinf(ord) ? cdim : rdim, kept = std::isinf(ord) ? rdim : cdim;
+  const int a = im.emit(OpKind::Abs, {x}, {}, d, im.shape(x));
+  const int sums = im.emit(OpKind::Sum, {a}, {std::vector<std::int64_t>{summed}, true, std::monostate{}}, d,
+                           reduced(im.shape(x), {summed}, true));
+  const int m = im.emit(ord > 0 ? OpKind::Amax : OpKind::Amin, {sums}, {std::vector<std::int64_t>{kept}, true}, d,
+                        reduced(im.shape(x), {summed, kept}, true));
+  im.define(0, im.reshape(m, im.out_shape()));
+}
+
+// channel_shuffle(x [N, C, ...], groups): [N, g, C/g, ...] -> [N, C/g, g, ...] -> [N, C, ...].
+void channel_shuffle(Importer& im) {
+  const int x = im.tensor(0, "self");
+  const std::int64_t g = im.int_arg(1, "groups");
+  const Shape xs = im.shape(x);
+  if (xs.size() < 3 || g <= 0) im.bad("channel_shuffle needs [N, C, ...] and groups > 0");
+  Shape split{xs[0], c(g), im.simplify(sym::floordiv(xs[1], c(g)))};
+  split.insert(split.end(), xs.begin() + 2, xs.end());
+  std::vector<std::int64_t> perm{0, 2, 1};
+  for (std::size_t k = 3; k < split.size(); ++k) perm.push_back(static_cast<std::int64_t>(k));
+  im.define(0, im.reshape(im.permute(im.reshape(x, split), perm), xs));
+}
+
 }  // namespace
 
 int conv2d_node(Importer& im, int x, int w, std::optional<int> bias, std::vector<std::int64_t> stride,
@@ -773,6 +1150,18 @@ void register_nn(HandlerTable& t) {
     t[name] = batch_norm;
   }
   t.erase("aten.instance_norm_unsupported");
+  t["aten.instance_norm"] = instance_norm;
+  t["aten.cosine_similarity"] = cosine_similarity;
+  t["aten.pairwise_distance"] = pairwise_distance;
+  t["aten.cdist"] = cdist;
+  t["aten._cdist_forward"] = cdist;
+  t["aten.linalg_cross"] = linalg_cross;
+  t["aten.diag_embed"] = diag_embed;
+  t["aten.bilinear"] = bilinear;
+  t["aten._trilinear"] = trilinear;
+  t["aten.linalg_matrix_norm"] = matrix_norm;
+  t["aten.channel_shuffle"] = channel_shuffle;
+  t["aten.native_channel_shuffle"] = channel_shuffle;
   t["aten.layer_norm"] = layer_norm;
   t["aten.native_layer_norm"] = layer_norm;
   t["aten.group_norm"] = group_norm;

@@ -97,6 +97,15 @@ Tensor log(const Tensor& x, SourceLoc loc) { return unary(OpKind::Log, x, loc); 
 Tensor sqrt(const Tensor& x, SourceLoc loc) { return unary(OpKind::Sqrt, x, loc); }
 Tensor rsqrt(const Tensor& x, SourceLoc loc) { return unary(OpKind::Rsqrt, x, loc); }
 Tensor sin(const Tensor& x, SourceLoc loc) { return unary(OpKind::Sin, x, loc); }
+Tensor atan(const Tensor& x, SourceLoc loc) { return unary(OpKind::Atan, x, loc); }
+Tensor asin(const Tensor& x, SourceLoc loc) { return unary(OpKind::Asin, x, loc); }
+Tensor acos(const Tensor& x, SourceLoc loc) { return unary(OpKind::Acos, x, loc); }
+Tensor tan(const Tensor& x, SourceLoc loc) { return unary(OpKind::Tan, x, loc); }
+Tensor sinh(const Tensor& x, SourceLoc loc) { return unary(OpKind::Sinh, x, loc); }
+Tensor cosh(const Tensor& x, SourceLoc loc) { return unary(OpKind::Cosh, x, loc); }
+Tensor asinh(const Tensor& x, SourceLoc loc) { return unary(OpKind::Asinh, x, loc); }
+Tensor acosh(const Tensor& x, SourceLoc loc) { return unary(OpKind::Acosh, x, loc); }
+Tensor atanh(const Tensor& x, SourceLoc loc) { return unary(OpKind::Atanh, x, loc); }
 Tensor cos(const Tensor& x, SourceLoc loc) { return unary(OpKind::Cos, x, loc); }
 Tensor tanh(const Tensor& x, SourceLoc loc) { return unary(OpKind::Tanh, x, loc); }
 Tensor sigmoid(const Tensor& x, SourceLoc loc) { return unary(OpKind::Sigmoid, x, loc); }

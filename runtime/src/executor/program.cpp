@@ -130,6 +130,7 @@ bool is_inplace_op(OpKind k) {
     case OpKind::Sigmoid: case OpKind::Relu: case OpKind::Gelu: case OpKind::Silu: case OpKind::Hardswish:
     case OpKind::Hardsigmoid: case OpKind::Erf: case OpKind::Floor: case OpKind::Ceil: case OpKind::Round:
     case OpKind::Sign: case OpKind::Clamp: case OpKind::LeakyRelu:
+    case OpKind::Atan: case OpKind::Asin: case OpKind::Acos: case OpKind::Tan: case OpKind::Sinh: case OpKind::Cosh: case OpKind::Asinh: case OpKind::Acosh: case OpKind::Atanh:
       return true;
     default:
       return false;

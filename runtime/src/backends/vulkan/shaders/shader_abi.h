@@ -43,6 +43,15 @@
 #define UNARY_SIGN 21
 #define UNARY_CLAMP 22
 #define UNARY_LEAKY_RELU 23
+#define UNARY_ATAN 24
+#define UNARY_ASIN 25
+#define UNARY_ACOS 26
+#define UNARY_TAN 27
+#define UNARY_SINH 28
+#define UNARY_COSH 29
+#define UNARY_ASINH 30
+#define UNARY_ACOSH 31
+#define UNARY_ATANH 32
 
 // ---- binary.comp: out = a (op) b, numpy broadcasting ---------------------------------------
 // Variants: binary_f32 (BINARY_*), compare_f32 (COMPARE_*, bool out), logical_b32 (LOGICAL_*).

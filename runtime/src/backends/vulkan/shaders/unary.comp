@@ -57,6 +57,25 @@ void main() {
       break;
     }
     case UNARY_LEAKY_RELU: r = v > 0.0 ? v : v * PF(PC_UNARY_ALPHA); break;
+    case UNARY_ATAN: r = atan(v); break;
+    // asin / acos through the two-argument atan: some drivers' asin is off by 3e-4 near 0.9.
+    case UNARY_ASIN: r = atan(v, sqrt((1.0 - v) * (1.0 + v))); break;  // NaN past 1 from the sqrt
+    case UNARY_ACOS: r = atan(sqrt((1.0 - v) * (1.0 + v)), v); break;
+    case UNARY_TAN: r = tan(v); break;
+    case UNARY_SINH:  // the series near 0, where (e^v - e^-v) / 2 cancels
+      r = abs(v) < 0.125 ? v * (1.0 + v * v * (1.0 / 6.0 + v * v * (1.0 / 120.0))) : sinh(v);
+      break;
+    case UNARY_COSH: r = cosh(v); break;
+    case UNARY_ASINH: {  // odd; the series near 0, where log(|v| + sqrt(v^2 + 1)) cancels
+      float a = abs(v);
+      float m = a < 0.125 ? a * (1.0 - a * a * (1.0 / 6.0 - a * a * (3.0 / 40.0))) : log(a + sqrt(a * a + 1.0));
+      r = v < 0.0 ? -m : m;
+      break;
+    }
+    case UNARY_ACOSH: r = log(v + sqrt(v * v - 1.0)); break;
+    case UNARY_ATANH:  // the series near 0, where log((1 + v) / (1 - v)) / 2 cancels
+      r = abs(v) < 0.125 ? v * (1.0 + v * v * (1.0 / 3.0 + v * v * (1.0 / 5.0 + v * v * (1.0 / 7.0)))) : 0.5 * log((1.0 + v) / (1.0 - v));
+      break;
     default: r = v; break;
   }
   y[i] = r;

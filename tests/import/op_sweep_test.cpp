@@ -1,7 +1,7 @@
 // The op sweep of tests/fixtures/op_sweep: one tiny module per aten op or composite (3-D
 // convolution and pooling, scatter, recurrent layers, grid sampling, the math functions,
-// ...), exported by PyTorch 2.6 in both IRs (generate.py) with PyTorch's eager outputs.
-// Every case is imported and run on the CPU and must match PyTorch (rtol 1e-4, atol 1e-5),
+// ...), exported by PyTorch 2.6 in both IRs (make_sweep.py) with PyTorch's eager outputs.
+// Every case is imported and run on the CPU and on Vulkan and must match PyTorch (rtol 1e-4, atol 1e-5),
 // or be listed in unsupported.txt with the error it gives today: exit-6 "unsupported" and a
 // message naming the op. A listed case that starts to work fails the test too, so the list
 // stays the truth.
@@ -29,9 +29,10 @@ const fs::path kSweep = fs::path(KILN_SOURCE_DIR) / "tests" / "fixtures" / "op_s
 
 struct SweepCase {
   std::string name, file;  // case folder, archive (model.pt2: training IR, model.core.pt2: core IR)
+  std::string backend;     // cpu, or vulkan (ops without a device kernel run on the CPU)
 };
 
-void PrintTo(const SweepCase& c, std::ostream* os) { *os << c.name << "/" << c.file; }
+void PrintTo(const SweepCase& c, std::ostream* os) { *os << c.name << "/" << c.file << " on " << c.backend; }
 
 std::vector<SweepCase> sweep_cases() {
   std::vector<std::string> names;
@@ -40,8 +41,10 @@ std::vector<SweepCase> sweep_cases() {
   }
   std::sort(names.begin(), names.end());
   std::vector<SweepCase> cases;
-  for (const auto& n : names) {
-    for (const char* file : {"model.pt2", "model.core.pt2"}) cases.push_back({n, file});
+  for (const char* backend : {"cpu", "vulkan"}) {
+    for (const auto& n : names) {
+      for (const char* file : {"model.pt2", "model.core.pt2"}) cases.push_back({n, file, backend});
+    }
   }
   return cases;
 }
@@ -65,12 +68,14 @@ std::map<std::string, std::string> expected_unsupported() {
 }
 
 // Imports, loads and runs the case; returns the first failure, or Ok with `outputs` set.
-Status import_and_run(const fs::path& dir, const std::string& file, std::vector<HostValue>* outputs) {
+Status import_and_run(const fs::path& dir, const std::string& file, const std::string& backend, std::vector<HostValue>* outputs) {
   auto ep = import_pt2((dir / file).string());
   if (!ep.ok()) return ep.status();
   auto bytes = serialize_bundle(ep->program());
   if (!bytes.ok()) return bytes.status();
-  auto program = Program::load(std::move(Bundle::from_bytes(*bytes)).value());
+  ProgramOptions options;
+  options.backend = backend;
+  auto program = Program::load(std::move(Bundle::from_bytes(*bytes)).value(), options);
   if (!program.ok()) return program.status();
   std::vector<HostValue> in;
   for (int i = 0; fs::exists(dir / ("in" + std::to_string(i) + ".npy")); ++i) {
@@ -93,7 +98,8 @@ TEST_P(OpSweep, MatchesPyTorchOrIsAListedUnsupportedOp) {
   const auto unsupported = expected_unsupported();
   const auto listed = unsupported.find(c.name + " " + ir_of(c.file));
   std::vector<HostValue> outputs;
-  const Status st = import_and_run(dir, c.file, &outputs);
+  const Status st = import_and_run(dir, c.file, c.backend, &outputs);
+  if (!st.ok() && st.code() == StatusCode::kUnavailable && c.backend != "cpu") GTEST_SKIP() << st.message();
   if (listed != unsupported.end()) {
     ASSERT_FALSE(st.ok()) << c.name << " " << ir_of(c.file) << " now works: remove it from unsupported.txt";
     EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st.message();
@@ -126,7 +132,7 @@ TEST_P(OpSweep, MatchesPyTorchOrIsAListedUnsupportedOp) {
 
 INSTANTIATE_TEST_SUITE_P(Torch26, OpSweep, ::testing::ValuesIn(sweep_cases()),
                          [](const ::testing::TestParamInfo<SweepCase>& info) {
-                           return info.param.name + "_" + ir_of(info.param.file);
+                           return info.param.name + "_" + ir_of(info.param.file) + "_" + info.param.backend;
                          });
 
 // Every line of unsupported.txt names a case of the sweep.

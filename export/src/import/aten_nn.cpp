@@ -8,6 +8,7 @@
 #include <map>
 
 #include "import/importer.h"
+#include "kiln/export/symbolic/print.h"
 
 namespace kiln::pt2 {
 namespace {
@@ -1070,6 +1071,86 @@ void channel_shuffle(Importer& im) {
   im.define(0, im.reshape(im.permute(im.reshape(x, split), perm), xs));
 }
 
+// im2col (F.unfold)(x [N, C, H, W], kernel_size, dilation, padding, stride) -> [N, C*kh*kw, L]:
+// one strided slice of the padded input per kernel tap, stacked after C.
+void im2col(Importer& im) {
+  int x = im.tensor(0, "self");
+  const DType d = im.dtype(x);
+  const auto k = pair(im.int_list(1, "kernel_size"), 1), dil = pair(im.int_list(2, "dilation"), 1);
+  const auto pad = pair(im.int_list(3, "padding"), 0), st = pair(im.int_list(4, "stride"), 1);
+  const bool batched = im.rank(x) == 4;
+  if (!batched && im.rank(x) != 3) im.bad("im2col input must be [N, C, H, W] or [C, H, W]");
+  if (!batched) x = im.unsqueeze(x, 0);
+  const Shape xs = im.shape(x);
+  const Expr hp = im.simplify(xs[2] + c(2 * pad[0])), wp = im.simplify(xs[3] + c(2 * pad[1]));
+  if (pad[0] != 0 || pad[1] != 0) x = im.emit(OpKind::Pad, {x}, {std::vector<std::int64_t>{pad[1], pad[1], pad[0], pad[0]}, 0.0}, d, {xs[0], xs[1], hp, wp});
+  const Expr oh = im.simplify(sym::floordiv(hp - c(dil[0] * (k[0] - 1) + 1), c(st[0])) + c(1));
+  const Expr ow = im.simplify(sym::floordiv(wp - c(dil[1] * (k[1] - 1) + 1), c(st[1])) + c(1));
+  std::vector<int> taps;
+  for (std::int64_t i = 0; i < k[0]; ++i) {
+    for (std::int64_t j = 0; j < k[1]; ++j) {
+      const Expr h0 = c(i * dil[0]), w0 = c(j * dil[1]);
+      int t = im.emit(OpKind::Slice, {x}, {std::int64_t{2}, h0, im.simplify(h0 + (oh - c(1)) * c(st[0]) + c(1)), st[0]}, d,
+                      {xs[0], xs[1], oh, wp});
+      t = im.emit(OpKind::Slice, {t}, {std::int64_t{3}, w0, im.simplify(w0 + (ow - c(1)) * c(st[1]) + c(1)), st[1]}, d,
+                  {xs[0], xs[1], oh, ow});
+      taps.push_back(im.unsqueeze(t, 2));
+    }
+  }
+  const Expr kk = c(k[0] * k[1]);
+  const int all = taps.size() == 1 ? taps[0] : im.emit(OpKind::Cat, taps, {std::int64_t{2}}, d, {xs[0], xs[1], kk, oh, ow});
+  Shape out{xs[0], im.simplify(xs[1] * kk), im.simplify(oh * ow)};
+  int y = im.reshape(all, out);
+  if (!batched) y = im.reshape(y, {out[1], out[2]});
+  im.define(0, y);
+}
+
+// col2im (F.fold)(x [N, C*kh*kw, L], output_size, kernel_size, dilation, padding, stride)
+// -> [N, C, H, W]: each kernel tap's [oh, ow] plane spread by the stride (zeros between),
+// placed at its offset in the padded output and summed; the padding cut off at the end.
+void col2im(Importer& im) {
+  int x = im.tensor(0, "self");
+  const DType d = im.dtype(x);
+  const auto size = pair(im.int_list(1, "output_size"), 1), k = pair(im.int_list(2, "kernel_size"), 1);
+  const auto dil = pair(im.int_list(3, "dilation"), 1), pad = pair(im.int_list(4, "padding"), 0);
+  const auto st = pair(im.int_list(5, "stride"), 1);
+  const bool batched = im.rank(x) == 3;
+  if (!batched && im.rank(x) != 2) im.bad("col2im input must be [N, C*kh*kw, L] or [C*kh*kw, L]");
+  if (!batched) x = im.unsqueeze(x, 0);
+  const Shape xs = im.shape(x);
+  const std::int64_t hp = size[0] + 2 * pad[0], wp = size[1] + 2 * pad[1];
+  const std::int64_t oh = (hp - (dil[0] * (k[0] - 1) + 1)) / st[0] + 1, ow = (wp - (dil[1] * (k[1] - 1) + 1)) / st[1] + 1;
+  if (oh <= 0 || ow <= 0) im.bad("col2im output_size is smaller than one kernel window");
+  if (im.simplify(xs[2]).constant_value() != oh * ow) im.bad("col2im input has " + sym::to_string(xs[2], &im.program.env) + " blocks, not " + std::to_string(oh * ow));
+  const Expr ch = im.simplify(sym::floordiv(xs[1], c(k[0] * k[1])));
+  const int cols = im.reshape(x, {xs[0], ch, c(k[0] * k[1]), c(oh), c(ow)});
+  const Shape plane{xs[0], ch, c(hp), c(wp)};
+  const std::int64_t sh = (oh - 1) * st[0] + 1, sw = (ow - 1) * st[1] + 1;
+  int acc = -1;
+  for (std::int64_t i = 0; i < k[0]; ++i) {
+    for (std::int64_t j = 0; j < k[1]; ++j) {
+      const std::int64_t tap = i * k[1] + j;
+      int t = im.emit(OpKind::Slice, {cols}, {std::int64_t{2}, c(tap), c(tap + 1), std::int64_t{1}}, d, {xs[0], ch, c(1), c(oh), c(ow)});
+      t = im.reshape(t, {xs[0], ch, c(oh), c(1), c(ow), c(1)});
+      if (st[0] > 1 || st[1] > 1) {
+        t = im.emit(OpKind::Pad, {t}, {std::vector<std::int64_t>{0, st[1] - 1, 0, 0, 0, st[0] - 1}, 0.0}, d,
+                    {xs[0], ch, c(oh), c(st[0]), c(ow), c(st[1])});
+      }
+      t = im.reshape(t, {xs[0], ch, c(oh * st[0]), c(ow * st[1])});
+      if (st[0] > 1) t = im.emit(OpKind::Slice, {t}, {std::int64_t{2}, c(0), c(sh), std::int64_t{1}}, d, {xs[0], ch, c(sh), c(ow * st[1])});
+      if (st[1] > 1) t = im.emit(OpKind::Slice, {t}, {std::int64_t{3}, c(0), c(sw), std::int64_t{1}}, d, {xs[0], ch, c(sh), c(sw)});
+      const std::int64_t top = i * dil[0], left = j * dil[1];
+      t = im.emit(OpKind::Pad, {t}, {std::vector<std::int64_t>{left, wp - left - sw, top, hp - top - sh}, 0.0}, d, plane);
+      acc = acc < 0 ? t : im.emit(OpKind::Add, {acc, t}, {}, d, plane);
+    }
+  }
+  int y = acc;
+  if (pad[0] > 0) y = im.emit(OpKind::Slice, {y}, {std::int64_t{2}, c(pad[0]), c(pad[0] + size[0]), std::int64_t{1}}, d, {xs[0], ch, c(size[0]), c(wp)});
+  if (pad[1] > 0) y = im.emit(OpKind::Slice, {y}, {std::int64_t{3}, c(pad[1]), c(pad[1] + size[1]), std::int64_t{1}}, d, {xs[0], ch, c(size[0]), c(size[1])});
+  if (!batched) y = im.reshape(y, {ch, c(size[0]), c(size[1])});
+  im.define(0, y);
+}
+
 }  // namespace
 
 int conv2d_node(Importer& im, int x, int w, std::optional<int> bias, std::vector<std::int64_t> stride,
@@ -1160,6 +1241,8 @@ void register_nn(HandlerTable& t) {
   t["aten.bilinear"] = bilinear;
   t["aten._trilinear"] = trilinear;
   t["aten.linalg_matrix_norm"] = matrix_norm;
+  t["aten.im2col"] = im2col;
+  t["aten.col2im"] = col2im;
   t["aten.channel_shuffle"] = channel_shuffle;
   t["aten.native_channel_shuffle"] = channel_shuffle;
   t["aten.layer_norm"] = layer_norm;

@@ -606,6 +606,77 @@ void register_elementwise(HandlerTable& t) {
     r = im.emit(OpKind::Where, {is_pos, im.scalar(posinf, d), r}, {}, d, s);
     im.emit_out(OpKind::Where, {is_neg, im.scalar(neginf, d), r});
   };
+  t["aten.addcmul"] = [](Importer& im) {  // self + value * t1 * t2
+    const DType d = im.out_dtype();
+    const int x = im.cast(im.tensor(0, "self"), d), a = im.cast(im.tensor(1, "tensor1"), d), b = im.cast(im.tensor(2, "tensor2"), d);
+    const double value = im.has(3, "value") ? im.float_arg(3, "value") : 1.0;
+    const Shape s = im.out_shape();
+    int p = im.emit(OpKind::Mul, {a, b}, {}, d, s);
+    if (value != 1.0) p = im.emit(OpKind::Mul, {p, im.scalar(value, d)}, {}, d, s);
+    im.emit_out(OpKind::Add, {x, p});
+  };
+  t["aten.addcdiv"] = [](Importer& im) {  // self + value * t1 / t2
+    const DType d = im.out_dtype();
+    const int x = im.cast(im.tensor(0, "self"), d), a = im.cast(im.tensor(1, "tensor1"), d), b = im.cast(im.tensor(2, "tensor2"), d);
+    const double value = im.has(3, "value") ? im.float_arg(3, "value") : 1.0;
+    const Shape s = im.out_shape();
+    int q = im.emit(OpKind::Div, {a, b}, {std::monostate{}}, d, s);
+    if (value != 1.0) q = im.emit(OpKind::Mul, {q, im.scalar(value, d)}, {}, d, s);
+    im.emit_out(OpKind::Add, {x, q});
+  };
+  t["aten.count_nonzero"] = [](Importer& im) {
+    const int x = im.tensor(0, "self");
+    const Shape xs = im.shape(x);
+    std::vector<std::int64_t> dims;
+    if (im.has(1, "dim")) dims = im.int_list(1, "dim");
+    if (dims.empty()) for (std::int64_t k = 0; k < im.rank(x); ++k) dims.push_back(k);
+    for (auto& k : dims) k = im.norm_dim(k, im.rank(x));
+    std::sort(dims.begin(), dims.end());
+    const int nz = im.cast(im.emit(OpKind::Ne, {x, im.scalar(0, im.dtype(x))}, {}, DType::kBool, xs), DType::kI64);
+    im.emit_out(OpKind::Sum, {nz}, {dims, false, std::monostate{}});
+  };
+  t["aten.deg2rad"] = [](Importer& im) {
+    composite(im, [&](int x, DType d, const Shape& s) { return im.emit(OpKind::Mul, {x, im.scalar(M_PI / 180.0, d)}, {}, d, s); });
+  };
+  t["aten.rad2deg"] = [](Importer& im) {
+    composite(im, [&](int x, DType d, const Shape& s) { return im.emit(OpKind::Mul, {x, im.scalar(180.0 / M_PI, d)}, {}, d, s); });
+  };
+  t["aten.heaviside"] = [](Importer& im) {  // 0 below 0, values at 0, 1 above
+    composite2(im, "values", [&](int x, int v, DType d, const Shape& s) {
+      const Shape xs = im.shape(x);
+      const int step = im.cast(im.emit(OpKind::Gt, {x, im.scalar(0, d)}, {}, DType::kBool, xs), d);
+      const int zero = im.emit(OpKind::Eq, {x, im.scalar(0, d)}, {}, DType::kBool, xs);
+      return im.emit(OpKind::Where, {zero, v, step}, {}, d, s);
+    });
+  };
+  for (const char* name : {"aten.erfc", "aten.special_erfc"}) {
+    t[name] = [](Importer& im) {  // 1 - erf(x)
+      composite(im, [&](int x, DType d, const Shape& s) {
+        return im.emit(OpKind::Sub, {im.scalar(1, d), im.emit(OpKind::Erf, {x}, {}, d, s)}, {}, d, s);
+      });
+    };
+  }
+  t["aten.float_power"] = [](Importer& im) {  // pow in float64
+    const Operand base = im.operand(0, "self"), exp = im.operand(1, "exponent");
+    im.emit_out(OpKind::Pow, {im.as_tensor(base, DType::kF64), im.as_tensor(exp, DType::kF64)});
+  };
+  t["aten.xlogy"] = [](Importer& im) {  // x * log(y); 0 where x == 0 unless y is NaN
+    composite2(im, "other", [&](int x, int y, DType d, const Shape& s) {
+      const int p = im.emit(OpKind::Mul, {x, im.emit(OpKind::Log, {y}, {}, d, im.shape(y))}, {}, d, s);
+      const int x_zero = im.emit(OpKind::Eq, {x, im.scalar(0, d)}, {}, DType::kBool, im.shape(x));
+      const int y_num = im.emit(OpKind::Eq, {y, y}, {}, DType::kBool, im.shape(y));
+      const int zero = im.emit(OpKind::LogicalAnd, {x_zero, y_num}, {}, DType::kBool, s);
+      return im.emit(OpKind::Where, {zero, im.scalar(0, d), p}, {}, d, s);
+    });
+  };
+  t["aten.sinc"] = [](Importer& im) {  // sin(pi x) / (pi x), 1 at 0
+    composite(im, [&](int x, DType d, const Shape& s) {
+      const int px = im.emit(OpKind::Mul, {x, im.scalar(M_PI, d)}, {}, d, s);
+      const int q = im.emit(OpKind::Div, {im.emit(OpKind::Sin, {px}, {}, d, s), px}, {std::monostate{}}, d, s);
+      const int zero = im.emit(OpKind::Eq, {x, im.scalar(0, d)}, {}, DType::kBool, s);
+      return im.emit(OpKind::Where, {zero, im.scalar(1, d), q}, {}, d, s);
+    });
+  };
   t["aten.logaddexp"] = [](Importer& im) {  // max + log(1 + exp(-|a - b|)); a where a == b = +-inf
     composite2(im, "other", [&](int a, int b, DType d, const Shape& s) {
       const int m = im.emit(OpKind::Maximum, {a, b}, {}, d, s);
@@ -701,8 +772,21 @@ void register_elementwise(HandlerTable& t) {
   };
 
   t["aten.where"] = [](Importer& im) {
-    if (im.overload() == "default") im.unsupported("where(condition) (use nonzero)");
-    where(im);
+    if (im.overload() != "default") {
+      where(im);
+      return;
+    }
+    // where(condition): one index tensor per dim, the columns of nonzero(condition).
+    const int cond = im.tensor(0, "condition");
+    const std::int64_t r = im.rank(cond);
+    if (r == 0 || static_cast<std::int64_t>(im.num_outputs()) != r) im.unsupported("where(condition) of a 0-d condition");
+    const Expr count = im.out_shape(0)[0];
+    const int nz = im.emit(OpKind::Nonzero, {cond}, {}, DType::kI64, {count, Expr::constant(r)});
+    for (std::int64_t k = 0; k < r; ++k) {
+      const int col = im.emit(OpKind::Slice, {nz}, {std::int64_t{1}, Expr::constant(k), Expr::constant(k + 1), std::int64_t{1}}, DType::kI64,
+                              {count, Expr::constant(1)});
+      im.define(static_cast<std::size_t>(k), im.reshape(col, {count}));
+    }
   };
   t["aten.masked_fill"] = masked_fill;
 

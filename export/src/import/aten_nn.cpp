@@ -1151,6 +1151,72 @@ void col2im(Importer& im) {
   im.define(0, y);
 }
 
+// addmv(self, mat, vec, beta, alpha) = beta self + alpha mat @ vec; addr: + alpha outer(v1, v2).
+void addmv_addr(Importer& im, bool outer) {
+  const DType d = im.out_dtype();
+  const int x = im.cast(im.tensor(0, "self"), d);
+  const int a = im.cast(im.tensor(1, outer ? "vec1" : "mat"), d), b = im.cast(im.tensor(2, outer ? "vec2" : "vec"), d);
+  const double beta = im.float_arg(3, "beta", 1.0), alpha = im.float_arg(4, "alpha", 1.0);
+  const Shape s = im.out_shape();
+  int p = outer ? im.emit(OpKind::Mul, {im.unsqueeze(a, 1), im.unsqueeze(b, 0)}, {}, d, s) : im.emit(OpKind::Matmul, {a, b}, {}, d, s);
+  if (alpha != 1.0) p = im.emit(OpKind::Mul, {p, im.scalar(alpha, d)}, {}, d, s);
+  if (beta == 0.0) {
+    im.define(0, p);
+    return;
+  }
+  const int bx = beta == 1.0 ? x : im.emit(OpKind::Mul, {x, im.scalar(beta, d)}, {}, d, im.shape(x));
+  im.emit_out(OpKind::Add, {p, bx});
+}
+
+// kron(a, b): a's dims interleaved with b's (size 1 inserted), multiplied, merged pairwise.
+void kron(Importer& im) {
+  const DType d = im.out_dtype();
+  int a = im.cast(im.tensor(0, "self"), d), b = im.cast(im.tensor(1, "other"), d);
+  const std::int64_t r = std::max(im.rank(a), im.rank(b));
+  while (im.rank(a) < r) a = im.unsqueeze(a, 0);
+  while (im.rank(b) < r) b = im.unsqueeze(b, 0);
+  const Shape as = im.shape(a), bs = im.shape(b);
+  Shape ai, bi, prod, out;
+  for (std::int64_t k = 0; k < r; ++k) {
+    const auto u = static_cast<std::size_t>(k);
+    ai.push_back(as[u]), ai.push_back(c(1));
+    bi.push_back(c(1)), bi.push_back(bs[u]);
+    prod.push_back(as[u]), prod.push_back(bs[u]);
+    out.push_back(im.simplify(as[u] * bs[u]));
+  }
+  const int m = im.emit(OpKind::Mul, {im.reshape(a, ai), im.reshape(b, bi)}, {}, d, prod);
+  im.define(0, im.reshape(m, out));
+}
+
+// tensordot(a, b, dims_a, dims_b): a's free dims x b's free dims, one matmul.
+void tensordot(Importer& im) {
+  const DType d = im.out_dtype();
+  const int a = im.cast(im.tensor(0, "self"), d), b = im.cast(im.tensor(1, "other"), d);
+  auto da = im.int_list(2, "dims_self"), db = im.int_list(3, "dims_other");
+  if (da.size() != db.size()) im.bad("tensordot contracts different numbers of dims");
+  for (auto& k : da) k = im.norm_dim(k, im.rank(a));
+  for (auto& k : db) k = im.norm_dim(k, im.rank(b));
+  auto split = [&](int v, const std::vector<std::int64_t>& con, bool contracted_last) {
+    std::vector<std::int64_t> free, perm;
+    for (std::int64_t k = 0; k < im.rank(v); ++k) {
+      if (std::find(con.begin(), con.end(), k) == con.end()) free.push_back(k);
+    }
+    const Shape vs = im.shape(v);
+    Expr fsize = c(1), csize = c(1);
+    for (auto k : free) fsize = fsize * vs[static_cast<std::size_t>(k)];
+    for (auto k : con) csize = csize * vs[static_cast<std::size_t>(k)];
+    if (contracted_last) perm = free, perm.insert(perm.end(), con.begin(), con.end());
+    else perm = con, perm.insert(perm.end(), free.begin(), free.end());
+    const int p = im.permute(v, perm);
+    const Shape m = contracted_last ? Shape{im.simplify(fsize), im.simplify(csize)} : Shape{im.simplify(csize), im.simplify(fsize)};
+    return std::pair{im.reshape(p, m), m};
+  };
+  const auto [ma, sa] = split(a, da, true);
+  const auto [mb, sb] = split(b, db, false);
+  const int p = im.emit(OpKind::Matmul, {ma, mb}, {}, d, {sa[0], sb[1]});
+  im.define(0, im.reshape(p, im.out_shape()));
+}
+
 }  // namespace
 
 int conv2d_node(Importer& im, int x, int w, std::optional<int> bias, std::vector<std::int64_t> stride,
@@ -1241,6 +1307,10 @@ void register_nn(HandlerTable& t) {
   t["aten.bilinear"] = bilinear;
   t["aten._trilinear"] = trilinear;
   t["aten.linalg_matrix_norm"] = matrix_norm;
+  t["aten.addmv"] = [](Importer& im) { addmv_addr(im, false); };
+  t["aten.addr"] = [](Importer& im) { addmv_addr(im, true); };
+  t["aten.kron"] = kron;
+  t["aten.tensordot"] = tensordot;
   t["aten.im2col"] = im2col;
   t["aten.col2im"] = col2im;
   t["aten.channel_shuffle"] = channel_shuffle;

@@ -727,6 +727,114 @@ void register_shape(HandlerTable& t) {
   t["aten.sort"] = [](Importer& im) { topk(im, true, false); };
   t["aten.argsort"] = [](Importer& im) { topk(im, true, true); };
 
+  // diagonal(x, offset, dim1, dim2): the two dims moved last and flattened, then the
+  // diagonal's flat positions picked (static sizes); the diagonal becomes the last dim.
+  t["aten.diagonal"] = [](Importer& im) {
+    const int x = im.tensor(0, "self");
+    const std::int64_t r = im.rank(x), offset = im.int_arg(1, "offset", 0);
+    const std::int64_t d1 = im.norm_dim(im.int_arg(2, "dim1", 0), r), d2 = im.norm_dim(im.int_arg(3, "dim2", 1), r);
+    if (d1 == d2) im.bad("diagonal dim1 and dim2 are the same");
+    const Shape xs = im.shape(x);
+    auto n1 = im.simplify(xs[static_cast<std::size_t>(d1)]).constant_value(), n2 = im.simplify(xs[static_cast<std::size_t>(d2)]).constant_value();
+    if (!n1 || !n2) im.unsupported("diagonal of dynamic sizes");
+    std::vector<std::int64_t> perm, flat_idx;
+    Shape rest;
+    for (std::int64_t k = 0; k < r; ++k) {
+      if (k != d1 && k != d2) perm.push_back(k), rest.push_back(xs[static_cast<std::size_t>(k)]);
+    }
+    perm.push_back(d1), perm.push_back(d2);
+    for (std::int64_t i = std::max<std::int64_t>(0, -offset); i < *n1 && i + offset < *n2; ++i) flat_idx.push_back(i * *n2 + i + offset);
+    Shape flat = rest;
+    flat.push_back(c(*n1 * *n2));
+    const int f = im.reshape(im.permute(x, perm), flat);
+    im.emit_out(OpKind::IndexSelect, {f, im.index_constant(flat_idx)}, {static_cast<std::int64_t>(rest.size())});
+  };
+  t["aten.trace"] = [](Importer& im) {  // the sum of the main diagonal of a matrix
+    const int x = im.tensor(0, "self");
+    if (im.rank(x) != 2) im.bad("trace needs a matrix");
+    const Shape xs = im.shape(x);
+    auto n1 = im.simplify(xs[0]).constant_value(), n2 = im.simplify(xs[1]).constant_value();
+    if (!n1 || !n2) im.unsupported("trace of dynamic sizes");
+    std::vector<std::int64_t> idx;
+    for (std::int64_t i = 0; i < std::min(*n1, *n2); ++i) idx.push_back(i * *n2 + i);
+    const int f = im.reshape(x, {c(*n1 * *n2)});
+    const int diag = im.emit(OpKind::IndexSelect, {f, im.index_constant(idx)}, {std::int64_t{0}}, im.dtype(x), {c(static_cast<std::int64_t>(idx.size()))});
+    const DType out = im.out_dtype();
+    im.emit_out(OpKind::Sum, {im.cast(diag, dtype_is_floating(out) ? out : im.dtype(diag))}, {std::vector<std::int64_t>{0}, false, std::monostate{}});
+  };
+  t["aten.meshgrid"] = [](Importer& im) {  // each 1-D input expanded over the grid ('ij'; 'xy' swaps the first two)
+    const auto xs = im.tensor_list(0, "tensors");
+    const std::string indexing = im.string_arg(1, "indexing", "ij");
+    if (indexing != "ij" && indexing != "xy") im.bad("meshgrid indexing must be 'ij' or 'xy'");
+    const bool xy = indexing == "xy" && xs.size() >= 2;
+    Shape grid;
+    for (int v : xs) {
+      if (im.rank(v) > 1) im.bad("meshgrid takes 0-d or 1-d tensors");
+      grid.push_back(im.rank(v) == 0 ? c(1) : im.shape(v)[0]);
+    }
+    if (xy) std::swap(grid[0], grid[1]);
+    for (std::size_t k = 0; k < xs.size(); ++k) {
+      const std::size_t pos = xy && k < 2 ? 1 - k : k;
+      Shape s(xs.size(), c(1));
+      s[pos] = grid[pos];
+      const int r = im.reshape(xs[k], s);
+      im.define(k, im.emit(OpKind::Expand, {r}, {grid}, im.dtype(xs[k]), grid));
+    }
+  };
+  t["aten.one_hot"] = [](Importer& im) {  // x[..., None] == arange(num_classes)
+    const int x = im.tensor(0, "self");
+    const std::int64_t n = im.int_arg(1, "num_classes", -1);
+    if (n < 0) im.unsupported("one_hot without num_classes (its size would depend on the data)");
+    const int classes = im.emit(OpKind::Arange, {}, {c(0), c(n), c(1), im.dtype(x)}, im.dtype(x), {c(n)});
+    const int eq = im.emit(OpKind::Eq, {im.unsqueeze(x, im.rank(x)), classes}, {}, DType::kBool, im.out_shape());
+    im.define(0, im.cast(eq, im.out_dtype()));
+  };
+  t["aten.rot90"] = [](Importer& im) {  // PyTorch: k = 1 flips dims[1] then transposes; 2 flips both; 3 flips dims[0]
+    const int x = im.tensor(0, "self");
+    const std::int64_t r = im.rank(x);
+    auto dims = im.int_list(2, "dims", {0, 1});
+    if (dims.size() != 2) im.bad("rot90 needs two dims");
+    const std::int64_t a = im.norm_dim(dims[0], r), b = im.norm_dim(dims[1], r);
+    if (a == b) im.bad("rot90 dims must differ");
+    const std::int64_t k = ((im.int_arg(1, "k", 1) % 4) + 4) % 4;
+    std::vector<std::int64_t> swap;
+    for (std::int64_t i = 0; i < r; ++i) swap.push_back(i == a ? b : i == b ? a : i);
+    const DType d = im.dtype(x);
+    const Shape xs = im.shape(x);
+    if (k == 0) {
+      im.define(0, x);
+    } else if (k == 2) {
+      im.emit_out(OpKind::Flip, {x}, {std::vector<std::int64_t>{std::min(a, b), std::max(a, b)}});
+    } else {
+      const int f = im.emit(OpKind::Flip, {x}, {std::vector<std::int64_t>{k == 1 ? b : a}}, d, xs);
+      im.define(0, im.permute(f, swap));
+    }
+  };
+  t["aten.take_along_dim"] = [](Importer& im) {  // gather after broadcasting all dims but `dim`
+    int x = im.tensor(0, "self");
+    int idx = im.tensor(1, "indices");
+    if (!im.has(2, "dim")) {
+      Expr n = c(1);
+      for (const Expr& e : im.shape(x)) n = n * e;
+      Expr m = c(1);
+      for (const Expr& e : im.shape(idx)) m = m * e;
+      im.emit_out(OpKind::Gather, {im.reshape(x, {im.simplify(n)}), im.reshape(idx, {im.simplify(m)})}, {std::int64_t{0}});
+      return;
+    }
+    const std::int64_t r = im.rank(x);
+    if (im.rank(idx) != r) im.bad("take_along_dim indices must have the rank of self");
+    const std::int64_t d = im.norm_dim(im.int_arg(2, "dim"), r);
+    Shape xs = im.shape(x), is = im.shape(idx), bx = xs, bi = is;
+    for (std::int64_t k = 0; k < r; ++k) {
+      if (k == d) continue;
+      const auto u = static_cast<std::size_t>(k);
+      const Expr e = im.simplify(xs[u]).constant_value() == 1 ? is[u] : xs[u];
+      bx[u] = e, bi[u] = e;
+    }
+    if (bx != xs) x = im.emit(OpKind::Expand, {x}, {bx}, im.dtype(x), bx);
+    if (bi != is) idx = im.emit(OpKind::Expand, {idx}, {bi}, im.dtype(idx), bi);
+    im.emit_out(OpKind::Gather, {x, idx}, {d});
+  };
   t["aten.nonzero"] = [](Importer& im) { im.emit_out(OpKind::Nonzero, {im.tensor(0, "self")}); };
   t["aten.masked_select"] = [](Importer& im) {
     im.emit_out(OpKind::MaskedSelect, {im.tensor(0, "self"), im.cast(im.tensor(1, "mask"), DType::kBool)});

@@ -420,6 +420,66 @@ void softmax(Importer& im, OpKind op) {
   im.emit_out(op, {x}, {d});
 }
 
+// The indices output of max_pool2d (for max_unpool2d): each window's taps as strided
+// slices of the input padded with -inf, argmax over the taps (the first maximum, in the
+// window's raster order as PyTorch scans it), turned into the flat index h * W + w of the
+// unpadded plane. Static spatial sizes.
+void max_pool_indices(Importer& im, int x, const std::vector<std::int64_t>& k, const std::vector<std::int64_t>& st,
+                      const std::vector<std::int64_t>& pad, const std::vector<std::int64_t>& dil) {
+  const DType d = im.dtype(x);
+  if (!dtype_is_floating(d)) im.unsupported("the indices output of max pooling of integers");
+  const Shape xs = im.shape(x), out = im.out_shape(1);
+  const std::size_t r = xs.size();
+  if (r != 3 && r != 4) im.bad("max_pool2d input must be [N, C, H, W] or [C, H, W]");
+  auto fixed = [&](const Expr& e) {
+    auto v = im.simplify(e).constant_value();
+    if (!v) im.unsupported("the indices output of max pooling with dynamic spatial sizes");
+    return *v;
+  };
+  const std::int64_t h = fixed(xs[r - 2]), w = fixed(xs[r - 1]), oh = fixed(out[r - 2]), ow = fixed(out[r - 1]);
+  // Rows and columns the windows reach (ceil_mode may reach past the padding).
+  const std::int64_t need_h = (oh - 1) * st[0] + dil[0] * (k[0] - 1) + 1, need_w = (ow - 1) * st[1] + dil[1] * (k[1] - 1) + 1;
+  const std::int64_t extra_h = std::max<std::int64_t>(0, need_h - h - 2 * pad[0]), extra_w = std::max<std::int64_t>(0, need_w - w - 2 * pad[1]);
+  Shape ps = xs;
+  ps[r - 2] = c(h + 2 * pad[0] + extra_h), ps[r - 1] = c(w + 2 * pad[1] + extra_w);
+  int xp = x;
+  if (ps != xs) xp = im.emit(OpKind::Pad, {x}, {std::vector<std::int64_t>{pad[1], pad[1] + extra_w, pad[0], pad[0] + extra_h}, -HUGE_VAL}, d, ps);
+  Shape tap_shape = xs;
+  tap_shape[r - 2] = c(oh), tap_shape[r - 1] = c(ow);
+  Shape one = tap_shape;
+  one.insert(one.end() - 2, c(1));
+  std::vector<int> taps;
+  for (std::int64_t i = 0; i < k[0]; ++i) {
+    for (std::int64_t j = 0; j < k[1]; ++j) {
+      Shape rows = ps;
+      rows[r - 2] = c(oh);
+      int t = im.emit(OpKind::Slice, {xp}, {static_cast<std::int64_t>(r - 2), c(i * dil[0]), c(i * dil[0] + (oh - 1) * st[0] + 1), st[0]}, d, rows);
+      t = im.emit(OpKind::Slice, {t}, {static_cast<std::int64_t>(r - 1), c(j * dil[1]), c(j * dil[1] + (ow - 1) * st[1] + 1), st[1]}, d, tap_shape);
+      taps.push_back(im.reshape(t, one));
+    }
+  }
+  Shape all = one;
+  all[r - 2] = c(k[0] * k[1]);
+  const int stacked = taps.size() == 1 ? taps[0] : im.emit(OpKind::Cat, taps, {static_cast<std::int64_t>(r - 2)}, d, all);
+  const int tap = im.emit(OpKind::Argmax, {stacked}, {static_cast<std::int64_t>(r - 2), false}, DType::kI64, tap_shape);
+  // tap -> (ki, kj) -> the input row and column.
+  const int ki = im.emit(OpKind::Div, {tap, im.scalar(static_cast<double>(k[1]), DType::kI64)}, {std::string("floor")}, DType::kI64, tap_shape);
+  const int kj = im.emit(OpKind::Sub, {tap, im.emit(OpKind::Mul, {ki, im.scalar(static_cast<double>(k[1]), DType::kI64)}, {}, DType::kI64, tap_shape)},
+                         {}, DType::kI64, tap_shape);
+  std::vector<std::int64_t> row0, col0;
+  for (std::int64_t i = 0; i < oh; ++i) row0.push_back(i * st[0] - pad[0]);
+  for (std::int64_t j = 0; j < ow; ++j) col0.push_back(j * st[1] - pad[1]);
+  const int rows = im.reshape(im.index_constant(row0), {c(oh), c(1)});
+  const int cols = im.index_constant(col0);
+  const int hi = im.emit(OpKind::Add, {im.emit(OpKind::Mul, {ki, im.scalar(static_cast<double>(dil[0]), DType::kI64)}, {}, DType::kI64, tap_shape), rows},
+                         {}, DType::kI64, tap_shape);
+  const int wi = im.emit(OpKind::Add, {im.emit(OpKind::Mul, {kj, im.scalar(static_cast<double>(dil[1]), DType::kI64)}, {}, DType::kI64, tap_shape), cols},
+                         {}, DType::kI64, tap_shape);
+  const int flat = im.emit(OpKind::Add, {im.emit(OpKind::Mul, {hi, im.scalar(static_cast<double>(w), DType::kI64)}, {}, DType::kI64, tap_shape), wi},
+                           {}, DType::kI64, tap_shape);
+  im.define(1, im.cast(flat, im.out_dtype(1)));
+}
+
 void max_pool(Importer& im) {
   const int x = im.tensor(0, "self");
   const auto kernel = pair(im.int_list(1, "kernel_size"), 1);
@@ -429,7 +489,7 @@ void max_pool(Importer& im) {
   const auto dilation = pair(im.int_list(4, "dilation", {1}), 1);
   const bool ceil_mode = im.bool_arg(5, "ceil_mode", false);
   im.emit_out(OpKind::MaxPool2d, {x}, {kernel, stride, padding, dilation, ceil_mode});
-  if (im.num_outputs() > 1 && im.output_used(1)) im.unsupported("the indices output of max pooling");
+  if (im.num_outputs() > 1 && im.output_used(1)) max_pool_indices(im, x, kernel, stride, padding, dilation);
 }
 
 void avg_pool(Importer& im) {

@@ -107,14 +107,15 @@ Status Importer::run(const std::string& path, const ImportOptions& options) {
     create_symbols();
     const json& gm = model_.at("graph_module");
     program.entry = build_graph(gm.at("graph"), "main", true);
-    int folded = 0;
     for (ir::Graph& g : program.graphs) {
       detail::simplify_graph(g, program.env);
-      folded += detail::fold_batch_norms(program, g);
+      detail::fold_batch_norms(program, g);
       detail::eliminate_dead_code(g);
       name_values(g);
     }
-    if (folded > 0) detail::drop_unused_constants(program);
+    // Weights no node reads any more: folded batch norms' and those a decomposition
+    // replaced (a 3-D convolution's 5-D weight by its per-tap 4-D slices).
+    detail::drop_unused_constants(program);
     for (ir::InputSpec& in : program.inputs) {
       for (sym::Expr& e : in.shape) e = program.env.simplify(e);
       if (in.is_int && in.dynamism != ir::Dynamism::kStatic) in.expr = program.env.simplify(in.expr);

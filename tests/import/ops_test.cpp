@@ -349,6 +349,57 @@ TEST(ImportOps, MathCompositesAtSignedZerosAndInfinities) {
   expect_near(run(atanh, {f32({3}, {-0.5f, 0, 0.9f})}), {std::atanh(-0.5f), 0, std::atanh(0.9f)});
 }
 
+// Window arguments of the decomposed convolutions and pools from a hostile archive: a zero
+// stride, a negative padding, a huge kernel are rejected at import (exit 2) naming the op
+// and the argument, before any arithmetic divides by them or loops over them.
+TEST(ImportOps, HostileWindowArgumentsAreRejected) {
+  struct Hostile {
+    OneOp op;
+    std::string message;
+  };
+  auto ints_arg = [](std::vector<std::int64_t> v) { return json{{"as_ints", v}}; };
+  const std::vector<Hostile> cases = {
+      {{"aten.im2col.default",
+        {{"self", tensor_arg("x")}, {"kernel_size", ints_arg({2, 2})}, {"dilation", ints_arg({1, 1})}, {"padding", ints_arg({0, 0})},
+         {"stride", ints_arg({0, 1})}},
+        {{"x", {1, 1, 4, 4}}}, {1, 4, 9}},
+       "im2col stride 0 is outside [1, 1048576)"},
+      {{"aten.col2im.default",
+        {{"self", tensor_arg("x")}, {"output_size", ints_arg({4, 4})}, {"kernel_size", ints_arg({2, 2})}, {"dilation", ints_arg({1, 1})},
+         {"padding", ints_arg({-3, 0})}, {"stride", ints_arg({1, 1})}},
+        {{"x", {1, 4, 9}}}, {1, 1, 4, 4}},
+       "col2im padding -3 is outside [0, 1048576)"},
+      {{"aten.col2im.default",
+        {{"self", tensor_arg("x")}, {"output_size", ints_arg({4, 4})}, {"kernel_size", ints_arg({1000, 1000})}, {"dilation", ints_arg({1, 1})},
+         {"padding", ints_arg({0, 0})}, {"stride", ints_arg({1, 1})}},
+        {{"x", {1, 4, 9}}}, {1, 1, 4, 4}},
+       "col2im with more than 65536 kernel taps"},
+      {{"aten.max_pool3d.default", {{"self", tensor_arg("x")}, {"kernel_size", ints_arg({0, 2, 2})}}, {{"x", {1, 1, 4, 4, 4}}}, {1, 1, 2, 2, 2}},
+       "max_pool3d kernel size 0 is outside [1, 1048576)"},
+      {{"aten.avg_pool3d.default",
+        {{"self", tensor_arg("x")}, {"kernel_size", ints_arg({2, 2, 2})}, {"stride", ints_arg({2, 0, 2})}}, {{"x", {1, 1, 4, 4, 4}}}, {1, 1, 2, 2, 2}},
+       "avg_pool3d stride 0 is outside [1, 1048576)"},
+      {{"aten.avg_pool2d.default",
+        {{"self", tensor_arg("x")}, {"kernel_size", ints_arg({2, 2})}, {"stride", ints_arg({0, 0})}, {"padding", ints_arg({0, 0})},
+         {"ceil_mode", {{"as_bool", false}}}, {"count_include_pad", {{"as_bool", true}}}, {"divisor_override", {{"as_int", 3}}}},
+        {{"x", {1, 1, 4, 4}}}, {1, 1, 2, 2}},
+       "avg_pool2d stride 0 is outside [1, 1048576)"},
+      {{"aten.conv3d.default",
+        {{"input", tensor_arg("x")}, {"weight", tensor_arg("w")}, {"bias", {{"as_none", true}}}, {"stride", ints_arg({1, 0, 1})}},
+        {{"x", {1, 2, 3, 4, 4}}, {"w", {2, 2, 1, 1, 1}}}, {1, 2, 3, 4, 4}},
+       "conv3d stride 0 is outside [1, 1048576)"},
+  };
+  for (const Hostile& h : cases) {
+    const fs::path p = fs::temp_directory_path() / ("kiln_op_hostile_" + std::to_string(::getpid()) + ".pt2");
+    auto ep = import_pt2(write_archive(h.op, p.string()));
+    fs::remove(p);
+    ASSERT_FALSE(ep.ok()) << h.op.target;
+    EXPECT_EQ(ep.status().code(), h.message.find("more than") != std::string::npos ? StatusCode::kUnsupported : StatusCode::kInvalidBundle)
+        << h.op.target << ": " << ep.status().message();
+    EXPECT_NE(ep.status().message().find(h.message), std::string::npos) << ep.status().message();
+  }
+}
+
 TEST(ImportOps, ArgumentsKiln_CannotExpressNameTheOpAndLine) {
   OneOp op{"aten.pad.default", {{"self", tensor_arg("x")}, {"pad", {{"as_ints", {-1, 1}}}}, {"mode", {{"as_string", "reflect"}}}},
            {{"x", {1, 3}}}, {1, 3}};

@@ -425,7 +425,7 @@ void softmax(Importer& im, OpKind op) {
 // window's raster order as PyTorch scans it), turned into the flat index h * W + w of the
 // unpadded plane. Static spatial sizes.
 void max_pool_indices(Importer& im, int x, const std::vector<std::int64_t>& k, const std::vector<std::int64_t>& st,
-                      const std::vector<std::int64_t>& pad, const std::vector<std::int64_t>& dil) {
+                      const std::vector<std::int64_t>& pad, const std::vector<std::int64_t>& dil, bool ceil_mode) {
   const DType d = im.dtype(x);
   if (!dtype_is_floating(d)) im.unsupported("the indices output of max pooling of integers");
   const Shape xs = im.shape(x), out = im.out_shape(1);
@@ -436,7 +436,12 @@ void max_pool_indices(Importer& im, int x, const std::vector<std::int64_t>& k, c
     if (!v) im.unsupported("the indices output of max pooling with dynamic spatial sizes");
     return *v;
   };
+  check_window(im, "max_pool2d", k, st, pad, dil);
   const std::int64_t h = fixed(xs[r - 2]), w = fixed(xs[r - 1]), oh = fixed(out[r - 2]), ow = fixed(out[r - 1]);
+  if (oh != pooling_output_size(h, k[0], pad[0], st[0], dil[0], ceil_mode) || ow != pooling_output_size(w, k[1], pad[1], st[1], dil[1], ceil_mode) ||
+      oh < 1 || ow < 1) {
+    im.bad("max_pool2d indices output shape does not match its input and window");
+  }
   // Rows and columns the windows reach (ceil_mode may reach past the padding).
   const std::int64_t need_h = (oh - 1) * st[0] + dil[0] * (k[0] - 1) + 1, need_w = (ow - 1) * st[1] + dil[1] * (k[1] - 1) + 1;
   const std::int64_t extra_h = std::max<std::int64_t>(0, need_h - h - 2 * pad[0]), extra_w = std::max<std::int64_t>(0, need_w - w - 2 * pad[1]);
@@ -489,7 +494,7 @@ void max_pool(Importer& im) {
   const auto dilation = pair(im.int_list(4, "dilation", {1}), 1);
   const bool ceil_mode = im.bool_arg(5, "ceil_mode", false);
   im.emit_out(OpKind::MaxPool2d, {x}, {kernel, stride, padding, dilation, ceil_mode});
-  if (im.num_outputs() > 1 && im.output_used(1)) max_pool_indices(im, x, kernel, stride, padding, dilation);
+  if (im.num_outputs() > 1 && im.output_used(1)) max_pool_indices(im, x, kernel, stride, padding, dilation, ceil_mode);
 }
 
 void avg_pool(Importer& im) {
@@ -514,8 +519,13 @@ void avg_pool(Importer& im) {
     if (!v) im.unsupported("avg_pool2d with divisor_override on a dynamic spatial size");
     return *v;
   };
+  check_window(im, "avg_pool2d", kernel, stride, padding, {1, 1});
   const std::int64_t h = fixed(xs[xs.size() - 2]), w = fixed(xs[xs.size() - 1]);
   const std::int64_t oh = fixed(out[out.size() - 2]), ow = fixed(out[out.size() - 1]);
+  if (oh != pooling_output_size(h, kernel[0], padding[0], stride[0], 1, ceil_mode) ||
+      ow != pooling_output_size(w, kernel[1], padding[1], stride[1], 1, ceil_mode) || oh < 1 || ow < 1) {
+    im.bad("avg_pool2d output shape does not match its input and window");
+  }
   auto real = [](std::int64_t o, std::int64_t k, std::int64_t st, std::int64_t pad, std::int64_t n) {
     const std::int64_t start = o * st - pad, end = std::min(start + k, n + pad);
     return std::min(end, n) - std::max<std::int64_t>(start, 0);
@@ -1007,6 +1017,7 @@ void diag_embed(Importer& im) {
   if (xs.empty()) im.bad("diag_embed of a 0-d tensor");
   auto n_opt = im.simplify(xs.back()).constant_value();
   if (!n_opt) im.unsupported("diag_embed of a dynamic size");
+  if (*n_opt < 0 || *n_opt > 4096 || std::abs(offset) > 4096) im.unsupported("diag_embed of more than 4096 elements or offsets");
   const std::int64_t n = *n_opt, k = std::abs(offset), m = n + k;
   // x padded to m, times the 0/1 matrix E of the diagonal: E[row, col] = (col == row + offset).
   int v = x;
@@ -1140,9 +1151,13 @@ void im2col(Importer& im) {
   const auto pad = pair(im.int_list(3, "padding"), 0), st = pair(im.int_list(4, "stride"), 1);
   const bool batched = im.rank(x) == 4;
   if (!batched && im.rank(x) != 3) im.bad("im2col input must be [N, C, H, W] or [C, H, W]");
+  check_window(im, "im2col", k, st, pad, dil);
   if (!batched) x = im.unsqueeze(x, 0);
   const Shape xs = im.shape(x);
   const Expr hp = im.simplify(xs[2] + c(2 * pad[0])), wp = im.simplify(xs[3] + c(2 * pad[1]));
+  for (const Expr& e : {hp, wp}) {
+    if (auto v = e.constant_value(); v && *v < 1) im.bad("im2col input is empty after padding");
+  }
   if (pad[0] != 0 || pad[1] != 0) x = im.emit(OpKind::Pad, {x}, {std::vector<std::int64_t>{pad[1], pad[1], pad[0], pad[0]}, 0.0}, d, {xs[0], xs[1], hp, wp});
   const Expr oh = im.simplify(sym::floordiv(hp - c(dil[0] * (k[0] - 1) + 1), c(st[0])) + c(1));
   const Expr ow = im.simplify(sym::floordiv(wp - c(dil[1] * (k[1] - 1) + 1), c(st[1])) + c(1));
@@ -1176,6 +1191,10 @@ void col2im(Importer& im) {
   const auto st = pair(im.int_list(5, "stride"), 1);
   const bool batched = im.rank(x) == 3;
   if (!batched && im.rank(x) != 2) im.bad("col2im input must be [N, C*kh*kw, L] or [C*kh*kw, L]");
+  check_window(im, "col2im", k, st, pad, dil);
+  for (std::int64_t e : size) {
+    if (e < 1 || e >= (std::int64_t{1} << 20)) im.bad("col2im output_size " + std::to_string(e) + " is outside [1, 2^20)");
+  }
   if (!batched) x = im.unsqueeze(x, 0);
   const Shape xs = im.shape(x);
   const std::int64_t hp = size[0] + 2 * pad[0], wp = size[1] + 2 * pad[1];
@@ -1278,6 +1297,36 @@ void tensordot(Importer& im) {
 }
 
 }  // namespace
+
+void check_window(Importer& im, const std::string& what, const std::vector<std::int64_t>& kernel,
+                  const std::vector<std::int64_t>& stride, const std::vector<std::int64_t>& padding,
+                  const std::vector<std::int64_t>& dilation) {
+  constexpr std::int64_t kMax = std::int64_t{1} << 20;
+  auto check = [&](const std::vector<std::int64_t>& v, const char* name, std::int64_t lo) {
+    for (std::int64_t e : v) {
+      if (e < lo || e >= kMax) {
+        im.bad(what + " " + name + " " + std::to_string(e) + " is outside [" + std::to_string(lo) + ", " + std::to_string(kMax) + ")");
+      }
+    }
+  };
+  check(kernel, "kernel size", 1);
+  check(stride, "stride", 1);
+  check(padding, "padding", 0);
+  check(dilation, "dilation", 1);
+  std::int64_t taps = 1;
+  for (std::int64_t k : kernel) {
+    taps *= k;
+    if (taps > 65536) im.unsupported(what + " with more than 65536 kernel taps");
+  }
+}
+
+std::int64_t pooling_output_size(std::int64_t in, std::int64_t k, std::int64_t pad, std::int64_t stride, std::int64_t dilation,
+                                 bool ceil_mode) {
+  const std::int64_t span = in + 2 * pad - dilation * (k - 1) - 1;
+  std::int64_t o = (span + (ceil_mode ? stride - 1 : 0)) / stride + 1;
+  if (ceil_mode && (o - 1) * stride >= in + pad) --o;
+  return o;
+}
 
 int conv2d_node(Importer& im, int x, int w, std::optional<int> bias, std::vector<std::int64_t> stride,
                 std::vector<std::int64_t> padding, std::vector<std::int64_t> dilation, std::int64_t groups, DType dt,

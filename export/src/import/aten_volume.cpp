@@ -307,13 +307,6 @@ int conv_transpose1d(Importer& im, int x, int w, std::optional<int> bias, const 
   return im.reshape(r, out);
 }
 
-// PyTorch's pooling output size (pooling_output_shape).
-std::int64_t pooled_size(std::int64_t in, std::int64_t k, std::int64_t pad, std::int64_t stride, std::int64_t dilation, bool ceil) {
-  const std::int64_t span = in + 2 * pad - dilation * (k - 1) - 1;
-  std::int64_t o = (span + (ceil ? stride - 1 : 0)) / stride + 1;
-  if (ceil && (o - 1) * stride >= in + pad) --o;
-  return o;
-}
 
 // The smallest value of `dt` (max pooling's padding).
 double lowest(DType dt) {
@@ -340,6 +333,7 @@ Pool3d pool_args(Importer& im, bool max) {
   p.padding = triple(im, im.int_list(3, "padding", {0}), 0, "padding");
   p.dilation = max ? triple(im, im.int_list(4, "dilation", {1}), 1, "dilation") : std::vector<std::int64_t>{1, 1, 1};
   p.ceil = im.bool_arg(max ? 5 : 4, "ceil_mode", false);
+  check_window(im, max ? "max_pool3d" : "avg_pool3d", p.kernel, p.stride, p.padding, p.dilation);
   return p;
 }
 
@@ -382,7 +376,8 @@ void max_pool3d(Importer& im) {
   const Shape xs = im.shape(x), out = batched_shape(im.out_shape(), batched);
   if (out.size() != 5) im.bad("max_pool3d output has the wrong rank");
   const std::int64_t d = static_size(im, xs[2], "the pooled depth");
-  const std::int64_t dout = pooled_size(d, p.kernel[0], p.padding[0], p.stride[0], p.dilation[0], p.ceil);
+  const std::int64_t dout = pooling_output_size(d, p.kernel[0], p.padding[0], p.stride[0], p.dilation[0], p.ceil);
+  if (dout < 1) im.bad("max_pool3d window is larger than its padded input");
   if (auto k = im.simplify(out[2]).constant_value(); k && *k != dout) im.bad("max_pool3d output depth does not match its arguments");
   const bool identity_hw = p.kernel[1] == 1 && p.kernel[2] == 1 && p.stride[1] == 1 && p.stride[2] == 1 && p.padding[1] == 0 &&
                            p.padding[2] == 0;
@@ -448,7 +443,8 @@ void avg_pool3d(Importer& im) {
   const Shape xs = im.shape(x), out = batched_shape(im.out_shape(), batched);
   if (out.size() != 5) im.bad("avg_pool3d output has the wrong rank");
   const std::int64_t d = static_size(im, xs[2], "the pooled depth");
-  const std::int64_t dout = pooled_size(d, p.kernel[0], p.padding[0], p.stride[0], 1, p.ceil);
+  const std::int64_t dout = pooling_output_size(d, p.kernel[0], p.padding[0], p.stride[0], 1, p.ceil);
+  if (dout < 1) im.bad("avg_pool3d window is larger than its padded input");
   if (auto k = im.simplify(out[2]).constant_value(); k && *k != dout) im.bad("avg_pool3d output depth does not match its arguments");
   const bool identity_hw = p.kernel[1] == 1 && p.kernel[2] == 1 && p.stride[1] == 1 && p.stride[2] == 1 && p.padding[1] == 0 &&
                            p.padding[2] == 0;
@@ -475,8 +471,8 @@ void avg_pool3d(Importer& im) {
     } else {
       const std::int64_t h = static_size(im, xs[3], "the height with divisor_override and ceil_mode");
       const std::int64_t w = static_size(im, xs[4], "the width with divisor_override and ceil_mode");
-      const std::int64_t ho = pooled_size(h, p.kernel[1], p.padding[1], p.stride[1], 1, true);
-      const std::int64_t wo = pooled_size(w, p.kernel[2], p.padding[2], p.stride[2], 1, true);
+      const std::int64_t ho = pooling_output_size(h, p.kernel[1], p.padding[1], p.stride[1], 1, true);
+      const std::int64_t wo = pooling_output_size(w, p.kernel[2], p.padding[2], p.stride[2], 1, true);
       const auto dh = avg_divisors(h, p.kernel[1], p.padding[1], p.stride[1], ho, true);
       const auto dw = avg_divisors(w, p.kernel[2], p.padding[2], p.stride[2], wo, true);
       for (double a : dh) for (double b : dw) m.push_back(a * b / static_cast<double>(override_by));
@@ -501,6 +497,7 @@ void adaptive_pool3d(Importer& im, bool max) {
   const std::int64_t od = static_size(im, out[2], "the adaptive pooling output size");
   const std::int64_t oh = static_size(im, out[3], "the adaptive pooling output size");
   const std::int64_t ow = static_size(im, out[4], "the adaptive pooling output size");
+  if (od < 1 || oh < 1 || ow < 1 || od >= 65536) im.bad("3-D adaptive pooling output size must be in [1, 65536)");
   const bool identity_hw = im.simplify(xs[3]).constant_value() == oh && im.simplify(xs[4]).constant_value() == ow;
   int v = pool_hw(im, x, max ? OpKind::AdaptiveMaxPool2d : OpKind::AdaptiveAvgPool2d, {std::vector<std::int64_t>{oh, ow}}, identity_hw,
                   c(oh), c(ow));
@@ -579,6 +576,8 @@ int convolution_volume(Importer& im, int x, int w, std::optional<int> bias, std:
   if (spatial == 1) {
     if (!transposed) im.bad("1-D convolution reached the 3-D mapping");
     auto one = [](const std::vector<std::int64_t>& v, std::int64_t fallback) { return std::vector<std::int64_t>{v.empty() ? fallback : v[0]}; };
+    if (im.rank(w) != 3) im.bad("conv_transpose1d weight must be [C, O/g, k]");
+    check_window(im, "conv_transpose1d", {static_size(im, im.shape(w)[2], "the kernel size")}, one(stride, 1), one(padding, 0), one(dilation, 1));
     return conv_transpose1d(im, x, w, bias, one(stride, 1), one(padding, 0), one(output_padding, 0), one(dilation, 1), groups, dt, out);
   }
   if (spatial != 3) im.unsupported(std::to_string(spatial) + "-D " + (transposed ? "transposed " : "") + "convolution");
@@ -586,6 +585,15 @@ int convolution_volume(Importer& im, int x, int w, std::optional<int> bias, std:
   padding = triple(im, padding, 0, "padding");
   dilation = triple(im, dilation, 1, "dilation");
   output_padding = triple(im, output_padding, 0, "output_padding");
+  {
+    std::vector<std::int64_t> kernel;
+    const Shape ws = im.shape(w);
+    for (std::size_t i = 2; i < ws.size(); ++i) kernel.push_back(static_size(im, ws[i], "the kernel size"));
+    check_window(im, transposed ? "conv_transpose3d" : "conv3d", kernel, stride, padding, dilation);
+    for (std::int64_t e : output_padding) {
+      if (e < 0 || e >= (std::int64_t{1} << 20)) im.bad("conv_transpose3d output_padding " + std::to_string(e) + " is outside [0, 2^20)");
+    }
+  }
   bool batched = true;
   x = with_batch(im, x, 5, batched, transposed ? "conv_transpose3d" : "conv3d");
   const Shape out5 = batched_shape(out, batched);

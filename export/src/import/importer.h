@@ -109,6 +109,15 @@ int conv2d_node(Importer& im, int x, int w, std::optional<int> bias, std::vector
 int conv_transpose2d_nodes(Importer& im, int x, int w, std::optional<int> bias, std::vector<std::int64_t> stride,
                            std::vector<std::int64_t> padding, std::vector<std::int64_t> output_padding,
                            std::vector<std::int64_t> dilation, std::int64_t groups, DType dt, const Shape& out);
+/// Checks the window arguments of a convolution or pooling op the importer decomposes:
+/// kernel, stride and dilation >= 1, padding >= 0, each below 2^20, and at most 65536
+/// kernel taps; bad() naming `what` and the argument otherwise (aten_nn.cpp).
+void check_window(Importer& im, const std::string& what, const std::vector<std::int64_t>& kernel,
+                  const std::vector<std::int64_t>& stride, const std::vector<std::int64_t>& padding,
+                  const std::vector<std::int64_t>& dilation);
+/// PyTorch's pooling output size (pooling_output_shape) along one dim.
+std::int64_t pooling_output_size(std::int64_t in, std::int64_t k, std::int64_t pad, std::int64_t stride, std::int64_t dilation,
+                                 bool ceil_mode);
 /// Convolutions aten_nn.cpp does not map itself (3-D, 1-D transposed): the convolution
 /// node's arguments, already read and cast to `dt` (aten_volume.cpp).
 int convolution_volume(Importer& im, int x, int w, std::optional<int> bias, std::vector<std::int64_t> stride,

@@ -388,6 +388,13 @@ TEST(ImportOps, HostileWindowArgumentsAreRejected) {
         {{"input", tensor_arg("x")}, {"weight", tensor_arg("w")}, {"bias", {{"as_none", true}}}, {"stride", ints_arg({1, 0, 1})}},
         {{"x", {1, 2, 3, 4, 4}}, {"w", {2, 2, 1, 1, 1}}}, {1, 2, 3, 4, 4}},
        "conv3d stride 0 is outside [1, 1048576)"},
+      {{"aten.affine_grid_generator.default",
+        {{"theta", tensor_arg("t")}, {"size", ints_arg({1, 1, 0, 3})}, {"align_corners", {{"as_bool", false}}}}, {{"t", {1, 2, 3}}}, {1, 0, 3, 2}},
+       "affine_grid size 0 is outside [1, 65536]"},
+      {{"aten.upsample_nearest1d.vec",
+        {{"input", tensor_arg("x")}, {"output_size", ints_arg({1 << 26})}, {"scale_factors", {{"as_none", true}}}},
+        {{"x", {1, 1, 4}}}, {1, 1, 1 << 26}},
+       "nearest upsampling from 4 to 67108864 elements"},
   };
   for (const Hostile& h : cases) {
     const fs::path p = fs::temp_directory_path() / ("kiln_op_hostile_" + std::to_string(::getpid()) + ".pt2");

@@ -191,6 +191,9 @@ void recurrent(Importer& im, Cell cell) {
     im.unsupported(name + " over a symbolic sequence length: recurrent layers are unrolled over a static number of time steps");
   }
   const std::int64_t T = *steps, D = bidir ? 2 : 1;
+  if (T < 0 || layers < 0 || T > 65536 || layers > 65536 || T * std::max<std::int64_t>(layers, 1) * D > 65536) {
+    im.unsupported(name + " of " + std::to_string(T) + " steps x " + std::to_string(layers) + " layers: more than 65536 unrolled steps");
+  }
   const Expr B = xs[1];
   const std::size_t base = has_biases ? 4 : 2;
   if (layers < 1 || params.size() % static_cast<std::size_t>(layers * D) != 0) im.bad(name + " has a params list of the wrong length");
@@ -461,6 +464,8 @@ void affine_grid(Importer& im) {
   std::vector<std::vector<double>> axis(k);  // axis[a]: the coordinates along spatial dim a
   std::int64_t points = 1;
   for (std::size_t a = 0; a < k; ++a) {
+    if (size[2 + a] < 1 || size[2 + a] > (std::int64_t{1} << 16)) im.bad("affine_grid size " + std::to_string(size[2 + a]) + " is outside [1, 65536]");
+    if (points * size[2 + a] > (std::int64_t{1} << 24)) im.unsupported("affine_grid of more than 2^24 points");
     axis[a] = linspace_from_neg_one(size[2 + a], align);
     points *= size[2 + a];
   }
@@ -524,6 +529,7 @@ void upsample_nearest_nd(Importer& im, std::size_t nsp, bool exact) {
     const std::size_t ax = 2 + a;
     const std::int64_t n_in = static_size(im, xs[ax], "nearest upsampling's spatial size");
     const std::int64_t n_out = static_size(im, out[ax], "nearest upsampling's output size");
+    if (n_in < 1 || n_out < 0 || n_out > (std::int64_t{1} << 24)) im.bad("nearest upsampling from " + std::to_string(n_in) + " to " + std::to_string(n_out) + " elements");
     std::vector<std::int64_t> idx(static_cast<std::size_t>(n_out));
     bool identity = n_in == n_out;
     const float scale = scale_value(scales[a], n_in, n_out);
@@ -559,6 +565,7 @@ void upsample_linear_nd(Importer& im, std::size_t nsp) {
     const std::size_t ax = 2 + a;
     const std::int64_t n_in = static_size(im, xs[ax], "linear upsampling's spatial size");
     const std::int64_t n_out = static_size(im, out[ax], "linear upsampling's output size");
+    if (n_in < 1 || n_out < 0 || n_out > (std::int64_t{1} << 24)) im.bad("linear upsampling from " + std::to_string(n_in) + " to " + std::to_string(n_out) + " elements");
     float scale;
     if (align) scale = n_out > 1 ? static_cast<float>(n_in - 1) / static_cast<float>(n_out - 1) : 0.0f;
     else scale = scale_value(scales[a], n_in, n_out);

@@ -64,6 +64,8 @@ def export_onnx(model_name, pt2, onnx_path, example, input_name):
         return module
     if hasattr(torchvision.models, model_name):
         module = getattr(torchvision.models, model_name)()
+    elif hasattr(torchvision.models.video, model_name):  # r3d_18, mc3_18, r2plus1d_18: [N, 3, T, H, W] clips
+        module = getattr(torchvision.models.video, model_name)()
     elif hasattr(torchvision.models.segmentation, model_name):  # as bench/make_cnn_archives.py wraps it
         module = segmentation_out_only(getattr(torchvision.models.segmentation, model_name)(
             weights=None, weights_backbone=None, aux_loss=False))

@@ -1,4 +1,4 @@
-"""torchvision CNNs at 224x224 as torch.export archives for bench/compare_ort.py (issue 14's
+"""torchvision CNNs at 224x224 (video models: 8 frames of 112x112) as torch.export archives for bench/compare_ort.py (issue 14's
 model list beyond ../shared/fixtures/torch_export_perf): core ATen IR in the PT2 layout
 (model.core.pt2, which bench/pt2_weights.py reads for the ONNX side), random init with a
 fixed seed, eval mode, batch 1, plus one input and PyTorch's output as the golden case.
@@ -22,9 +22,11 @@ MODELS = ["squeezenet1_1", "mobilenet_v3_small", "mobilenet_v3_large", "efficien
 
 
 def build(name):
-    """torchvision.models.NAME, or torchvision.models.segmentation.NAME (its 'out' only)."""
+    """torchvision.models.NAME, torchvision.models.video.NAME, or torchvision.models.segmentation.NAME (its 'out' only)."""
     if hasattr(tvm, name):
         return getattr(tvm, name)()
+    if hasattr(tvm.video, name):
+        return getattr(tvm.video, name)()
     return segmentation_out_only(getattr(tvm.segmentation, name)(weights=None, weights_backbone=None, aux_loss=False))
 
 
@@ -32,7 +34,7 @@ def main(out, names):
     for name in names or MODELS:
         torch.manual_seed(0)
         m = build(name).eval()
-        x = torch.randn(1, 3, 224, 224)
+        x = torch.randn(1, 3, 8, 112, 112) if hasattr(tvm.video, name) else torch.randn(1, 3, 224, 224)
         d = os.path.join(out, name)
         os.makedirs(os.path.join(d, "cases"), exist_ok=True)
         with torch.no_grad():

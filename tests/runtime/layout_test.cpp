@@ -331,3 +331,54 @@ TEST(LayoutPass, SqueezeExcitationScalesFoldIntoTheConvAfterThem) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A dense conv with a spatial kernel between layout-sensitive ops (a conv3d's taps between
+// their permutes, as the importer writes them): its input and output stay plain, but it
+// runs the blocked kernels, converting at its edges ("nchw (blocked kernel)"), and gives
+// what the plain program and eager execution give, with a residual add fused into it, on
+// the Winograd shape (3x3, 64 channels) and the direct one (3x1, stride 2).
+TEST(LayoutPass, APlainConvBetweenPermutesRunsTheBlockedKernels) {
+  if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
+  const Tensor w3 = Tensor::randn({72, 64, 3, 3}, 21) * 0.05, b3 = Tensor::randn({72}, 22);
+  const Tensor w31 = Tensor::randn({40, 72, 3, 1}, 23) * 0.05;
+  auto model = [&](Tensor x, Tensor r) {
+    // x [N, C, D, H, W] = [1, 64, 3, 13, 11] -> [N*D, C, H, W]: the reshape reads and writes plain.
+    Tensor t = reshape(permute(x, {0, 2, 1, 3, 4}), {3, 64, 13, 11});
+    Tensor a = relu(conv2d(t, w3, b3, {1, 1}, {1, 1}) + r);
+    Tensor b = conv2d(a, w31, Tensor(), {2, 1}, {1, 0});
+    return permute(reshape(b, {1, 3, 40, 7, 11}), {0, 2, 1, 3, 4});
+  };
+  const Tensor x = Tensor::randn({1, 64, 3, 13, 11}, 24), r = Tensor::randn({3, 72, 13, 11}, 25);
+  auto ep = export_program(model, {input("x", x), input("r", r)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const auto blocked = testing::load_exported(*ep);
+  const auto plain = testing::load_exported(*ep, {.blocked_layout = false});
+  ASSERT_NE(blocked, nullptr);
+  ASSERT_NE(plain, nullptr);
+  int blocked_kernels = 0;
+  for (const NodePlacement& n : blocked->placement(blocked->bundle().program().entry_graph())) {
+    if (n.op.rfind("conv2d", 0) == 0) {
+      EXPECT_EQ(n.layout, "nchw (blocked kernel)") << n.op;
+      ++blocked_kernels;
+    }
+  }
+  EXPECT_EQ(blocked_kernels, 2);
+  for (const NodePlacement& n : plain->placement(plain->bundle().program().entry_graph())) EXPECT_EQ(n.layout, "") << n.op;
+  const std::vector<float> want = model(x, r).template to_vector<float>();
+  for (int threads : {1, 2}) {
+    Session sb(*blocked, {.threads = threads}), sp(*plain, {.threads = threads});
+    const std::vector<HostValue> in{HostValue::of(testing::host_tensor(x)), HostValue::of(testing::host_tensor(r))};
+    auto rb = sb.run(in);
+    auto rp = sp.run(in);
+    ASSERT_TRUE(rb.ok()) << rb.status().message();
+    ASSERT_TRUE(rp.ok()) << rp.status().message();
+    expect_close(floats_of(rb->outputs[0].tensor), want, 1e-4f, "blocked kernels vs eager");
+    expect_close(floats_of(rb->outputs[0].tensor), floats_of(rp->outputs[0].tensor), 1e-4f, "blocked kernels vs plain");
+  }
+}
+
+}  // namespace
+}  // namespace kiln

@@ -742,9 +742,19 @@ void partition(const fb::Program& p, std::uint32_t g, const backend::Backend& ac
   }
 }
 
+// KILN_CONV_PLAIN_BLOCKED=0: plain convolutions keep the plain kernels (to compare); read once.
+bool plain_blocked_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("KILN_CONV_PLAIN_BLOCKED");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+}
+
 // A CPU conv2d's constant f32 weight, prepared once by its kernel (cpu::prepare_weights:
 // the Winograd transform, packed). Runs without memory for it prepare nothing.
-Status prepare_conv_weight(const fb::Program& p, const Bundle& bundle, Program::Impl& impl, std::uint32_t g, std::uint32_t n) {
+Status prepare_conv_weight(const fb::Program& p, const Bundle& bundle, Program::Impl& impl, std::uint32_t g, std::uint32_t n,
+                           bool blocked_kernels) {
   NodeInfo& ni = impl.graphs[g].nodes[n];
   const ValueInfo& w = impl.graphs[g].values[ni.inputs[1]];
   if (w.kind != fb::ValueKind::Constant || w.dtype != DType::kF32) return Status::Ok();
@@ -763,12 +773,26 @@ Status prepare_conv_weight(const fb::Program& p, const Bundle& bundle, Program::
   view.data = const_cast<std::uint8_t*>(reinterpret_cast<const std::uint8_t*>(data.data()));
   NodeAttrs attrs;
   KILN_RETURN_IF_ERROR(read_attrs(p, *p.graphs()->Get(g)->nodes()->Get(n), std::nullopt, attrs));
-  auto prepared = cpu::prepare_weights(ni.op, 1, view, attrs.values, ni.in_blocked != 0 || ni.out_blocked != 0);
+  // A plain conv between layout-sensitive ops still takes the blocked kernels when it has a
+  // spatial kernel and enough channels: they convert its input and output at the edges
+  // (about one pass over each) and beat the plain im2col GEMM and the plain Winograd,
+  // whose buffers hold every tile of the batch. KILN_CONV_PLAIN_BLOCKED=0: plain kernels.
+  if (blocked_kernels && ni.in_blocked == 0 && ni.out_blocked == 0 && ni.scale_mul < 0 && plain_blocked_enabled() && attrs.values.size() >= 4 &&
+      attrs.values[3].type == AttrType::kInt && attrs.values[3].i == 1) {
+    cpu::nchwc::ConvShape s;
+    s.out_channels = view.shape[0], s.in_channels = view.shape[1], s.kh = view.shape[2], s.kw = view.shape[3], s.groups = 1;
+    ni.blocked_kernel = s.kh * s.kw > 1 && s.in_channels >= 32 && s.out_channels >= 32 && cpu::nchwc::dense_supported(s);
+  }
+  const bool blocked = ni.in_blocked != 0 || ni.out_blocked != 0 || ni.blocked_kernel;
+  auto prepared = cpu::prepare_weights(ni.op, 1, view, attrs.values, blocked);
   if (!prepared.ok()) return prepared.status().code() == StatusCode::kUnavailable ? Status::Ok() : prepared.status();
-  if (*prepared == nullptr) return Status::Ok();
+  if (*prepared == nullptr) {
+    ni.blocked_kernel = false;
+    return Status::Ok();
+  }
   impl.prepared.push_back(std::move(prepared).value());
   ni.prepared = impl.prepared.back().get();
-  ni.blocked_weights = ni.in_blocked != 0 || ni.out_blocked != 0;
+  ni.blocked_weights = blocked;
   return Status::Ok();
 }
 
@@ -802,7 +826,7 @@ std::vector<std::uint32_t> constant_uses(const fb::Program& p, const Program::Im
 // load never holds every weight twice: the process holds the weights about once. A path that
 // still reads the raw weight (a kernel declining its prepared copy) faults its pages back in
 // from the file, once. Returns the bytes released.
-Result<std::size_t> pack_weights(const fb::Program& p, const Bundle& bundle, Program::Impl& impl) {
+Result<std::size_t> pack_weights(const fb::Program& p, const Bundle& bundle, Program::Impl& impl, bool blocked_kernels) {
   const std::vector<std::uint32_t> uses = constant_uses(p, impl);
   std::vector<std::uint32_t> covered(uses.size(), 0);
   std::size_t released = 0;
@@ -816,7 +840,7 @@ Result<std::size_t> pack_weights(const fb::Program& p, const Bundle& bundle, Pro
     for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
       NodeInfo& ni = info.nodes[n];
       if (ni.op == OpKind::Conv2d && ni.segment < 0 && ni.inputs.size() >= 2) {
-        KILN_RETURN_IF_ERROR(prepare_conv_weight(p, bundle, impl, g, n));
+        KILN_RETURN_IF_ERROR(prepare_conv_weight(p, bundle, impl, g, n, blocked_kernels));
         if (ni.prepared != nullptr) prepared_copy_of(info, ni.inputs[1]);
         continue;
       }
@@ -952,14 +976,15 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
       fold_slices(p, g, impl.graphs[g]);
     }
   }
-  if (options.blocked_layout && !layout_switched_off() && cpu::nchwc::kernels_available()) {
+  const bool blocked_kernels = options.blocked_layout && !layout_switched_off() && cpu::nchwc::kernels_available();
+  if (blocked_kernels) {
     for (std::uint32_t g = 0; g < count(p.graphs()); ++g) {
       plan_layouts(p, *bundle, g, impl.graphs[g]);
       if (options.fuse_activations) fold_channel_scales(p, *bundle, g, impl.graphs[g]);
     }
   }
   if (options.prepack_weights) {
-    KILN_ASSIGN_OR_RETURN(impl.released_weight_bytes, pack_weights(p, *bundle, impl));
+    KILN_ASSIGN_OR_RETURN(impl.released_weight_bytes, pack_weights(p, *bundle, impl, blocked_kernels));
   }
   if (options.fuse_activations) {
     for (std::uint32_t g = 0; g < count(p.graphs()); ++g) {
@@ -992,6 +1017,8 @@ std::vector<NodePlacement> Program::placement(std::uint32_t graph) const {
       const char* in = (ni.in_blocked & 1u) != 0 ? "nchw8c" : "nchw";
       const char* out = (ni.out_blocked & 1u) != 0 ? "nchw8c" : "nchw";
       pl.layout = std::string_view(in) == out ? std::string(in) : std::string(in) + " -> " + out;
+    } else if (ni.blocked_kernel) {
+      pl.layout = "nchw (blocked kernel)";
     }
     pl.where = debug_location(p, nodes->Get(n)->debug()).text();
     out.push_back(std::move(pl));

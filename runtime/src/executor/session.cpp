@@ -46,7 +46,8 @@ class KernelCtx final : public KernelContext {
   using Alloc = cpu::FunctionRef<Result<void*>(int, std::size_t)>;
   KernelCtx(std::span<TensorView> outs, cpu::ThreadPool& pool, Alloc alloc, const NodeInfo& ni, const OperandWindow* window1 = nullptr)
       : outs_(outs), pool_(pool), alloc_(alloc), packed_b1_(ni.packed_b), prepared1_(ni.prepared), act_(ni.fused_act), window1_(window1),
-        in_blocked_(ni.in_blocked), out_blocked_(ni.out_blocked) {}
+        in_blocked_(ni.in_blocked), out_blocked_(ni.out_blocked), blocked_kernel_(ni.blocked_kernel) {}
+  bool blocked_kernel() const override { return blocked_kernel_; }
   bool input_blocked(int index) const override { return index >= 0 && index < 32 && (in_blocked_ >> index & 1u) != 0; }
   void set_residual(const TensorView* view, bool blocked) {
     residual_ = view;
@@ -89,6 +90,7 @@ class KernelCtx final : public KernelContext {
   cpu::FusedActivation act_;
   const OperandWindow* window1_;
   std::uint32_t in_blocked_, out_blocked_;
+  bool blocked_kernel_;
   const TensorView* residual_ = nullptr;
   bool residual_blocked_ = false;
   const TensorView* scale_ = nullptr;

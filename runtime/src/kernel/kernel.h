@@ -87,6 +87,9 @@ class KernelContext {
     (void)index;
     return false;
   }
+  /// A layout kernel (conv2d) whose input and output are plain but that should run its
+  /// blocked kernels anyway, converting at its edges (the executor decides: NodeInfo).
+  virtual bool blocked_kernel() const { return false; }
   /// conv2d with a residual add fused into it (executor: fuse_residual_adds): the tensor to
   /// add to the output before the activation, y = act(conv + bias + residual), of the
   /// output's shape; `blocked` says its layout. Null when nothing was fused.

@@ -746,7 +746,7 @@ Status conv2d_check(Inputs in, const TensorView& out, Attrs attrs, ConvCheck& ch
 Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_io("conv2d", in, out,
                                 {.min_inputs = 2, .max_inputs = 3, .num_outputs = 1, .optional_inputs = 0b100}));
-  if (ctx.input_blocked(0) || ctx.output_blocked(0)) return conv2d_blocked(ctx, in, out, attrs);
+  if (ctx.input_blocked(0) || ctx.output_blocked(0) || ctx.blocked_kernel()) return conv2d_blocked(ctx, in, out, attrs);
   if (has_half_views(in, out)) return run_via_f32(Conv2d, ctx, in, out, attrs);
   const TensorView& x = in[0];
   const TensorView& w = in[1];

@@ -158,8 +158,8 @@ std::vector<Tap> frame_taps(std::int64_t kd, std::int64_t d, std::int64_t dout, 
 // With a static depth, each temporal tap runs only over the output frames whose input frame
 // is not padding (a clip of one frame through a 3-tap kernel runs one tap) and its result is
 // padded to all output frames. A temporal conv (kH = kW = 1, R(2+1)D's second half) stays in
-// the input's layout as [N, C, D, H*W] with a 1x1 conv2d per tap; others run on the frames
-// [N*D, C, H, W].
+// the input's layout as [N, C, D, H*W]: one conv2d with a [kD, 1] kernel, or a 1x1 conv2d per
+// tap when most tap frames would read padding; others run on the frames [N*D, C, H, W].
 int conv3d(Importer& im, int x, int w, std::optional<int> bias, const std::vector<std::int64_t>& stride,
            const std::vector<std::int64_t>& pad_lo, const std::vector<std::int64_t>& pad_hi,
            const std::vector<std::int64_t>& dilation, std::int64_t groups, DType dt, const Shape& out) {
@@ -187,6 +187,16 @@ int conv3d(Importer& im, int x, int w, std::optional<int> bias, const std::vecto
     const Shape full{n, o, dout, plane};
     int acc = -1;
     const std::vector<Tap> taps = frame_taps(kd, *d, *dout_k, stride[0], pad_lo[0], dilation[0]);
+    // One conv2d with a [kD, 1] kernel over [N, C, D, H*W] when at least 3/4 of its tap
+    // frames read real input (no copies: the conv pads); per-tap 1x1 convs when most would
+    // read padding (a 3-tap kernel over a clip of 1 or 2 frames).
+    std::int64_t real = 0;
+    for (const Tap& t : taps) real += t.count();
+    if (real * 4 >= kd * *dout_k * 3 && pad_lo[0] == pad_hi[0]) {
+      const int r = conv2d_node(im, v, temporal_weight(im, w), bias, {stride[0], 1}, {pad_lo[0], 0}, {dilation[0], 1}, groups, dt,
+                                simplified(im, full));
+      return reshape_to(im, r, out);
+    }
     const bool bias_in_conv = !taps.empty() && taps[0].count() == *dout_k;
     for (const Tap& t : taps) {
       const std::int64_t start = t.first * stride[0] + t.k * dilation[0] - pad_lo[0];

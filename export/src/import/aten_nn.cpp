@@ -1420,6 +1420,20 @@ void register_nn(HandlerTable& t) {
   t["aten.addr"] = [](Importer& im) { addmv_addr(im, true); };
   t["aten.kron"] = kron;
   t["aten.tensordot"] = tensordot;
+  // _weight_norm(v, g, dim) = v * g / |v| (the 2-norm over every dim but `dim`; all dims for -1).
+  t["aten._weight_norm"] = [](Importer& im) {
+    const DType d = im.out_dtype();
+    const int v = im.cast(im.tensor(0, "v"), d), g = im.cast(im.tensor(1, "g"), d);
+    const std::int64_t r = im.rank(v);
+    const std::int64_t keep = im.int_arg(2, "dim", 0);
+    std::vector<std::int64_t> dims;
+    for (std::int64_t k = 0; k < r; ++k) {
+      if (keep == -1 || k != im.norm_dim(keep, r)) dims.push_back(k);
+    }
+    const int n = p_norm(im, v, 2.0, dims, true);
+    const int scale = im.emit(OpKind::Div, {g, n}, {std::monostate{}}, d, broadcast(im, im.shape(g), im.shape(n)));
+    im.emit_out(OpKind::Mul, {v, scale});
+  };
   t["aten.im2col"] = im2col;
   t["aten.col2im"] = col2im;
   t["aten.channel_shuffle"] = channel_shuffle;

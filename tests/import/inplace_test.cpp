@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/export/import_pt2.h"
+#include "one_node_testutil.h"
 #include "kiln/export/serialize.h"
 #include "kiln/runtime/bundle.h"
 #include "kiln/runtime/program.h"
@@ -119,14 +120,9 @@ std::vector<float> iota(std::size_t n) {
 // Imports, runs and returns every output as floats.
 std::vector<std::vector<float>> run(const Archive& a, const std::vector<HostValue>& inputs) {
   auto ep = import(a);
-  EXPECT_TRUE(ep.ok()) << ep.status().message();
-  if (!ep.ok()) return {};
-  auto bytes = serialize_bundle(ep->program());
-  EXPECT_TRUE(bytes.ok()) << bytes.status().message();
-  auto program = Program::load(std::move(Bundle::from_bytes(*bytes)).value());
-  EXPECT_TRUE(program.ok()) << program.status().message();
-  if (!program.ok()) return {};
-  Session s(**program);
+  const auto program = testing::load_imported(ep);
+  if (program == nullptr) return {};
+  Session s(*program);
   auto r = s.run(inputs);
   EXPECT_TRUE(r.ok()) << r.status().message();
   if (!r.ok()) return {};

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/export/import_pt2.h"
+#include "one_node_testutil.h"
 #include "kiln/export/serialize.h"
 #include "kiln/runtime/bundle.h"
 #include "kiln/runtime/program.h"
@@ -51,39 +52,10 @@ struct OneOp {
 };
 
 std::string write_archive(const OneOp& op, const std::string& path) {
-  json g;
-  g["inputs"] = json::array();
-  g["tensor_values"] = json::object();
-  json specs = json::array();
-  for (const Input& in : op.inputs) {
-    g["inputs"].push_back(tensor_arg(in.name));
-    g["tensor_values"][in.name] = meta(in.shape, in.dtype);
-    specs.push_back({{"user_input", {{"arg", tensor_arg(in.name)}}}});
-  }
-  json node;
-  node["target"] = "torch.ops." + op.target;
-  node["inputs"] = json::array();
-  for (const auto& [name, a] : op.args) node["inputs"].push_back({{"name", name}, {"arg", a}, {"kind", 1}});
-  node["outputs"] = json::array({tensor_arg("y")});
-  node["metadata"] = {{"stack_trace", "File \"zoo.py\", line 12, in forward"}};
-  g["nodes"] = json::array({node});
-  g["tensor_values"]["y"] = meta(op.out_shape, op.out_dtype);
-  g["outputs"] = json::array({tensor_arg("y")});
-  g["sym_int_values"] = json::object();
-  g["sym_bool_values"] = json::object();
-  json m;
-  m["graph_module"] = {{"graph", g},
-                       {"signature", {{"input_specs", specs}, {"output_specs", json::array({{{"user_output", {{"arg", tensor_arg("y")}}}}})}}}};
-  m["range_constraints"] = json::object();
-  m["schema_version"] = {{"major", 8}, {"minor", 17}};
-  const std::string text = m.dump();
-  int err = 0;
-  zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
-  void* copy = std::malloc(text.size());
-  std::memcpy(copy, text.data(), text.size());
-  zip_file_add(z, "m/models/model.json", zip_source_buffer(z, copy, text.size(), 1), ZIP_FL_OVERWRITE);
-  zip_close(z);
-  return path;
+  testing::OneNodeArchive a{op.target, op.args, {}, {{"y", meta(op.out_shape, op.out_dtype)}}};
+  for (const Input& in : op.inputs) a.inputs.emplace_back(in.name, meta(in.shape, in.dtype));
+  a.stack_trace = "File \"zoo.py\", line 12, in forward";
+  return testing::write_one_node_archive(a, path);
 }
 
 fs::path temp_archive() { return fs::temp_directory_path() / ("kiln_cov_" + std::to_string(::getpid()) + ".pt2"); }

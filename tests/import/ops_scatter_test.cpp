@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/export/import_pt2.h"
+#include "one_node_testutil.h"
 #include "kiln/export/serialize.h"
 #include "kiln/runtime/bundle.h"
 #include "kiln/runtime/program.h"
@@ -54,48 +55,10 @@ struct OneNode {
 };
 
 std::string write_archive(const OneNode& op, const std::string& path) {
-  json g;
-  g["inputs"] = json::array();
-  g["tensor_values"] = json::object();
-  json specs = json::array();
-  for (const auto& [name, m] : op.inputs) {
-    g["inputs"].push_back(tensor(name));
-    g["tensor_values"][name] = m;
-    specs.push_back({{"user_input", {{"arg", tensor(name)}}}});
-  }
-  json node;
-  node["target"] = "torch.ops." + op.target;
-  node["inputs"] = json::array();
-  for (const auto& [name, a] : op.args) node["inputs"].push_back({{"name", name}, {"arg", a}, {"kind", 1}});
-  node["outputs"] = json::array();
-  json outs = json::array(), out_specs = json::array();
-  for (std::size_t k = 0; k < op.outputs.size(); ++k) {
-    const auto& [name, m] = op.outputs[k];
-    node["outputs"].push_back(tensor(name));
-    g["tensor_values"][name] = m;
-    if (k < op.returned) {
-      outs.push_back(tensor(name));
-      out_specs.push_back({{"user_output", {{"arg", tensor(name)}}}});
-    }
-  }
-  node["metadata"] = {{"stack_trace", "File \"test.py\", line 7, in forward"}};
-  g["nodes"] = json::array({node});
-  g["outputs"] = outs;
-  g["sym_int_values"] = json::object();
-  g["sym_bool_values"] = json::object();
-  json m;
-  m["graph_module"] = {{"graph", g}, {"signature", {{"input_specs", specs}, {"output_specs", out_specs}}}};
-  m["range_constraints"] = json::object();
-  if (op.symbolic) m["range_constraints"]["s0"] = {{"min_val", 2}, {"max_val", 64}};
-  m["schema_version"] = {{"major", 8}, {"minor", 17}};
-  const std::string t = m.dump();
-  int err = 0;
-  zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
-  void* copy = std::malloc(t.size());
-  std::memcpy(copy, t.data(), t.size());
-  zip_file_add(z, "m/models/model.json", zip_source_buffer(z, copy, t.size(), 1), ZIP_FL_OVERWRITE);
-  zip_close(z);
-  return path;
+  testing::OneNodeArchive a{op.target, op.args, op.inputs, op.outputs};
+  for (std::size_t k = op.returned; k < op.outputs.size(); ++k) a.not_returned.insert(op.outputs[k].first);
+  if (op.symbolic) a.ranges["s0"] = {{"min_val", 2}, {"max_val", 64}};
+  return testing::write_one_node_archive(a, path);
 }
 
 template <typename T>
@@ -121,14 +84,9 @@ std::vector<HostTensor> run(const OneNode& op, const std::vector<HostValue>& inp
   const fs::path p = fs::temp_directory_path() / ("kiln_scatter_" + std::to_string(::getpid()) + ".pt2");
   auto ep = import_pt2(write_archive(op, p.string()));
   fs::remove(p);
-  EXPECT_TRUE(ep.ok()) << ep.status().message();
-  if (!ep.ok()) return {};
-  auto bytes = serialize_bundle(ep->program());
-  EXPECT_TRUE(bytes.ok()) << bytes.status().message();
-  auto program = Program::load(std::move(Bundle::from_bytes(*bytes)).value());
-  EXPECT_TRUE(program.ok()) << program.status().message();
-  if (!program.ok()) return {};
-  Session s(**program);
+  const auto program = testing::load_imported(ep);
+  if (program == nullptr) return {};
+  Session s(*program);
   auto r = s.run(inputs);
   if (run_status) {
     *run_status = r.ok() ? Status::Ok() : r.status();

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/export/import_pt2.h"
+#include "one_node_testutil.h"
 #include "kiln/export/serialize.h"
 #include "kiln/runtime/bundle.h"
 #include "kiln/runtime/program.h"
@@ -45,42 +46,10 @@ struct OneOp {
 
 // Writes a .pt2 whose graph is `inputs -> target -> y`, returns its path.
 std::string write_archive(const OneOp& op, const std::string& path) {
-  json g;
-  g["inputs"] = json::array();
-  g["tensor_values"] = json::object();
-  json specs = json::array();
-  for (const auto& [name, shape] : op.inputs) {
-    g["inputs"].push_back(tensor_arg(name));
-    g["tensor_values"][name] = meta(shape);
-    specs.push_back({{"user_input", {{"arg", tensor_arg(name)}}}});
-  }
-  json node;
-  node["target"] = "torch.ops." + op.target;
-  node["inputs"] = json::array();
-  for (const auto& [name, a] : op.args) node["inputs"].push_back({{"name", name}, {"arg", a}, {"kind", 1}});
-  node["outputs"] = json::array({tensor_arg("y")});
-  node["metadata"] = {{"stack_trace", "File \"test.py\", line 7, in forward"}};
-  g["nodes"] = json::array();
-  for (const json& n : op.pre_nodes) g["nodes"].push_back(n);
-  g["nodes"].push_back(node);
-  g["tensor_values"]["y"] = meta(op.out_shape, op.out_dtype);
-  for (const auto& [name, m] : op.metas) g["tensor_values"][name] = m;
-  g["outputs"] = json::array({tensor_arg("y")});
-  g["sym_int_values"] = op.sym_ints;
-  g["sym_bool_values"] = json::object();
-  json m;
-  m["graph_module"] = {{"graph", g},
-                       {"signature", {{"input_specs", specs}, {"output_specs", json::array({{{"user_output", {{"arg", tensor_arg("y")}}}}})}}}};
-  m["range_constraints"] = op.ranges;
-  m["schema_version"] = {{"major", 8}, {"minor", 17}};
-  const std::string text = m.dump();
-  int err = 0;
-  zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
-  void* copy = std::malloc(text.size());
-  std::memcpy(copy, text.data(), text.size());
-  zip_file_add(z, "m/models/model.json", zip_source_buffer(z, copy, text.size(), 1), ZIP_FL_OVERWRITE);
-  zip_close(z);
-  return path;
+  testing::OneNodeArchive a{op.target, op.args, {}, {{"y", meta(op.out_shape, op.out_dtype)}}};
+  for (const auto& [name, shape] : op.inputs) a.inputs.emplace_back(name, meta(shape));
+  a.metas = op.metas, a.pre_nodes = op.pre_nodes, a.sym_ints = op.sym_ints, a.ranges = op.ranges;
+  return testing::write_one_node_archive(a, path);
 }
 
 HostValue f32(std::vector<std::int64_t> shape, std::vector<float> v) {
@@ -96,14 +65,9 @@ std::vector<float> run(const OneOp& op, const std::vector<HostValue>& inputs, St
   const fs::path p = fs::temp_directory_path() / ("kiln_op_" + std::to_string(::getpid()) + ".pt2");
   auto ep = import_pt2(write_archive(op, p.string()));
   fs::remove(p);
-  EXPECT_TRUE(ep.ok()) << ep.status().message();
-  if (!ep.ok()) return {};
-  auto bytes = serialize_bundle(ep->program());
-  EXPECT_TRUE(bytes.ok()) << bytes.status().message();
-  auto program = Program::load(std::move(Bundle::from_bytes(*bytes)).value());
-  EXPECT_TRUE(program.ok()) << program.status().message();
-  if (!program.ok()) return {};
-  Session s(**program);
+  const auto program = testing::load_imported(ep);
+  if (program == nullptr) return {};
+  Session s(*program);
   auto r = s.run(inputs);
   if (run_status) {
     *run_status = r.ok() ? Status::Ok() : r.status();

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "kiln/export/import_pt2.h"
+#include "one_node_testutil.h"
 #include "kiln/export/serialize.h"
 #include "kiln/runtime/bundle.h"
 #include "kiln/runtime/program.h"
@@ -49,47 +50,15 @@ struct VolumeOp {
 };
 
 std::string write_archive(const VolumeOp& op, const std::string& path) {
-  json g;
-  g["inputs"] = json::array();
-  g["tensor_values"] = json::object();
-  json specs = json::array();
-  for (const auto& [name, shape] : op.inputs) {
-    g["inputs"].push_back(tensor_arg(name));
-    g["tensor_values"][name] = meta(shape);
-    specs.push_back({{"user_input", {{"arg", tensor_arg(name)}}}});
-  }
-  json node;
-  node["target"] = "torch.ops." + op.target;
-  node["inputs"] = json::array();
-  for (const auto& [name, a] : op.args) node["inputs"].push_back({{"name", name}, {"arg", a}, {"kind", 1}});
-  node["outputs"] = json::array();
+  testing::OneNodeArchive a{op.target, op.args};
+  for (const auto& [name, shape] : op.inputs) a.inputs.emplace_back(name, meta(shape));
   for (const auto& [name, shape] : op.outputs) {
-    node["outputs"].push_back(tensor_arg(name));
-    g["tensor_values"][name] = meta(shape);
+    a.outputs.emplace_back(name, meta(shape));
+    if (std::find(op.returned.begin(), op.returned.end(), name) == op.returned.end()) a.not_returned.insert(name);
   }
-  node["metadata"] = {{"stack_trace", "File \"video.py\", line 3, in forward"}};
-  g["nodes"] = json::array({node});
-  for (const auto& [name, m] : op.metas) g["tensor_values"][name] = m;
-  g["outputs"] = json::array();
-  json out_specs = json::array();
-  for (const auto& name : op.returned) {
-    g["outputs"].push_back(tensor_arg(name));
-    out_specs.push_back({{"user_output", {{"arg", tensor_arg(name)}}}});
-  }
-  g["sym_int_values"] = json::object();
-  g["sym_bool_values"] = json::object();
-  json m;
-  m["graph_module"] = {{"graph", g}, {"signature", {{"input_specs", specs}, {"output_specs", out_specs}}}};
-  m["range_constraints"] = op.ranges;
-  m["schema_version"] = {{"major", 8}, {"minor", 17}};
-  const std::string text = m.dump();
-  int err = 0;
-  zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
-  void* copy = std::malloc(text.size());
-  std::memcpy(copy, text.data(), text.size());
-  zip_file_add(z, "m/models/model.json", zip_source_buffer(z, copy, text.size(), 1), ZIP_FL_OVERWRITE);
-  zip_close(z);
-  return path;
+  a.metas = op.metas, a.ranges = op.ranges;
+  a.stack_trace = "File \"video.py\", line 3, in forward";
+  return testing::write_one_node_archive(a, path);
 }
 
 struct Tensor {
@@ -120,13 +89,8 @@ Result<ExportedProgram> import_op(const VolumeOp& op) {
 // Imports and runs `op` on `inputs`; output 0.
 Tensor run(const VolumeOp& op, const std::vector<Tensor>& inputs) {
   auto ep = import_op(op);
-  EXPECT_TRUE(ep.ok()) << ep.status().message();
-  if (!ep.ok()) return {};
-  auto bytes = serialize_bundle(ep->program());
-  EXPECT_TRUE(bytes.ok()) << bytes.status().message();
-  auto program = Program::load(std::move(Bundle::from_bytes(*bytes)).value());
-  EXPECT_TRUE(program.ok()) << program.status().message();
-  if (!program.ok()) return {};
+  const auto program = testing::load_imported(ep);
+  if (program == nullptr) return {};
   std::vector<HostValue> in;
   for (const Tensor& t : inputs) {
     HostTensor h{DType::kF32, t.shape, {}};
@@ -134,7 +98,7 @@ Tensor run(const VolumeOp& op, const std::vector<Tensor>& inputs) {
     std::memcpy(h.data.data(), t.v.data(), h.data.size());
     in.push_back(HostValue::of(std::move(h)));
   }
-  Session s(**program);
+  Session s(*program);
   auto r = s.run(in);
   EXPECT_TRUE(r.ok()) << r.status().message();
   if (!r.ok()) return {};

@@ -463,25 +463,18 @@ void register_elementwise(HandlerTable& t) {
     const int keep = im.emit(OpKind::Gt, {x, th}, {}, DType::kBool, im.shape(x));
     im.emit_out(OpKind::Where, {keep, x, value});
   };
-  t["aten.log_sigmoid"] = [](Importer& im) {  // min(x, 0) - log(1 + exp(-|x|))
-    composite(im, [&](int x, DType d, const Shape& s) {
-      const int lo = im.emit(OpKind::Minimum, {x, im.scalar(0, d)}, {}, d, s);
-      const int a = im.emit(OpKind::Abs, {x}, {}, d, s);
-      const int e = im.emit(OpKind::Exp, {im.emit(OpKind::Neg, {a}, {}, d, s)}, {}, d, s);
-      const int l = im.emit(OpKind::Log, {im.emit(OpKind::Add, {e, im.scalar(1, d)}, {}, d, s)}, {}, d, s);
-      return im.emit(OpKind::Sub, {lo, l}, {}, d, s);
-    });
-  };
-  t["aten.log_sigmoid_forward"] = [](Importer& im) {
-    if (im.num_outputs() > 1 && im.output_used(1)) im.unsupported("the buffer output of log_sigmoid_forward");
-    composite(im, [&](int x, DType d, const Shape& s) {
-      const int lo = im.emit(OpKind::Minimum, {x, im.scalar(0, d)}, {}, d, s);
-      const int a = im.emit(OpKind::Abs, {x}, {}, d, s);
-      const int e = im.emit(OpKind::Exp, {im.emit(OpKind::Neg, {a}, {}, d, s)}, {}, d, s);
-      const int l = im.emit(OpKind::Log, {im.emit(OpKind::Add, {e, im.scalar(1, d)}, {}, d, s)}, {}, d, s);
-      return im.emit(OpKind::Sub, {lo, l}, {}, d, s);
-    });
-  };
+  for (const char* name : {"aten.log_sigmoid", "aten.log_sigmoid_forward"}) {
+    t[name] = [](Importer& im) {  // min(x, 0) - log(1 + exp(-|x|))
+      if (im.num_outputs() > 1 && im.output_used(1)) im.unsupported("the buffer output of log_sigmoid_forward");
+      composite(im, [&](int x, DType d, const Shape& s) {
+        const int lo = im.emit(OpKind::Minimum, {x, im.scalar(0, d)}, {}, d, s);
+        const int a = im.emit(OpKind::Abs, {x}, {}, d, s);
+        const int e = im.emit(OpKind::Exp, {im.emit(OpKind::Neg, {a}, {}, d, s)}, {}, d, s);
+        const int l = im.emit(OpKind::Log, {im.emit(OpKind::Add, {e, im.scalar(1, d)}, {}, d, s)}, {}, d, s);
+        return im.emit(OpKind::Sub, {lo, l}, {}, d, s);
+      });
+    };
+  }
   // rrelu in eval mode is leaky_relu with the mean slope; training mode draws random slopes.
   t["aten.rrelu"] = [](Importer& im) {
     if (im.bool_arg(3, "training", false)) im.unsupported("rrelu in training mode (random slopes; export the model in eval mode)");

@@ -306,16 +306,30 @@ void scatter_reduce(Importer& im) {
   define_scatter(im, s, scatter_reduce_impl(im, s, reduce, im.bool_arg(5, "include_self", true)));
 }
 
+// The operands index_add and index_fill share: self (a 0-d self as [1]), dim, and the
+// integer index of rank 0 or 1.
+struct IndexedDim {
+  int x = -1, index = -1;
+  bool was_0d = false;
+  std::int64_t d = 0;
+};
+
+IndexedDim indexed_dim(Importer& im, DType dt, const char* what) {
+  IndexedDim r;
+  r.x = im.cast(im.tensor(0, "self"), dt);
+  r.was_0d = im.rank(r.x) == 0;
+  if (r.was_0d) r.x = im.reshape(r.x, {c(1)});
+  r.d = im.norm_dim(im.int_arg(1, "dim"), im.rank(r.x));
+  r.index = im.tensor(2, "index");
+  check_integer_index(im, r.index, what);
+  if (im.rank(r.index) > 1) im.bad(std::string(what) + " with an index of rank " + std::to_string(im.rank(r.index)) + " (expected 0 or 1)");
+  return r;
+}
+
 // index_add(self, dim, index, source, alpha): index_put(accumulate) on dim.
 void index_add(Importer& im) {
   const DType dt = im.out_dtype();
-  int x = im.cast(im.tensor(0, "self"), dt);
-  const bool was_0d = im.rank(x) == 0;
-  if (was_0d) x = im.reshape(x, {c(1)});
-  const std::int64_t d = im.norm_dim(im.int_arg(1, "dim"), im.rank(x));
-  int index = im.tensor(2, "index");
-  check_integer_index(im, index, "index_add");
-  if (im.rank(index) > 1) im.bad("index_add with an index of rank " + std::to_string(im.rank(index)) + " (expected 0 or 1)");
+  auto [x, index, was_0d, d] = indexed_dim(im, dt, "index_add");
   int source = im.cast(im.tensor(3, "source"), dt);
   if (im.rank(index) == 0) {
     index = im.reshape(index, {c(1)});
@@ -335,13 +349,7 @@ void index_add(Importer& im) {
 // count from the end, as PyTorch's index_fill).
 void index_fill(Importer& im) {
   const DType dt = im.out_dtype();
-  int x = im.cast(im.tensor(0, "self"), dt);
-  const bool was_0d = im.rank(x) == 0;
-  if (was_0d) x = im.reshape(x, {c(1)});
-  const std::int64_t d = im.norm_dim(im.int_arg(1, "dim"), im.rank(x));
-  int index = im.tensor(2, "index");
-  check_integer_index(im, index, "index_fill");
-  if (im.rank(index) > 1) im.bad("index_fill with an index of rank " + std::to_string(im.rank(index)) + " (expected 0 or 1)");
+  auto [x, index, was_0d, d] = indexed_dim(im, dt, "index_fill");
   if (im.rank(index) == 0) index = im.reshape(index, {c(1)});
   const Operand v = im.operand(3, "value");
   if (v.is_tensor() && im.rank(v.value) != 0) im.bad("index_fill with a value tensor of rank " + std::to_string(im.rank(v.value)));

@@ -101,6 +101,38 @@ TEST(Passes, BatchNormStaysWhenTheConvResultIsUsedElsewhere) {
   expect_runs_like_eager(*ep, x, model(x));
 }
 
+// A 3-D convolution's decomposition puts reshapes and permutes between the conv2d and the
+// batch norm: [N*D, O, H, W] -> [N, D, O, H, W] -> [N, O, D, H, W], or [N, O, D, H*W] ->
+// [N, O, D, H, W]. Both carry the conv's channels to the norm's dim 1: it folds. A reshape
+// that merges the channels with another dim ([N, O, H, W] -> [N, O*H, W]) does not.
+TEST(Passes, BatchNormFoldsThroughReshapesAndPermutesThatKeepTheChannels) {
+  const ConvBnParams p;
+  auto model = [&](Tensor x) {
+    Tensor frames = reshape(conv2d(x, p.w, p.b, {1, 1}, {1, 1}), {2, 3, 5, 8, 8});  // [N*D, O, H, W] -> [N, D, O, H, W]
+    Tensor a = batch_norm(permute(frames, {0, 2, 1, 3, 4}), p.gamma, p.beta, p.mean, p.var, 1e-3);
+    Tensor planes = conv2d(reshape(x, {2, 3, 3, 64}), p.w, Tensor(), {1, 1}, {1, 1});  // [N, O, D, H*W]
+    Tensor b = batch_norm(reshape(planes, {2, 5, 3, 8, 8}), p.gamma, p.beta, p.mean, p.var);
+    return add(relu(a), b);
+  };
+  const Tensor x = Tensor::randn({6, 3, 8, 8}, 9);
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  EXPECT_EQ(count_ops(ep->program().graphs[0], OpKind::BatchNorm), 0) << ep->print();
+  expect_runs_like_eager(*ep, x, model(x));
+
+  auto merged = [&](Tensor x) {  // channels merged with H: the norm's 40 "channels" are not the conv's 5
+    const ConvBnParams q;
+    Tensor c = reshape(conv2d(x, q.w, q.b, {1, 1}, {1, 1}), {6, 40, 8});
+    const Tensor g = Tensor::randn({40}, 11), bt = Tensor::randn({40}, 12), m = Tensor::randn({40}, 13);
+    const Tensor v = abs(Tensor::randn({40}, 14)) + 0.5;
+    return batch_norm(c, g, bt, m, v);
+  };
+  auto ep2 = export_program(merged, {input("x", x)});
+  ASSERT_TRUE(ep2.ok()) << ep2.status().message();
+  EXPECT_EQ(count_ops(ep2->program().graphs[0], OpKind::BatchNorm), 1);
+  expect_runs_like_eager(*ep2, x, merged(x));
+}
+
 // The runtime fuses an activation into the linear or conv2d before it when nothing else
 // reads the intermediate: the profile names the fused kernel, the activation node is gone.
 TEST(Passes, RuntimeFusesActivationsIntoTheKernelBefore) {

@@ -229,6 +229,37 @@ int add_f32_constant(ir::Program& p, ir::Graph& g, std::string name, std::vector
                       static_cast<int>(p.constants.size()) - 1, p.constants.back().name});
 }
 
+// Where a conv output's channel dim (dim 1) lands after `chain` (reshape / permute nodes,
+// the last applied first in the list): -1 when a reshape merges or splits it. A reshape
+// keeps it when the dims from the channel on are the same before and after (only leading
+// dims change: [N*D, O, H, W] -> [N, D, O, H, W]) or when the dims up to and including it
+// are (only trailing dims change: [N, O, D, H*W] -> [N, O, D, H, W]).
+int channel_dim_through(const ir::Graph& g, const std::vector<int>& chain) {
+  std::int64_t c = 1;
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const ir::Node& n = g.nodes[static_cast<std::size_t>(*it)];
+    const auto& in = g.values[static_cast<std::size_t>(n.inputs[0])].shape;
+    const auto& out = g.values[static_cast<std::size_t>(n.outputs[0])].shape;
+    if (c < 0 || c >= static_cast<std::int64_t>(in.size())) return -1;
+    if (n.op == OpKind::Permute) {
+      const auto* perm = n.attrs.empty() ? nullptr : std::get_if<std::vector<std::int64_t>>(&n.attrs[0]);
+      if (perm == nullptr) return -1;
+      const auto at = std::find(perm->begin(), perm->end(), c);
+      if (at == perm->end()) return -1;
+      c = at - perm->begin();
+      continue;
+    }
+    const auto uc = static_cast<std::size_t>(c);
+    const bool same_head = out.size() > uc && std::equal(in.begin(), in.begin() + c + 1, out.begin());
+    const std::size_t tail = in.size() - uc;  // dims from the channel on
+    const bool same_tail = out.size() >= tail && std::equal(in.begin() + c, in.end(), out.end() - static_cast<std::ptrdiff_t>(tail));
+    if (same_head) continue;
+    if (!same_tail) return -1;
+    c = static_cast<std::int64_t>(out.size() - tail);
+  }
+  return static_cast<int>(c);
+}
+
 }  // namespace
 
 int fold_batch_norms(ir::Program& p, ir::Graph& g) {
@@ -250,10 +281,23 @@ int fold_batch_norms(ir::Program& p, ir::Graph& g) {
   for (ir::Node& bn : g.nodes) {
     if (bn.op != OpKind::BatchNorm || bn.inputs.size() != 5 || bn.outputs.size() != 1 || bn.attrs.empty()) continue;
     const int x = bn.inputs[0];
-    const int pi = producer[static_cast<std::size_t>(x)];
-    if (pi < 0 || uses[static_cast<std::size_t>(x)] != 1) continue;
+    // The conv, directly or through reshapes and permutes (each read once) that carry its
+    // output channels to the batch norm's dim 1: a 3-D convolution's decomposition,
+    // [N, O, D, H*W] -> [N, O, D, H, W], or [N*D, O, H, W] -> [N, D, O, H, W] -> permute.
+    std::vector<int> chain;  // the reshape / permute nodes, from the batch norm back
+    int pi = producer[static_cast<std::size_t>(x)];
+    int v = x;
+    while (pi >= 0 && uses[static_cast<std::size_t>(v)] == 1) {
+      const ir::Node& n = g.nodes[static_cast<std::size_t>(pi)];
+      if ((n.op != OpKind::Reshape && n.op != OpKind::Permute) || n.outputs.size() != 1 || n.inputs.empty()) break;
+      chain.push_back(pi);
+      v = n.inputs[0];
+      pi = producer[static_cast<std::size_t>(v)];
+    }
+    if (pi < 0 || uses[static_cast<std::size_t>(v)] != 1) continue;
     ir::Node& conv = g.nodes[static_cast<std::size_t>(pi)];
     if (conv.op != OpKind::Conv2d || conv.outputs.size() != 1) continue;
+    if (!chain.empty() && channel_dim_through(g, chain) != 1) continue;
     const ir::ConstantTensor* w = f32_constant(p, g, conv.inputs[1]);
     const bool has_bias = conv.inputs.size() > 2 && g.values[static_cast<std::size_t>(conv.inputs[2])].kind != ir::ValueKind::kNone;
     const ir::ConstantTensor* b = has_bias ? f32_constant(p, g, conv.inputs[2]) : nullptr;
@@ -307,8 +351,10 @@ int fold_batch_norms(ir::Program& p, ir::Graph& g) {
     conv.inputs.resize(3);
     conv.inputs[1] = new_w;
     conv.inputs[2] = new_b;
-    // The conv now yields the batch_norm's value; the batch_norm yields the old, unused one.
-    conv.outputs[0] = bn.outputs[0];
+    // The conv (or the last reshape / permute after it) now yields the batch_norm's value;
+    // the batch_norm yields the old, unused one.
+    ir::Node& last = chain.empty() ? conv : g.nodes[static_cast<std::size_t>(chain.front())];
+    last.outputs[0] = bn.outputs[0];
     bn.outputs[0] = x;
     bn.inputs.clear();
     ++folded;

@@ -67,8 +67,10 @@ std::map<std::string, std::string> expected_unsupported() {
   return out;
 }
 
-// Imports, loads and runs the case; returns the first failure, or Ok with `outputs` set.
-Status import_and_run(const fs::path& dir, const std::string& file, const std::string& backend, std::vector<HostValue>* outputs) {
+// Imports, loads and runs the case on the inputs `<prefix>in<i>.npy`; returns the first
+// failure, or Ok with `outputs` set.
+Status import_and_run(const fs::path& dir, const std::string& file, const std::string& backend, std::vector<HostValue>* outputs,
+                      const std::string& prefix = "") {
   auto ep = import_pt2((dir / file).string());
   if (!ep.ok()) return ep.status();
   auto bytes = serialize_bundle(ep->program());
@@ -78,8 +80,8 @@ Status import_and_run(const fs::path& dir, const std::string& file, const std::s
   auto program = Program::load(std::move(Bundle::from_bytes(*bytes)).value(), options);
   if (!program.ok()) return program.status();
   std::vector<HostValue> in;
-  for (int i = 0; fs::exists(dir / ("in" + std::to_string(i) + ".npy")); ++i) {
-    auto t = read_npy_any_order((dir / ("in" + std::to_string(i) + ".npy")).string());
+  for (int i = 0; fs::exists(dir / (prefix + "in" + std::to_string(i) + ".npy")); ++i) {
+    auto t = read_npy_any_order((dir / (prefix + "in" + std::to_string(i) + ".npy")).string());
     if (!t.ok()) return t.status();
     in.push_back(HostValue::of(std::move(*t)));
   }
@@ -89,6 +91,8 @@ Status import_and_run(const fs::path& dir, const std::string& file, const std::s
   *outputs = std::move(r->outputs);
   return Status::Ok();
 }
+
+void expect_outputs(const fs::path& dir, const std::string& prefix, const std::vector<HostValue>& outputs);
 
 class OpSweep : public ::testing::TestWithParam<SweepCase> {};
 
@@ -107,12 +111,23 @@ TEST_P(OpSweep, MatchesPyTorchOrIsAListedUnsupportedOp) {
     return;
   }
   ASSERT_TRUE(st.ok()) << st.message();
-  int count = 0;
-  for (; fs::exists(dir / ("out" + std::to_string(count) + ".npy")); ++count) {
+  expect_outputs(dir, "", outputs);
+  // A case exported with a dynamic dim also runs at another size of it (alt_in*, alt_out*).
+  if (fs::exists(dir / "alt_in0.npy")) {
+    std::vector<HostValue> alt;
+    const Status st2 = import_and_run(dir, c.file, c.backend, &alt, "alt_");
+    ASSERT_TRUE(st2.ok()) << "at the other size: " << st2.message();
+    expect_outputs(dir, "alt_", alt);
   }
-  ASSERT_EQ(outputs.size(), static_cast<std::size_t>(count));
+}
+
+void expect_outputs(const fs::path& dir, const std::string& prefix, const std::vector<HostValue>& outputs) {
+  int count = 0;
+  for (; fs::exists(dir / (prefix + "out" + std::to_string(count) + ".npy")); ++count) {
+  }
+  ASSERT_EQ(outputs.size(), static_cast<std::size_t>(count)) << prefix;
   for (int o = 0; o < count; ++o) {
-    auto want = read_npy_any_order((dir / ("out" + std::to_string(o) + ".npy")).string());
+    auto want = read_npy_any_order((dir / (prefix + "out" + std::to_string(o) + ".npy")).string());
     ASSERT_TRUE(want.ok()) << want.status().message();
     const HostTensor& got = outputs[static_cast<std::size_t>(o)].tensor;
     ASSERT_EQ(got.shape, want->shape) << "output " << o;

@@ -112,6 +112,7 @@ void warn_about_unknown_switches() {
       {"KILN_CONV_WINOGRAD", {"0", "1"}},
       {"KILN_CONV_PREPACK", {"0", "1"}},
       {"KILN_CONV_POINTWISE", {"0", "1"}},
+      {"KILN_CONV_PLAIN_BLOCKED", {"0", "1"}},
       {"KILN_CONV_DEPTHWISE", {"0", "rows", "blocked"}},
       {"KILN_WINOGRAD_WEIGHTS", {"streamed", "cached"}},
       {"KILN_VULKAN_VALIDATION", {"0", "1"}},

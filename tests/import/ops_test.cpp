@@ -371,6 +371,53 @@ TEST(ImportOps, HostileWindowArgumentsAreRejected) {
   }
 }
 
+// The variants of this session's composites that Kiln refuses: exit 6 (kUnsupported) or
+// exit 2 (kInvalidBundle), naming the op, the reason and the user's line.
+TEST(ImportOps, RefusedCompositeVariantsNameTheReason) {
+  struct Refused {
+    OneOp op;
+    StatusCode code;
+    std::string message;
+  };
+  auto ints_arg = [](std::vector<std::int64_t> v) { return json{{"as_ints", v}}; };
+  OneOp one_hot{"aten.one_hot.default", {{"self", tensor_arg("i")}}, {{"i", {3}}}, {3, 4}, 5};
+  one_hot.metas["i"] = meta({3}, 5);
+  OneOp pool_int{"aten.max_pool2d_with_indices.default", {{"self", tensor_arg("x")}, {"kernel_size", ints_arg({2, 2})}}, {{"x", {1, 1, 4, 4}}},
+                 {1, 1, 2, 2}};
+  pool_int.metas["x"] = meta({1, 1, 4, 4}, 5);
+  const std::vector<Refused> cases = {
+      {one_hot, StatusCode::kUnsupported, "[aten.one_hot.default] one_hot without num_classes (its size would depend on the data) (test.py:7)"},
+      {{"aten.rrelu.default", {{"self", tensor_arg("x")}, {"training", {{"as_bool", true}}}}, {{"x", {4}}}, {4}},
+       StatusCode::kUnsupported, "rrelu in training mode (random slopes; export the model in eval mode)"},
+      {{"aten.linalg_matrix_norm.str_ord", {{"self", tensor_arg("x")}, {"ord", {{"as_string", "nuc"}}}}, {{"x", {3, 3}}}, {}},
+       StatusCode::kUnsupported, "linalg_matrix_norm with ord 'nuc' (needs singular values)"},
+      {{"aten.linalg_matrix_norm.default", {{"self", tensor_arg("x")}, {"ord", {{"as_float", 2.0}}}}, {{"x", {3, 3}}}, {}},
+       StatusCode::kUnsupported, "linalg_matrix_norm with ord 2.000000 (needs singular values)"},
+      {{"aten.diag_embed.default", {{"self", tensor_arg("x")}}, {{"x", {5000}}}, {5000, 5000}},
+       StatusCode::kUnsupported, "diag_embed of more than 4096 elements or offsets"},
+      {{"aten.celu.default", {{"self", tensor_arg("x")}, {"alpha", {{"as_float", 0.0}}}}, {{"x", {4}}}, {4}},
+       StatusCode::kInvalidBundle, "celu with alpha 0"},
+      {{"aten.linalg_cross.default", {{"self", tensor_arg("a")}, {"other", tensor_arg("b")}}, {{"a", {2, 4}}, {"b", {2, 4}}}, {2, 4}},
+       StatusCode::kInvalidBundle, "linalg_cross needs size 3 in its dim"},
+      {pool_int, StatusCode::kUnsupported, "the indices output of max pooling of integers"},
+  };
+  for (const Refused& r : cases) {
+    const OneOp& op = r.op;
+    const fs::path p = fs::temp_directory_path() / ("kiln_op_refused_" + std::to_string(::getpid()) + ".pt2");
+    testing::OneNodeArchive a{op.target, op.args, {}, {{"y", meta(op.out_shape, op.out_dtype)}}};
+    for (const auto& [name, shape] : op.inputs) a.inputs.emplace_back(name, op.metas.count(name) ? op.metas.at(name) : meta(shape));
+    if (op.target == "aten.max_pool2d_with_indices.default") {  // (values, indices): the indices returned
+      a.outputs = {{"v", meta({1, 1, 2, 2}, 5)}, {"y", meta({1, 1, 2, 2}, 5)}};
+      a.not_returned = {"v"};
+    }
+    auto ep = import_pt2(testing::write_one_node_archive(a, p.string()));
+    fs::remove(p);
+    ASSERT_FALSE(ep.ok()) << op.target;
+    EXPECT_EQ(ep.status().code(), r.code) << op.target << ": " << ep.status().message();
+    EXPECT_NE(ep.status().message().find(r.message), std::string::npos) << ep.status().message();
+  }
+}
+
 TEST(ImportOps, ArgumentsKiln_CannotExpressNameTheOpAndLine) {
   OneOp op{"aten.pad.default", {{"self", tensor_arg("x")}, {"pad", {{"as_ints", {-1, 1}}}}, {"mode", {{"as_string", "reflect"}}}},
            {{"x", {1, 3}}}, {1, 3}};

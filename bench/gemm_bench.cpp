@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
   std::printf("OpenBLAS config: %s\n", openblas_get_config());
 #endif
   std::printf("Kiln GEMM ISA: %s\n",
-              kiln::cpu::active_gemm_isa() == kiln::cpu::GemmIsa::kAvx2 ? "avx2+fma" : "scalar");
+              kiln::cpu::active_gemm_isa() == kiln::cpu::GemmIsa::kAvx512 ? "avx512" : kiln::cpu::active_gemm_isa() == kiln::cpu::GemmIsa::kAvx2 ? "avx2+fma" : "scalar");
 #if defined(KILN_HAVE_OPENBLAS)
   // OpenBLAS's workers spin (sched_yield) for a while after start-up and after each call
   // (THREAD_TIMEOUT, ~2^28 cycles): let the start-up spin end before measuring anything.

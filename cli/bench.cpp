@@ -85,7 +85,7 @@ Command add_bench(CLI::App& app) {
            {"arena_bytes", session.last_stats().arena_bytes}, {"unplanned_bytes", session.last_stats().unplanned_bytes},
            {"bytes_uploaded", session.last_stats().bytes_uploaded}, {"bytes_downloaded", session.last_stats().bytes_downloaded},
            {"state_bytes_written_per_run", session.last_stats().state_bytes_written},
-           {"weights_released_bytes", (*program)->released_weight_bytes()}};
+           {"weights_released_bytes", (*program)->released_weight_bytes()}, {"cpu_kernels", Program::cpu_kernel_isas()}};
     std::vector<std::pair<double, json>> rows;
     for (const auto& [key, acc] : per_op) {
       const double avg = acc.first / o->iters;
@@ -102,6 +102,7 @@ Command add_bench(CLI::App& app) {
       return 0;
     }
     std::printf("%s: variant %s, %s backend, %d threads\n", printable(o->path).c_str(), printable(variant).c_str(), (*program)->backend_name().c_str(), o->threads);
+    std::printf("cpu       %s\n", Program::cpu_kernel_isas().c_str());
     std::printf("latency   median %.3f ms   p10 %.3f ms   p90 %.3f ms   (%d runs)\n", median, p10, p90, o->iters);
     const RunStats& st = session.last_stats();
     std::printf("load      %.3f ms\npeak      %llu bytes of tensors (planned arena %llu bytes; %llu without reuse)\n", load_ms,

@@ -107,7 +107,7 @@ void warn_about_unknown_switches() {
     std::vector<std::string_view> values;
   };
   static const Switch kSwitches[] = {
-      {"KILN_CPU_ISA", {"baseline", "avx2"}},
+      {"KILN_CPU_ISA", {"baseline", "avx2", "avx512"}},
       {"KILN_LAYOUT", {"plain", "blocked"}},
       {"KILN_CONV_WINOGRAD", {"0", "1"}},
       {"KILN_CONV_PREPACK", {"0", "1"}},

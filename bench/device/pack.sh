@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # Packs what bench/device/run.sh needs on a lent GPU machine (the workplace's `device`
 # tool: it copies the working tree, and `carry` brings ignored folders) into .dev/ and
-# .gl/ at the repository root (add both to .git/info/exclude): the stripped kiln CLI,
-# Vulkan conformance tests and micro-benchmark, their shared libraries, the Khronos
-# validation layer, the fixtures imported with their self-tests, the sample bundles, and
-# the Debian packages of the Vulkan loader and GL dispatch (that machine's image has the
-# NVIDIA driver but not always the loader). Then, on the device tool:
-#   run(command="bash .dev/run.sh", carry=[".gl", ".dev"], timeout_s=480)
-# Results come back in $OUT: vulkan_tests.{log,xml}, validate.txt, cnn.txt (torchvision
-# CNNs exported there with torch.export and PyTorch 2.11, Kiln Vulkan/CPU vs PyTorch CUDA
-# eager), the per-op Vulkan profiles, samples.txt, vulkan_bench.txt.
+# .gl/ at the repository root (add both to .git/info/exclude): the stripped kiln CLI, the
+# Vulkan conformance, import (op sweep), runtime and kernel test binaries, their shared
+# libraries, the Khronos validation layer, the fixtures imported with their self-tests,
+# and the Debian packages of the Vulkan loader and GL dispatch (that machine's image has
+# the NVIDIA driver but not always the loader). Then, on the device tool:
+#   run(command="bash .dev/run.sh", carry=[".gl", ".dev"], timeout_s=540)
+# Results come back in $OUT: vulkan_tests.{log,xml}, op_sweep.log, validate.txt,
+# torch_side.{txt,json} and cnn.txt (torchvision models exported there with torch.export
+# and PyTorch 2.11: Kiln Vulkan/CPU vs PyTorch CUDA eager), ort2.txt and ort16.txt (Kiln
+# vs ONNX Runtime on that machine's CPU), the CPU test suites' logs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build/dev}
 D=.dev
 rm -rf $D && mkdir -p $D/bin $D/lib $D/b .gl
-for f in $B/bin/kiln $B/tests/kiln_vulkan_tests $B/bench/kiln_vulkan_bench; do strip -o $D/bin/$(basename $f) $f; done
+for f in $B/bin/kiln $B/tests/kiln_vulkan_tests $B/tests/kiln_import_tests $B/tests/kiln_runtime_tests $B/tests/kiln_kernel_tests; do strip -o $D/bin/$(basename $f) $f; done
 for f in $D/bin/*; do ldd $f; done | awk '{print $3}' | sort -u |
   grep -v -E "libc\.so|libm\.so|libpthread|libdl|librt|ld-linux|libstdc\+\+|libgcc_s|^$" | xargs -r -I{} cp -L {} $D/lib/
 mkdir -p /tmp/kiln-layer/layer
@@ -32,13 +33,9 @@ for f in counter kv_decoder; do
   $B/bin/kiln import $S/$f/model.core.pt2 -o $D/b/${f}_core.kiln --self-test-dir $S/$f > /dev/null
 done
 cp $F/mlp/cases/valid0.in.x.npy $D/b/mlp.x.npy
-$B/samples/kiln_sample_transformer $D/b/tr.kiln.s > /dev/null && mv $D/b/tr.kiln.s.ids.npy $D/b/tr.ids.npy
-$B/samples/kiln_sample_kv_decode $D/b/kv.kiln.s > /dev/null && rm -f $D/b/kv.kiln.s.full.kiln
-python3 -c "
-import struct; h=\"{'descr': '<i8', 'fortran_order': False, 'shape': (1, 1), }\"; h=h+' '*(64-10-len(h)-1)+'\n'
-open('$D/b/ids1.npy','wb').write(b'\x93NUMPY\x01\x00'+struct.pack('<H',len(h))+h.encode()+struct.pack('<q',7))"
 (cd $D && tar cJf bin.tar.xz bin lib && rm -rf bin lib)  # the tree that travels is capped at 64 MiB
-cp bench/device/run.sh bench/device/torch_side.py bench/device/compare_out.py $D/
+cp bench/device/run.sh bench/device/torch_side.py bench/device/cpu_side.py bench/device/compare_out.py $D/
+pwd > $D/source_dir
 o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
 mkdir -p /tmp/amd64/partial && apt-get $o update > /dev/null
 (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 > /dev/null 2>&1)

@@ -103,6 +103,17 @@ TEST_F(RunValidate, BenchReportsLatencyAndProfile) {
   }
 }
 
+// bench names the CPU kernels' instruction sets; KILN_CPU_ISA=baseline forces the portable ones.
+TEST_F(RunValidate, BenchNamesTheCpuKernelsInstructionSets) {
+  ASSERT_TRUE(write_npy(path("xi.npy"), host(Tensor::randn({2, 64}))).ok());
+  Cmd r = kiln_cmd("bench " + path("mlp.kiln") + " --input x=" + path("xi.npy") + " --iters 2 --warmup 0", "KILN_CPU_ISA=baseline");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("cpu       gemm baseline, conv baseline, vector baseline\n"), std::string::npos) << r.out;
+  r = kiln_cmd("bench " + path("mlp.kiln") + " --input x=" + path("xi.npy") + " --iters 2 --warmup 0 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"cpu_kernels\": \"gemm "), std::string::npos) << r.out;
+}
+
 TEST_F(RunValidate, VulkanIsUnavailableExitFour) {
   // No device matches: `vulkan` is an error (exit 4), `auto` falls back to the CPU with a note.
   const Cmd r = kiln_cmd("run " + path("mlp.kiln") + " --backend vulkan", "KILN_VULKAN_DEVICE=no-such-gpu-xyz");

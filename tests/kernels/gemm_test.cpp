@@ -17,7 +17,7 @@ namespace kiln::cpu {
 
 // Names the ISA in test failure messages (found by argument-dependent lookup).
 [[maybe_unused]] static void PrintTo(GemmIsa isa, std::ostream* os) {
-  *os << (isa == GemmIsa::kScalar ? "scalar" : isa == GemmIsa::kAvx2 ? "avx2" : "auto");
+  *os << (isa == GemmIsa::kScalar ? "scalar" : isa == GemmIsa::kAvx2 ? "avx2" : isa == GemmIsa::kAvx512 ? "avx512" : "auto");
 }
 
 namespace {
@@ -321,9 +321,27 @@ TEST_P(GemmIsaTest, ShortRowTailsMatchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, GemmIsaTest, ::testing::Values(GemmIsa::kScalar, GemmIsa::kAvx2),
+// The AVX-512 wide tile (12 x 32: two A panels x two B panels) and its narrower forms: row
+// counts around 6 and 12 (one or two A panels, a masked last row), column counts around
+// 8, 16 and 32 (the AVX2 fallback up to 8, one or two B panels, masked lanes), K of 1, 7
+// and 300 (a second K block), every bias kind, alpha/beta, threads and an activation. On
+// the other ISAs the same shapes exercise the 6 x 16 kernels.
+TEST_P(GemmIsaTest, WideTileEdgesMatchReference) {
+  std::uint32_t seed = 1300;
+  const std::int64_t ms[] = {5, 6, 7, 11, 12, 13, 18, 25};
+  const std::int64_t ns[] = {8, 9, 15, 16, 17, 31, 32, 33, 48, 65};
+  for (std::int64_t m : ms) {
+    for (std::int64_t n : ns) {
+      for (std::int64_t k : {1, 7, 300}) check_varied(m, n, k, seed++, GemmActivation::kGeluTanh);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, GemmIsaTest, ::testing::Values(GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512),
                          [](const auto& info) {
-                           return std::string(info.param == GemmIsa::kScalar ? "Scalar" : "Avx2");
+                           return std::string(info.param == GemmIsa::kScalar ? "Scalar"
+                                              : info.param == GemmIsa::kAvx2 ? "Avx2"
+                                                                             : "Avx512");
                          });
 
 TEST(GemmTest, RejectsInvalidParameters) {

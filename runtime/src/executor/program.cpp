@@ -909,6 +909,8 @@ Status read_attrs(const fb::Program& p, const fb::Node& node, std::optional<std:
 Program::~Program() = default;
 
 const std::string& Program::backend_notice() const { return impl_->backend_notice; }
+std::string Program::cpu_kernel_isas() { return cpu::kernel_isa_summary(); }
+
 std::string Program::backend_name() const { return impl_->accelerator ? std::string(impl_->accelerator->name()) : "cpu"; }
 
 Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bundle, const ProgramOptions& options) {

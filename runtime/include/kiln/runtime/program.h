@@ -124,6 +124,10 @@ class Program {
 
   /// "cpu" or "vulkan".
   std::string backend_name() const;
+  /// The instruction sets the CPU kernels use on this machine, as the CPU and
+  /// KILN_CPU_ISA chose them: "gemm avx512, conv avx512, vector avx2" (gemm: avx512 only
+  /// where 512-bit FMAs measured twice the 256-bit throughput, or with KILN_CPU_ISA=avx512).
+  static std::string cpu_kernel_isas();
   /// Why `auto` chose the CPU; empty otherwise.
   const std::string& backend_notice() const;
   /// Every node of graph `graph` (0-based; empty when out of range) with where it runs.

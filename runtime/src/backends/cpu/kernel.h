@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/gemm/gemm.h"
@@ -18,6 +19,10 @@ namespace kiln::cpu {
 /// in the SGEMM epilogue, hence the same enum), and the activation node only passes the
 /// bytes on.
 using FusedActivation = GemmActivation;
+
+/// The instruction sets the CPU kernels run with on this machine (what the CPU and
+/// KILN_CPU_ISA chose), e.g. "gemm avx512, conv avx512, vector avx2".
+std::string kernel_isa_summary();
 
 /// Whether the kernel of `op` applies `act` when its context asks (linear: all of them, in
 /// the SGEMM epilogue; conv2d: all of them, in the SGEMM epilogue on the im2col and 1x1

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/kernels/conv_nchwc_kernels.h"
 #include "backends/cpu/kernels/simd.h"
 #include "backends/cpu/kernels/kernels.h"
 
@@ -36,6 +37,12 @@ void map_in_place(float* y, std::int64_t n, F f) {
 }
 
 }  // namespace
+
+std::string kernel_isa_summary() {
+  const GemmIsa gemm = active_gemm_isa();
+  const char* gemm_name = gemm == GemmIsa::kAvx512 ? "avx512" : gemm == GemmIsa::kAvx2 ? "avx2" : "baseline";
+  return std::string("gemm ") + gemm_name + ", conv " + nchwc::dense_kernels().name + ", vector " + kernels::simd().name;
+}
 
 bool kernel_fuses(OpKind op, FusedActivation act) {
   if (act == FusedActivation::kNone) return false;

@@ -28,6 +28,20 @@ namespace gemm_detail {
 // The same choice as the vector kernels' (simd.h), KILN_CPU_ISA=baseline included.
 bool cpu_has_avx2_fma() { return kernels::simd_avx2() != nullptr; }
 
+bool cpu_has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool supported = [] {
+    const char* isa = std::getenv("KILN_CPU_ISA");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+           !(isa != nullptr && std::strcmp(isa, "avx2") == 0);
+  }();
+  return supported && cpu_has_avx2_fma();
+#else
+  return false;
+#endif
+}
+
 }  // namespace gemm_detail
 
 namespace {
@@ -39,6 +53,9 @@ using namespace gemm_detail;  // NOLINT: this file is the driver of that namespa
 // machine kc 384 measured ~3% faster than 256, but under load (other processes evicting
 // L1/L2) 256 was 1-4% faster; mc 96..144 were within noise.
 constexpr std::int64_t kKcMax = 256;
+// The wide (AVX-512) tile reads two B panels: kc 192 keeps the pair (24 KiB) and a 12-row
+// A panel (9 KiB) in a 48 KiB L1.
+constexpr std::int64_t kKcMaxWide = 192;
 constexpr std::int64_t kMcMax = 144;
 // Upper bound on the per-call packed B buffer (floats): 8 MiB, well inside a shared L3.
 constexpr std::int64_t kPackBudgetFloats = std::int64_t{2} << 20;
@@ -50,11 +67,25 @@ constexpr std::int64_t kGemvMinChunkBytes = 64 << 10;
 
 std::atomic<GemmIsa> g_forced_isa{GemmIsa::kAuto};
 
+// The AVX-512 table by default only where 512-bit FMAs have twice the 256-bit throughput
+// (measured once): on a core that splits them into 256-bit halves its wide tile gains
+// nothing and was 5-8 % slower than the AVX2 tile (Zen 4). KILN_CPU_ISA=avx512 forces it.
+bool avx512_gemm_pays() {
+  static const bool pays = [] {
+    const char* isa = std::getenv("KILN_CPU_ISA");
+    if (isa != nullptr && std::strcmp(isa, "avx512") == 0) return true;
+    return avx512_fma_speedup() >= 1.5;
+  }();
+  return pays;
+}
+
 const GemmKernels& select_kernels() {
 #if defined(__x86_64__) || defined(__i386__)
-  if (g_forced_isa.load(std::memory_order_relaxed) != GemmIsa::kScalar && cpu_has_avx2_fma()) {
-    return avx2_kernels();
+  const GemmIsa forced = g_forced_isa.load(std::memory_order_relaxed);
+  if ((forced == GemmIsa::kAvx512 || (forced == GemmIsa::kAuto && avx512_gemm_pays())) && cpu_has_avx512()) {
+    return avx512_kernels();
   }
+  if (forced != GemmIsa::kScalar && cpu_has_avx2_fma()) return avx2_kernels();
 #endif
   return scalar_kernels();
 }
@@ -217,9 +248,10 @@ struct BlockPlan {
   std::int64_t max_block_rows() const { return ceil_div(m_panels, m_blocks) * kMr; }
 };
 
-BlockPlan plan_blocks(const GemmParams& p, std::int64_t cols, int threads) {
+BlockPlan plan_blocks(const GemmParams& p, std::int64_t cols, int threads, bool wide) {
   BlockPlan plan{};
-  plan.kc = ceil_div(p.k, ceil_div(p.k, kKcMax));
+  const std::int64_t kc_max = wide ? kKcMaxWide : kKcMax;
+  plan.kc = ceil_div(p.k, ceil_div(p.k, kc_max));
   plan.m_panels = ceil_div(p.m, kMr);
   plan.n_panels = ceil_div(cols, kNr);
   plan.m_blocks = ceil_div(p.m, kMcMax);
@@ -252,6 +284,44 @@ void prefetch_b_lines(const float* next, std::int64_t first, std::int64_t last) 
     __builtin_prefetch(next + line * kFloatsPerLine);
 }
 
+// run_kblock with the wide kernel: pairs of B panels x 12-row tiles (a trailing single
+// panel or 6-row panel takes the narrower forms of the same kernel).
+void run_kblock_wide(const BlockedProblem& bp, Epilogue e, const float* a_packed, std::int64_t m0,
+                     std::int64_t rows, std::int64_t pc, std::int64_t kc, std::int64_t p0, std::int64_t p1,
+                     std::int64_t panel_lines) {
+  const GemmParams& p = *bp.p;
+  const bool last = pc + kc >= p.k;
+  const std::int64_t stride = p.k * kNr;
+  const std::int64_t lines_per_call = ceil_div(2 * panel_lines, ceil_div(rows, kWideMr));
+  for (std::int64_t panel = p0; panel < p1; panel += 2) {
+    const std::int64_t j = bp.col0 + panel * kNr;
+    const std::int64_t width = std::min<std::int64_t>(panel + 1 < p1 ? kWideNr : kNr, p.n - j);
+    const float* b = bp.panels + panel * stride + pc * kNr;
+    const float* next_b = panel + 2 < p1 ? b + 2 * stride : nullptr;
+    const std::int64_t next_lines = panel + 3 < p1 ? 2 * panel_lines : panel_lines;
+    e.bias_col = last && p.bias_kind == GemmBias::kPerColumn ? p.bias + j : nullptr;
+    for (std::int64_t ir = 0; ir < rows; ir += kWideMr) {
+      if (next_b != nullptr) {  // the next pair's lines, spread over this pair's calls
+        const std::int64_t first = (ir / kWideMr) * lines_per_call;
+        const std::int64_t end = std::min(next_lines, first + lines_per_call);
+        for (std::int64_t line = first; line < end; ++line) {
+          __builtin_prefetch(line < panel_lines ? next_b + line * 16 : next_b + stride + (line - panel_lines) * 16);
+        }
+      }
+      e.bias_row = last && p.bias_kind == GemmBias::kPerRow ? p.bias + m0 + ir : nullptr;
+      const WideTile tile{a_packed + ir * kc,
+                          b,
+                          stride,
+                          p.c + (m0 + ir) * p.ldc + j,
+                          p.ldc,
+                          kc,
+                          static_cast<int>(std::min<std::int64_t>(kWideMr, rows - ir)),
+                          static_cast<int>(width)};
+      bp.kernels->wide_kernel(tile, e);
+    }
+  }
+}
+
 // Micro-kernel calls for one K block of one task: B panels [p0, p1) x all rows of `a_packed`.
 void run_kblock(const BlockedProblem& bp, const BlockPlan& plan, const float* a_packed,
                 std::int64_t m0, std::int64_t rows, std::int64_t pc, std::int64_t p0,
@@ -264,6 +334,10 @@ void run_kblock(const BlockedProblem& bp, const BlockPlan& plan, const float* a_
   if (!last) e.act = GemmActivation::kNone;
   const std::int64_t panel_lines =
       ceil_div(kc * kNr * static_cast<std::int64_t>(sizeof(float)), 64);
+  if (bp.kernels->wide_kernel != nullptr) {
+    run_kblock_wide(bp, e, a_packed, m0, rows, pc, kc, p0, p1, panel_lines);
+    return;
+  }
   const std::int64_t lines_per_call = ceil_div(panel_lines, ceil_div(rows, kMr));
   for (std::int64_t panel = p0; panel < p1; ++panel) {
     const std::int64_t j = bp.col0 + panel * kNr;
@@ -317,7 +391,7 @@ int usable_threads(const GemmParams& p, ThreadPool* pool) {
 
 Status run_blocked(const BlockedProblem& bp, ThreadPool* pool) {
   const int threads = usable_threads(*bp.p, pool);
-  const BlockPlan plan = plan_blocks(*bp.p, bp.cols, threads);
+  const BlockPlan plan = plan_blocks(*bp.p, bp.cols, threads, bp.kernels->wide_kernel != nullptr);
   std::atomic<bool> failed{false};
   auto body = [&](std::int64_t t0, std::int64_t t1) {
     for (std::int64_t t = t0; t < t1; ++t) {
@@ -395,6 +469,7 @@ const gemm_detail::GemmKernels& gemm_detail::active_kernels() { return select_ke
 
 bool set_gemm_isa_for_testing(GemmIsa isa) {
   if (isa == GemmIsa::kAvx2 && !cpu_has_avx2_fma()) return false;
+  if (isa == GemmIsa::kAvx512 && !cpu_has_avx512()) return false;
   g_forced_isa.store(isa, std::memory_order_relaxed);
   return true;
 }

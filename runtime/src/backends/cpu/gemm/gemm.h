@@ -133,6 +133,7 @@ enum class GemmIsa : std::uint8_t {
   kAuto,    // the best one this CPU supports (the default)
   kScalar,  // portable C++ (auto-vectorized for the baseline target)
   kAvx2,    // AVX2 + FMA
+  kAvx512,  // AVX-512 F/VL/BW/DQ: the AVX2 kernels plus a 12x32 micro-tile
 };
 
 /// The ISA sgemm currently uses (never kAuto).

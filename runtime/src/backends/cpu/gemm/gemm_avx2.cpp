@@ -583,7 +583,7 @@ void pack_a_avx2(const float* a, std::int64_t row_stride, std::int64_t col_strid
 }  // namespace
 
 const GemmKernels& avx2_kernels() {
-  static constexpr GemmKernels kKernels = {GemmIsa::kAvx2, micro_kernel, gemv_rows,  gemv_cols,
+  static constexpr GemmKernels kKernels = {GemmIsa::kAvx2, micro_kernel, nullptr, gemv_rows,  gemv_cols,
                                            gemv_packed,    epilogue_row, pack_a_avx2};
   return kKernels;
 }

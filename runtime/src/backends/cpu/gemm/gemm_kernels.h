@@ -43,9 +43,28 @@ struct MicroTile {
   int n;
 };
 
+/// A wide tile (AVX-512): up to kWideMr rows (two A panels: the second at a + kc * kMr,
+/// read only when m > kMr) by up to kWideNr columns (two B panels: the second at
+/// b + b_stride, read only when n > kNr) of C; otherwise as MicroTile.
+inline constexpr int kWideMr = 2 * kMr;
+inline constexpr int kWideNr = 2 * kNr;
+struct WideTile {
+  const float* a;
+  const float* b;
+  std::int64_t b_stride;
+  float* c;
+  std::int64_t ldc;
+  std::int64_t kc;
+  int m;
+  int n;
+};
+
 struct GemmKernels {
   GemmIsa isa;
   void (*micro_kernel)(const MicroTile& tile, const Epilogue& epilogue);
+  /// Null, or a kernel for WideTiles that the drivers then use instead of micro_kernel
+  /// (epilogue.bias_row covers the tile's rows, bias_col its columns).
+  void (*wide_kernel)(const WideTile& tile, const Epilogue& epilogue);
   /// out[j] = dot(x[0..k), w + j*ldw) for j < n (W rows: the trans_b GEMV).
   void (*gemv_rows)(const float* x, const float* w, std::int64_t ldw, std::int64_t k,
                     std::int64_t n, float* out);
@@ -67,8 +86,17 @@ struct GemmKernels {
 const GemmKernels& scalar_kernels();
 /// The AVX2/FMA table; call only when the CPU supports AVX2 and FMA.
 const GemmKernels& avx2_kernels();
+/// The AVX-512 table (the AVX2 one plus wide_kernel); call only when cpu_has_avx512() holds.
+const GemmKernels& avx512_kernels();
 /// True when this build has the AVX2 table and the CPU can run it.
 bool cpu_has_avx2_fma();
+/// True when the CPU has AVX-512 F/VL/BW/DQ, AVX2 is usable and KILN_CPU_ISA is not avx2.
+bool cpu_has_avx512();
+/// Measured once (~1 ms): FMA flops per second on 512-bit vectors over 256-bit ones. About
+/// 2 on cores with two 512-bit FMA units (Intel server parts), about 1 where a 512-bit FMA
+/// is split into two 256-bit halves (AMD Zen 4) or takes both ports. Call only when
+/// cpu_has_avx512() holds.
+double avx512_fma_speedup();
 /// The table sgemm uses now (set_gemm_isa_for_testing included); gemm.cpp.
 const GemmKernels& active_kernels();
 

@@ -107,6 +107,22 @@ void run_task(const Problem& pr, const Plan& plan, std::int64_t task) {
     gemm_detail::Epilogue e{p.alpha, k0 > 0 ? 1.0f : p.beta, nullptr, nullptr, 0.0f,
                             last ? p.activation : GemmActivation::kNone};
     const float* a_block = pr.a->block(k0);
+    if (pr.kernels->wide_kernel != nullptr) {  // pairs of B panels x 12-row tiles
+      for (std::int64_t q = q0; q < q1; q += 2) {
+        const std::int64_t j = pr.col0 + q * kNr;
+        e.bias_col = last && p.bias_kind == GemmBias::kPerColumn ? p.bias + j : nullptr;
+        for (std::int64_t panel = panel0; panel < panel1; panel += 2) {
+          const std::int64_t i = panel * kMr;
+          e.bias_row = last && p.bias_kind == GemmBias::kPerRow ? p.bias + i : nullptr;
+          const std::int64_t rows = std::min<std::int64_t>(panel + 1 < panel1 ? gemm_detail::kWideMr : kMr, p.m - i);
+          const std::int64_t cols = std::min<std::int64_t>(q + 1 < q1 ? gemm_detail::kWideNr : kNr, p.n - j);
+          const gemm_detail::WideTile tile{a_block + panel * kc * kMr, pr.b + q * p.k * kNr + k0 * kNr, p.k * kNr,
+                                           p.c + i * p.ldc + j, p.ldc, kc, static_cast<int>(rows), static_cast<int>(cols)};
+          pr.kernels->wide_kernel(tile, e);
+        }
+      }
+      continue;
+    }
     for (std::int64_t q = q0; q < q1; ++q) {
       const std::int64_t j = pr.col0 + q * kNr;
       const float* b = pr.b + q * p.k * kNr + k0 * kNr;

@@ -101,7 +101,7 @@ void gemv_packed(const float* x, const float* panels, std::int64_t panel_stride,
 }  // namespace
 
 const GemmKernels& scalar_kernels() {
-  static constexpr GemmKernels kKernels = {GemmIsa::kScalar,   micro_kernel, gemv_rows,
+  static constexpr GemmKernels kKernels = {GemmIsa::kScalar,   micro_kernel, nullptr, gemv_rows,
                                            gemv_cols,          gemv_packed,  epilogue_row,
                                            gemm_detail::pack_a};
   return kKernels;

@@ -17,6 +17,12 @@ B=${1:-build/dev}
 D=.dev
 rm -rf $D && mkdir -p $D/bin $D/lib $D/b .gl
 for f in $B/bin/kiln $B/tests/kiln_vulkan_tests $B/tests/kiln_import_tests $B/tests/kiln_runtime_tests $B/tests/kiln_kernel_tests; do strip -o $D/bin/$(basename $f) $f; done
+# The GEMM probe, once per K block of the wide (AVX-512) tile, against the static runtime.
+INC="-Ibase/include -I$B/schema/generated -Iruntime/include -Iruntime/src -Ischema/include"
+for kc in 192 256; do
+  g++ -O2 -std=c++20 $INC -DKILN_GEMM_KC_WIDE=$kc -c runtime/src/backends/cpu/gemm/gemm.cpp -o /tmp/kiln_gemm_kc$kc.o
+  g++ -O2 -std=c++20 $INC bench/device/gemm_probe.cpp /tmp/kiln_gemm_kc$kc.o $B/runtime/libkiln_runtime.a -lpthread -s -o $D/bin/gemm_probe_kc$kc
+done
 for f in $D/bin/*; do ldd $f; done | awk '{print $3}' | sort -u |
   grep -v -E "libc\.so|libm\.so|libpthread|libdl|librt|ld-linux|libstdc\+\+|libgcc_s|^$" | xargs -r -I{} cp -L {} $D/lib/
 mkdir -p /tmp/kiln-layer/layer

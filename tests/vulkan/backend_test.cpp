@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "backends/vulkan/context.h"
 #include "vulkan/vulkan_testutil.h"
 
 namespace kiln::vulkan::testing {
@@ -417,6 +418,35 @@ TEST(VulkanBackend, PipelineCacheIsPersisted) {
     ASSERT_TRUE(r.ok()) << r.status().to_string();
   }
   std::filesystem::remove(path);
+}
+
+// Contexts share one VkInstance per process (per validation setting) and each makes its own
+// device: NVIDIA's driver refused vkCreateInstance (VK_ERROR_INCOMPATIBLE_DRIVER) after a
+// few dozen create/destroy cycles in one process. Many backends made and dropped in turn
+// keep one instance and still run.
+TEST(VulkanBackend, ContextsShareTheInstanceAndStillRunAfterManyCycles) {
+  KILN_VULKAN_BACKEND_OR_SKIP(shared);
+  VkInstance first = VK_NULL_HANDLE;
+  for (int i = 0; i < 12; ++i) {
+    auto ctx = Context::create(/*validation=*/true, "");
+    ASSERT_TRUE(ctx.ok()) << "cycle " << i << ": " << ctx.status().to_string();
+    if (i == 0) first = (*ctx)->instance();
+    EXPECT_EQ((*ctx)->instance(), first) << "cycle " << i;
+    EXPECT_NE((*ctx)->device(), VK_NULL_HANDLE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    backend::BackendOptions options;
+    options.validation = true;
+    auto b = backend::create_backend("vulkan", options);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    std::mt19937 rng(40 + i);
+    Graph g = mlp_block(rng, 3, 8, 5);
+    auto want = run_cpu(g);
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    auto got = run_vulkan(**b, g);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_TRUE(outputs_match(*got, *want, 1e-4, 1e-5));
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "backends/vulkan/shader_registry.h"
 
@@ -13,6 +14,21 @@ namespace {
 
 constexpr VkDeviceSize kBlockSize = VkDeviceSize{64} << 20;
 constexpr VkDeviceSize kHostBlockSize = VkDeviceSize{16} << 20;
+
+// One VkInstance per process and validation setting, made on first use and never destroyed;
+// every Context makes and destroys only its own device on it. NVIDIA's driver does not
+// survive many vkCreateInstance/vkDestroyInstance cycles in one process: on an H200
+// (driver 580.159) the op sweep's 37th Program got VK_ERROR_INCOMPATIBLE_DRIVER, and every
+// later one too. A server that loads and drops Programs would hit the same.
+struct SharedInstances {
+  std::mutex mu;
+  VkInstance instance[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};  // [validation]
+};
+
+SharedInstances& shared_instances() {
+  static SharedInstances* const s = new SharedInstances();  // never destroyed (see above)
+  return *s;
+}
 
 Status unavailable(std::string message) { return Status(StatusCode::kUnavailable, "Vulkan: " + std::move(message)); }
 
@@ -157,9 +173,18 @@ Status Context::init(bool validation) {
   features.enabledValidationFeatureCount = 1;
   features.pEnabledValidationFeatures = enables;
   if (sync_validation) ci.pNext = &features;
-  VkResult r = api_.vkCreateInstance(&ci, nullptr, &instance_);
-  if (r == VK_ERROR_INCOMPATIBLE_DRIVER) return unavailable("no Vulkan driver (VK_ERROR_INCOMPATIBLE_DRIVER)");
-  if (r != VK_SUCCESS) return unavailable(std::string("vkCreateInstance failed: ") + vk_result_name(r));
+  {
+    SharedInstances& shared = shared_instances();
+    std::lock_guard<std::mutex> lock(shared.mu);
+    VkInstance& slot = shared.instance[validation ? 1 : 0];
+    if (slot == VK_NULL_HANDLE) {  // a failed attempt leaves the slot empty: the next Context retries
+      VkResult r = api_.vkCreateInstance(&ci, nullptr, &slot);
+      if (r != VK_SUCCESS) slot = VK_NULL_HANDLE;
+      if (r == VK_ERROR_INCOMPATIBLE_DRIVER) return unavailable("no Vulkan driver (VK_ERROR_INCOMPATIBLE_DRIVER)");
+      if (r != VK_SUCCESS) return unavailable(std::string("vkCreateInstance failed: ") + vk_result_name(r));
+    }
+    instance_ = slot;
+  }
   if (!load_instance_functions(api_, instance_, error)) return unavailable(error);
   if (validation && api_.vkCreateDebugUtilsMessengerEXT != nullptr) {
     VkDebugUtilsMessengerCreateInfoEXT mi{VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
@@ -346,7 +371,7 @@ Context::~Context() {
     api_.vkDestroyDevice(device_, nullptr);
   }
   if (messenger_ != VK_NULL_HANDLE) api_.vkDestroyDebugUtilsMessengerEXT(instance_, messenger_, nullptr);
-  if (instance_ != VK_NULL_HANDLE) api_.vkDestroyInstance(instance_, nullptr);
+  // instance_ is the process's shared one (shared_instances): it stays.
 }
 
 std::uint32_t Context::memory_type(MemoryKind kind, std::uint32_t type_bits) const {

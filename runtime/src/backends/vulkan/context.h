@@ -72,13 +72,17 @@ class OwnedAllocation {
 
 class Context {
  public:
-  /// Creates the instance and device; kUnavailable with the reason when Vulkan is unusable.
+  /// Creates the device on the process's instance for `validation` (made on first use and
+  /// kept: see context.cpp's SharedInstances); kUnavailable with the reason when Vulkan is
+  /// unusable. With validation, each Context has its own messenger, but a message about
+  /// another live validation Context's objects may reach it too.
   static Result<std::unique_ptr<Context>> create(bool validation, std::string pipeline_cache_path);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
   const Api& api() const { return api_; }
+  VkInstance instance() const { return instance_; }
   VkDevice device() const { return device_; }
   const VkPhysicalDeviceProperties& properties() const { return props_; }
   const std::string& description() const { return description_; }

@@ -55,7 +55,10 @@ using namespace gemm_detail;  // NOLINT: this file is the driver of that namespa
 constexpr std::int64_t kKcMax = 256;
 // The wide (AVX-512) tile reads two B panels: kc 192 keeps the pair (24 KiB) and a 12-row
 // A panel (9 KiB) in a 48 KiB L1.
-constexpr std::int64_t kKcMaxWide = 192;
+#ifndef KILN_GEMM_KC_WIDE  // bench/device/gemm_probe.cpp builds variants
+#define KILN_GEMM_KC_WIDE 192
+#endif
+constexpr std::int64_t kKcMaxWide = KILN_GEMM_KC_WIDE;
 constexpr std::int64_t kMcMax = 144;
 // Upper bound on the per-call packed B buffer (floats): 8 MiB, well inside a shared L3.
 constexpr std::int64_t kPackBudgetFloats = std::int64_t{2} << 20;

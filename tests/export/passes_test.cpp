@@ -45,8 +45,9 @@ TEST(Passes, DataDependentOpsAreNotMerged) {
 
 // Runs the exported program on x and compares with eager execution of the same code; the
 // op names of the profiled run go to `ops` when given.
+// (atol: 1e-5 unless the graph runs Winograd, whose rounding differs by ~1e-5 of the output's scale.)
 void expect_runs_like_eager(const ExportedProgram& ep, const Tensor& x, const Tensor& want,
-                            std::vector<std::string>* ops = nullptr) {
+                            std::vector<std::string>* ops = nullptr, float atol = 1e-5f) {
   const auto program = testing::load_exported(ep);
   ASSERT_NE(program, nullptr);
   Session session(*program, {.profile = ops != nullptr});
@@ -59,7 +60,7 @@ void expect_runs_like_eager(const ExportedProgram& ep, const Tensor& x, const Te
   const auto w = want.to_vector<float>();
   std::vector<float> got(w.size());
   std::memcpy(got.data(), r->outputs[0].tensor.data.data(), got.size() * sizeof(float));
-  for (std::size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(got[i], w[i], 1e-5f + 1e-5f * std::fabs(w[i])) << "element " << i;
+  for (std::size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(got[i], w[i], atol + 1e-5f * std::fabs(w[i])) << "element " << i;
 }
 
 struct ConvBnParams {
@@ -131,6 +132,45 @@ TEST(Passes, BatchNormFoldsThroughReshapesAndPermutesThatKeepTheChannels) {
   ASSERT_TRUE(ep2.ok()) << ep2.status().message();
   EXPECT_EQ(count_ops(ep2->program().graphs[0], OpKind::BatchNorm), 1);
   expect_runs_like_eager(*ep2, x, merged(x));
+}
+
+// A 3x3 "same" convolution with dilation d (>= 64 channels, H and W multiples of d) becomes the
+// undilated convolution over the d*d phase images of its input, between reshapes and
+// permutes, with the same results; the CPU then runs it with Winograd. Convolutions that do
+// not qualify (too few channels, a size that d does not divide, padding other than d, a
+// stride) stay dilated.
+TEST(Passes, DilatedConvsRunOverPhaseImages) {
+  const Tensor w = Tensor::randn({64, 64, 3, 3}, 21) * 0.05, b = Tensor::randn({64}, 22);
+  auto model = [&](Tensor x) {
+    Tensor a = relu(conv2d(x, w, b, {1, 1}, {2, 2}, {2, 2}));   // d = 2 on 16x16: split
+    Tensor c = conv2d(a, w, Tensor(), {1, 1}, {4, 4}, {4, 4});  // d = 4 on 16x16: split
+    return add(c, a);
+  };
+  const Tensor x = Tensor::randn({2, 64, 16, 16}, 23);
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const ir::Graph& g = ep->program().graphs[0];
+  EXPECT_EQ(count_ops(g, OpKind::Conv2d), 2);
+  EXPECT_EQ(count_ops(g, OpKind::Permute), 4) << ep->print();
+  for (const ir::Node& n : g.nodes) {
+    if (n.op != OpKind::Conv2d) continue;
+    EXPECT_EQ(std::get<std::vector<std::int64_t>>(n.attrs[2]), (std::vector<std::int64_t>{1, 1}));  // dilation
+    EXPECT_EQ(std::get<std::vector<std::int64_t>>(n.attrs[1]), (std::vector<std::int64_t>{1, 1}));  // padding
+  }
+  expect_runs_like_eager(*ep, x, model(x), nullptr, 1e-4f);  // outputs of scale ~1.5, Winograd phases
+
+  const Tensor w32 = Tensor::randn({32, 32, 3, 3}, 24);
+  auto kept = [&](Tensor x) {
+    Tensor a = conv2d(x, w, b, {1, 1}, {3, 3}, {3, 3});                        // 16 % 3 != 0
+    Tensor c = conv2d(a, w, b, {1, 1}, {1, 1}, {2, 2});                        // padding 1, not 2: smaller output
+    Tensor e = conv2d(slice(c, 1, 0, 32), w32, Tensor(), {1, 1}, {2, 2}, {2, 2});  // 32 channels
+    Tensor f = conv2d(a, w, b, {2, 2}, {2, 2}, {2, 2});                        // stride 2
+    return add(sum(e), sum(f));
+  };
+  auto ep2 = export_program(kept, {input("x", x)});
+  ASSERT_TRUE(ep2.ok()) << ep2.status().message();
+  EXPECT_EQ(count_ops(ep2->program().graphs[0], OpKind::Permute), 0) << ep2->print();
+  expect_runs_like_eager(*ep2, x, kept(x));
 }
 
 // The runtime fuses an activation into the linear or conv2d before it when nothing else

@@ -110,6 +110,7 @@ Status Importer::run(const std::string& path, const ImportOptions& options) {
     for (ir::Graph& g : program.graphs) {
       detail::simplify_graph(g, program.env);
       detail::fold_batch_norms(program, g);
+      detail::phase_split_dilated_convs(g);
       detail::eliminate_dead_code(g);
       name_values(g);
     }

@@ -1,6 +1,7 @@
 #include "trace/finalize.h"
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -362,6 +363,107 @@ int fold_batch_norms(ir::Program& p, ir::Graph& g) {
   return folded;
 }
 
+namespace {
+
+std::optional<std::int64_t> static_dim(const sym::Expr& e) { return e.constant_value(); }
+
+const std::vector<std::int64_t>* ints_attr(const ir::Node& n, std::size_t i) {
+  return n.attrs.size() > i ? std::get_if<std::vector<std::int64_t>>(&n.attrs[i]) : nullptr;
+}
+
+std::vector<sym::Expr> exprs(std::initializer_list<std::int64_t> dims) {
+  std::vector<sym::Expr> out;
+  for (std::int64_t d : dims) out.push_back(sym::Expr::constant(d));
+  return out;
+}
+
+}  // namespace
+
+int phase_split_dilated_convs(ir::Graph& g) {
+  std::vector<ir::Node> nodes;
+  nodes.reserve(g.nodes.size());
+  int split = 0;
+  for (ir::Node& conv : g.nodes) {
+    // Qualifies: a static [N, C, H, W] f32 input, a constant [O, C, 3, 3] weight, stride 1,
+    // dilation d >= 2 in both dims, padding d ("same"), one group, >= 64 channels in and out,
+    // H and W multiples of d with phases of at least 4 x 4.
+    auto keep = [&] { nodes.push_back(std::move(conv)); };
+    if (conv.op != OpKind::Conv2d || conv.inputs.size() < 2 || conv.outputs.size() != 1 || conv.attrs.size() < 4) {
+      keep();
+      continue;
+    }
+    const ir::Value& x = g.values[static_cast<std::size_t>(conv.inputs[0])];
+    const ir::Value& w = g.values[static_cast<std::size_t>(conv.inputs[1])];
+    const auto* stride = ints_attr(conv, 0);
+    const auto* padding = ints_attr(conv, 1);
+    const auto* dilation = ints_attr(conv, 2);
+    const auto* groups = std::get_if<std::int64_t>(&conv.attrs[3]);
+    if (x.kind != ir::ValueKind::kTensor || x.dtype != DType::kF32 || x.shape.size() != 4 || w.kind != ir::ValueKind::kConstant ||
+        w.shape.size() != 4 || stride == nullptr || padding == nullptr || dilation == nullptr || groups == nullptr ||
+        *groups != 1 || stride->size() != 2 || padding->size() != 2 || dilation->size() != 2) {
+      keep();
+      continue;
+    }
+    const std::int64_t d = (*dilation)[0];
+    const auto n = static_dim(x.shape[0]), c = static_dim(x.shape[1]), h = static_dim(x.shape[2]), wd = static_dim(x.shape[3]);
+    const auto o = static_dim(w.shape[0]), kh = static_dim(w.shape[2]), kw = static_dim(w.shape[3]);
+    if (d < 2 || (*dilation)[1] != d || (*stride)[0] != 1 || (*stride)[1] != 1 || (*padding)[0] != d || (*padding)[1] != d ||
+        !n || !c || !h || !wd || !o || !kh || !kw || *kh != 3 || *kw != 3 || *c < 64 || *o < 64 || *h % d != 0 ||
+        *wd % d != 0 || *h / d < 4 || *wd / d < 4 || *n < 1 || *n > (std::int64_t{1} << 20)) {
+      keep();
+      continue;
+    }
+    const std::int64_t hp = *h / d, wp = *wd / d, batch = d * d * *n;
+    const int out = conv.outputs[0];
+    auto value = [&](std::vector<sym::Expr> shape) {
+      return g.add_value({ir::ValueKind::kTensor, DType::kF32, std::move(shape), {}, -1, ""});
+    };
+    auto add = [&](OpKind op, int in, int result, ir::Attr attr) {
+      ir::Node node;
+      node.op = op;
+      node.inputs = {in};
+      node.outputs = {result};
+      node.attrs = {std::move(attr)};
+      node.meta = conv.meta;
+      nodes.push_back(std::move(node));
+    };
+    // x [N, C, H, W] -> [N, C, Hp, d, Wp, d] -> [d, d, N, C, Hp, Wp] -> [d*d*N, C, Hp, Wp]:
+    // phase (r, s) holds x[.., r + d*i, s + d*j].
+    const int a = value(exprs({*n, *c, hp, d, wp, d}));
+    add(OpKind::Reshape, conv.inputs[0], a, exprs({*n, *c, hp, d, wp, d}));
+    const int b = value(exprs({d, d, *n, *c, hp, wp}));
+    add(OpKind::Permute, a, b, std::vector<std::int64_t>{3, 5, 0, 1, 2, 4});
+    const int phases = value(exprs({batch, *c, hp, wp}));
+    add(OpKind::Reshape, b, phases, exprs({batch, *c, hp, wp}));
+    // The same 3x3 kernel, undilated, over every phase: y[r + d*i] = sum_k w[k] x[r + d*(i + k - 1)].
+    const int y = value(exprs({batch, *o, hp, wp}));
+    conv.inputs[0] = phases;
+    conv.outputs[0] = y;
+    conv.attrs[1] = std::vector<std::int64_t>{1, 1};
+    conv.attrs[2] = std::vector<std::int64_t>{1, 1};
+    const ir::NodeMeta meta = conv.meta;
+    nodes.push_back(std::move(conv));
+    // And back: [d*d*N, O, Hp, Wp] -> [d, d, N, O, Hp, Wp] -> [N, O, Hp, d, Wp, d] -> [N, O, H, W].
+    const int e = value(exprs({d, d, *n, *o, hp, wp}));
+    auto add_back = [&](OpKind op, int in, int result, ir::Attr attr) {
+      ir::Node node;
+      node.op = op;
+      node.inputs = {in};
+      node.outputs = {result};
+      node.attrs = {std::move(attr)};
+      node.meta = meta;
+      nodes.push_back(std::move(node));
+    };
+    add_back(OpKind::Reshape, y, e, exprs({d, d, *n, *o, hp, wp}));
+    const int f = value(exprs({*n, *o, hp, d, wp, d}));
+    add_back(OpKind::Permute, e, f, std::vector<std::int64_t>{2, 3, 4, 0, 5, 1});
+    add_back(OpKind::Reshape, f, out, exprs({*n, *o, *h, *wd}));
+    ++split;
+  }
+  g.nodes = std::move(nodes);
+  return split;
+}
+
 void drop_unused_constants(ir::Program& p) {
   std::vector<int> remap(p.constants.size(), -1);
   for (const ir::Graph& g : p.graphs) {
@@ -445,6 +547,7 @@ void finalize(TraceContext& ctx, const std::vector<std::pair<const Dim*, int>>& 
     simplify_graph(g, p.env);
     eliminate_common_subexpressions(g);
     folded += fold_batch_norms(p, g);
+    phase_split_dilated_convs(g);
     eliminate_dead_code(g);
     name_values(g);
   }

@@ -29,6 +29,12 @@ void eliminate_dead_code(ir::Graph& g);
 /// result then comes from the conv2d; the batch_norm is left for eliminate_dead_code).
 /// New constants are appended to `p`; returns how many were folded.
 int fold_batch_norms(ir::Program& p, ir::Graph& g);
+/// Rewrites every 3x3 stride-1 "same" convolution with dilation d >= 2 (static shapes, >= 64
+/// channels in and out, H and W multiples of d) as the same undilated convolution over the
+/// d*d phase images of its input (space-to-batch: reshape, permute, reshape; and back after):
+/// equal results, and the CPU runs the phases with Winograd, which dilated 3x3 convolutions
+/// cannot use (deeplabv3's dilated ResNet: ~2x per such layer). Returns how many.
+int phase_split_dilated_convs(ir::Graph& g);
 /// Drops the constants no graph refers to and renumbers the rest.
 void drop_unused_constants(ir::Program& p);
 /// Replaces repeated pure nodes (same op, inputs, attributes) by their first occurrence.

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/../.."
 B=${1:-build/dev}
 D=.dev
 rm -rf $D && mkdir -p $D/bin $D/lib $D/b .gl
-for f in $B/bin/kiln $B/tests/kiln_vulkan_tests $B/tests/kiln_import_tests $B/tests/kiln_runtime_tests $B/tests/kiln_kernel_tests; do strip -o $D/bin/$(basename $f) $f; done
+for f in $B/bin/kiln $B/tests/kiln_vulkan_tests $B/tests/kiln_import_tests $B/tests/kiln_runtime_tests $B/tests/kiln_kernel_tests $B/bench/kiln_nchwc_bench; do strip -o $D/bin/$(basename $f) $f; done
 # The GEMM probe, once per K block of the wide (AVX-512) tile, against the static runtime.
 INC="-Ibase/include -I$B/schema/generated -Iruntime/include -Iruntime/src -Ischema/include"
 for kc in 192 256; do

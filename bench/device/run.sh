@@ -10,6 +10,9 @@
 #   ort2         Kiln against ONNX Runtime's CPU provider on that CPU, 2 threads
 #   isa          the GEMM probe (AVX2 vs AVX-512 kernels, two K blocks) and GEMM tests on that
 #                CPU, then as ort2 plus Kiln with KILN_CPU_ISA=avx2
+#   conv         the blocked conv kernels per layer (kiln_nchwc_bench, 1 thread) on the
+#                default and the AVX2 tables, block-group widths of the 1x1 layers, and
+#                per-op profiles (2 threads) of the models
 #   suites       the CPU kernel and runtime test suites on 16 cores
 #   ort16        Kiln against ONNX Runtime, 16 threads
 # MODELS overrides the model list.
@@ -79,6 +82,21 @@ sec_isa() {
   timeout 60 kiln_kernel_tests --gtest_brief=1 --gtest_filter='*Gemm*:*Pointwise*:*ConvPrepacked*' > $OUT/gemm_tests.log 2>&1; echo "gemm tests rc=$? $(grep -E '^\[  PASSED|FAILED' $OUT/gemm_tests.log | head -5 | tr '\n' ' ')"
   export_models
   PYTHONUNBUFFERED=1 timeout 240 env -u LD_LIBRARY_PATH KILN_LD=$D/lib KILN_ALT_ISA=avx2 python3 $D/cpu_side.py $W 2 3 15 $M 2>&1 | tee $OUT/isa2.txt
+}
+sec_conv() {
+  for isa in default avx2; do
+    echo "--- kiln_nchwc_bench, KILN_CPU_ISA=$isa"
+    env KILN_CPU_ISA=$isa timeout 90 kiln_nchwc_bench --benchmark_filter='BM_Nchwc/.*threads:1/width:0/algo:0' \
+      --benchmark_min_time=0.05 2>&1 | grep -E "^BM_" | awk '{print $1, $2, $3, $(NF-1), $NF}' | sed 's|/real_time||'
+  done 2>&1 | tee $OUT/nchwc.txt
+  timeout 90 kiln_nchwc_bench --benchmark_filter='BM_NchwcWidth/layer:([0-7]|1[7-9]|2[0-2])/' --benchmark_min_time=0.03 2>&1 |
+    grep -E "^BM_" | awk '{print $1, $(NF-1)}' > $OUT/nchwc_width.txt; wc -l < $OUT/nchwc_width.txt
+  export_models
+  for m in $M; do
+    [ -f $W/$m.kiln ] || continue
+    timeout 60 kiln bench $W/$m.kiln --threads 2 --input x=$W/$m.x.npy --iters 10 --profile > $OUT/profile_$m.txt 2>&1
+    head -30 $OUT/profile_$m.txt | cut -c1-40,100-200
+  done
 }
 sec_suites() {
   for t in kiln_kernel_tests kiln_runtime_tests; do

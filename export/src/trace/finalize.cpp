@@ -385,7 +385,7 @@ int phase_split_dilated_convs(ir::Graph& g) {
   int split = 0;
   for (ir::Node& conv : g.nodes) {
     // Qualifies: a static [N, C, H, W] f32 input, a constant [O, C, 3, 3] weight, stride 1,
-    // dilation d >= 2 in both dims, padding d ("same"), one group, >= 64 channels in and out,
+    // dilation 2 <= d <= 256 in both dims, padding d ("same"), one group, >= 64 channels in and out,
     // H and W multiples of d with phases of at least 4 x 4.
     auto keep = [&] { nodes.push_back(std::move(conv)); };
     if (conv.op != OpKind::Conv2d || conv.inputs.size() < 2 || conv.outputs.size() != 1 || conv.attrs.size() < 4) {
@@ -407,7 +407,8 @@ int phase_split_dilated_convs(ir::Graph& g) {
     const std::int64_t d = (*dilation)[0];
     const auto n = static_dim(x.shape[0]), c = static_dim(x.shape[1]), h = static_dim(x.shape[2]), wd = static_dim(x.shape[3]);
     const auto o = static_dim(w.shape[0]), kh = static_dim(w.shape[2]), kw = static_dim(w.shape[3]);
-    if (d < 2 || (*dilation)[1] != d || (*stride)[0] != 1 || (*stride)[1] != 1 || (*padding)[0] != d || (*padding)[1] != d ||
+    // (d <= 256 and N <= 2^20 keep d * d * N far from overflowing on a hostile archive's sizes.)
+    if (d < 2 || d > 256 || (*dilation)[1] != d || (*stride)[0] != 1 || (*stride)[1] != 1 || (*padding)[0] != d || (*padding)[1] != d ||
         !n || !c || !h || !wd || !o || !kh || !kw || *kh != 3 || *kw != 3 || *c < 64 || *o < 64 || *h % d != 0 ||
         *wd % d != 0 || *h / d < 4 || *wd / d < 4 || *n < 1 || *n > (std::int64_t{1} << 20)) {
       keep();

@@ -87,10 +87,10 @@ sec_conv() {
   for isa in default avx2; do
     echo "--- kiln_nchwc_bench, KILN_CPU_ISA=$isa"
     env KILN_CPU_ISA=$isa timeout 90 kiln_nchwc_bench --benchmark_filter='BM_Nchwc/.*threads:1/width:0/algo:0' \
-      --benchmark_min_time=0.05 2>&1 | grep -E "^BM_" | awk '{print $1, $2, $3, $(NF-1), $NF}' | sed 's|/real_time||'
+      --benchmark_min_time=0.05 2>&1 | grep -E "^BM_" | sed -E 's|/real_time||; s/ +/ /g'
   done 2>&1 | tee $OUT/nchwc.txt
   timeout 90 kiln_nchwc_bench --benchmark_filter='BM_NchwcWidth/layer:([0-7]|1[7-9]|2[0-2])/' --benchmark_min_time=0.03 2>&1 |
-    grep -E "^BM_" | awk '{print $1, $(NF-1)}' > $OUT/nchwc_width.txt; wc -l < $OUT/nchwc_width.txt
+    grep -E "^BM_" | sed -E 's|/real_time||; s/ +/ /g' > $OUT/nchwc_width.txt; wc -l < $OUT/nchwc_width.txt
   export_models
   for m in $M; do
     [ -f $W/$m.kiln ] || continue

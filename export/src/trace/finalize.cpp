@@ -419,13 +419,14 @@ int phase_split_dilated_convs(ir::Graph& g) {
     auto value = [&](std::vector<sym::Expr> shape) {
       return g.add_value({ir::ValueKind::kTensor, DType::kF32, std::move(shape), {}, -1, ""});
     };
+    const ir::NodeMeta meta = conv.meta;
     auto add = [&](OpKind op, int in, int result, ir::Attr attr) {
       ir::Node node;
       node.op = op;
       node.inputs = {in};
       node.outputs = {result};
       node.attrs = {std::move(attr)};
-      node.meta = conv.meta;
+      node.meta = meta;
       nodes.push_back(std::move(node));
     };
     // x [N, C, H, W] -> [N, C, Hp, d, Wp, d] -> [d, d, N, C, Hp, Wp] -> [d*d*N, C, Hp, Wp]:
@@ -442,23 +443,13 @@ int phase_split_dilated_convs(ir::Graph& g) {
     conv.outputs[0] = y;
     conv.attrs[1] = std::vector<std::int64_t>{1, 1};
     conv.attrs[2] = std::vector<std::int64_t>{1, 1};
-    const ir::NodeMeta meta = conv.meta;
     nodes.push_back(std::move(conv));
     // And back: [d*d*N, O, Hp, Wp] -> [d, d, N, O, Hp, Wp] -> [N, O, Hp, d, Wp, d] -> [N, O, H, W].
     const int e = value(exprs({d, d, *n, *o, hp, wp}));
-    auto add_back = [&](OpKind op, int in, int result, ir::Attr attr) {
-      ir::Node node;
-      node.op = op;
-      node.inputs = {in};
-      node.outputs = {result};
-      node.attrs = {std::move(attr)};
-      node.meta = meta;
-      nodes.push_back(std::move(node));
-    };
-    add_back(OpKind::Reshape, y, e, exprs({d, d, *n, *o, hp, wp}));
+    add(OpKind::Reshape, y, e, exprs({d, d, *n, *o, hp, wp}));
     const int f = value(exprs({*n, *o, hp, d, wp, d}));
-    add_back(OpKind::Permute, e, f, std::vector<std::int64_t>{2, 3, 4, 0, 5, 1});
-    add_back(OpKind::Reshape, f, out, exprs({*n, *o, *h, *wd}));
+    add(OpKind::Permute, e, f, std::vector<std::int64_t>{2, 3, 4, 0, 5, 1});
+    add(OpKind::Reshape, f, out, exprs({*n, *o, *h, *wd}));
     ++split;
   }
   g.nodes = std::move(nodes);

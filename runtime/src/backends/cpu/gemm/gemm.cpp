@@ -28,19 +28,7 @@ namespace gemm_detail {
 // The same choice as the vector kernels' (simd.h), KILN_CPU_ISA=baseline included.
 bool cpu_has_avx2_fma() { return kernels::simd_avx2() != nullptr; }
 
-bool cpu_has_avx512() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool supported = [] {
-    const char* isa = std::getenv("KILN_CPU_ISA");
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-           !(isa != nullptr && std::strcmp(isa, "avx2") == 0);
-  }();
-  return supported && cpu_has_avx2_fma();
-#else
-  return false;
-#endif
-}
+bool cpu_has_avx512() { return kernels::cpu_avx512_usable(); }
 
 }  // namespace gemm_detail
 

@@ -74,14 +74,8 @@ const DenseKernels* dense_kernels_avx2() {
 
 const DenseKernels* dense_kernels_avx512() {
 #if defined(__x86_64__) || defined(__i386__)
-  // KILN_CPU_ISA=avx2 (or baseline, which simd_avx2() answers) keeps the lower paths.
-  static const bool supported = [] {
-    const char* isa = std::getenv("KILN_CPU_ISA");
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-           !(isa != nullptr && std::strcmp(isa, "avx2") == 0);
-  }();
-  return supported && kernels::simd_avx2() != nullptr ? &dense_kernels_avx512_table() : nullptr;
+  // KILN_CPU_ISA=avx2 (or baseline) keeps the lower paths.
+  return kernels::cpu_avx512_usable() ? &dense_kernels_avx512_table() : nullptr;
 #else
   return nullptr;
 #endif

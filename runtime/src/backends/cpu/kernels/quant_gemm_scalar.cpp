@@ -138,10 +138,7 @@ bool has_avx512vnni() {
   // VNNI through CPUID (leaf 7, ECX bit 11): older compilers lack the builtin's name.
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   const bool vnni = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 11)) != 0;
-  const char* isa = std::getenv("KILN_CPU_ISA");
-  return vnni && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-         !(isa != nullptr && std::strcmp(isa, "avx2") == 0);
+  return vnni && cpu_avx512_usable();
 }
 #endif
 

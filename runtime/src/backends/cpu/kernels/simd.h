@@ -167,5 +167,8 @@ const SimdKernels& simd();
 const SimdKernels& simd_baseline();
 /// The AVX2+FMA table, or nullptr when this CPU (or build) lacks it or KILN_CPU_ISA=baseline.
 const SimdKernels* simd_avx2();
+/// Whether the AVX-512 kernel tables (F, VL, BW, DQ) may run: the CPU has them, simd_avx2()
+/// is usable and KILN_CPU_ISA is not avx2 (or baseline).
+bool cpu_avx512_usable();
 
 }  // namespace kiln::cpu::kernels

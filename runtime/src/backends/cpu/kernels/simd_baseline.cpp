@@ -68,6 +68,20 @@ const SimdKernels* simd_avx2() {
 #endif
 }
 
+bool cpu_avx512_usable() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool supported = [] {
+    const char* isa = std::getenv("KILN_CPU_ISA");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+           !(isa != nullptr && std::strcmp(isa, "avx2") == 0);
+  }();
+  return supported && simd_avx2() != nullptr;
+#else
+  return false;
+#endif
+}
+
 const SimdKernels& simd() {
   static const SimdKernels* const best = simd_avx2() != nullptr ? simd_avx2() : &simd_baseline();
   return *best;

@@ -126,7 +126,11 @@ DataRef BundleWriter::add_data(std::span<const std::uint8_t> bytes, std::optiona
     const DataRef& ref = it->second;
     if (ref.nbytes != bytes.size()) continue;
     for (const Piece& p : impl_->segments[ref.segment].pieces) {
-      if (p.offset == ref.offset && (bytes.empty() || std::memcmp(p.data, bytes.data(), bytes.size()) == 0)) return ref;
+      // (An empty piece shares its offset with the piece after it: compare sizes too.)
+      if (p.offset == ref.offset && p.size == ref.nbytes &&
+          (bytes.empty() || std::memcmp(p.data, bytes.data(), bytes.size()) == 0)) {
+        return ref;
+      }
     }
   }
   const Compression c = compression.value_or(impl_->options.compression);

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kiln/export/bundle_writer.h"
 #include "kiln/export/testing/format_sample.h"
 #include "kiln/format/kiln_generated.h"
 #include "kiln/runtime/bundle.h"
@@ -54,6 +55,24 @@ TEST(Roundtrip, IdenticalConstantsAreStoredOnce) {
   EXPECT_EQ(c[0]->segment, c[2]->segment);
   EXPECT_EQ(c[0]->offset, c[2]->offset);
   EXPECT_NE(c[0]->offset, c[1]->offset);
+}
+
+// An empty constant takes no room, so it shares its offset with the constant after it; the
+// deduplication of a later copy of that constant must not compare against the empty piece
+// (it read past it: found by the import mutation test, an upsampling to 0 elements).
+TEST(Roundtrip, DeduplicationSkipsEmptyPiecesAtTheSameOffset) {
+  BundleWriter writer;
+  const std::vector<std::uint8_t> empty, a(64, 7), b(64, 9);
+  const DataRef e = writer.add_data(empty);
+  const DataRef ra = writer.add_data(a);
+  EXPECT_EQ(e.offset, ra.offset);
+  const DataRef again = writer.add_data(std::vector<std::uint8_t>(a));
+  EXPECT_EQ(again.segment, ra.segment);
+  EXPECT_EQ(again.offset, ra.offset);
+  EXPECT_EQ(again.nbytes, 64u);
+  const DataRef rb = writer.add_data(b);
+  EXPECT_NE(rb.offset, ra.offset);
+  EXPECT_EQ(writer.add_data(empty).nbytes, 0u);
 }
 
 TEST(Roundtrip, ExpressionsPrintAndEvaluate) {

@@ -256,9 +256,22 @@ void convolution(Importer& im, bool transposed_op) {
     else padding = im.int_list(4, "padding", {0});
     groups = im.int_arg(6, "groups", 1);
   }
+  // One value per spatial dim, or one for all of them (PyTorch's int form).
+  auto per_dim = [&](std::vector<std::int64_t>& v, const char* name) {
+    if (v.size() == 1 && spatial > 1) v.assign(static_cast<std::size_t>(spatial), v[0]);
+    if (static_cast<std::int64_t>(v.size()) != spatial) {
+      im.bad(std::string("convolution ") + name + " has " + std::to_string(v.size()) + " values for a " +
+             std::to_string(spatial) + "-D convolution");
+    }
+  };
+  std::vector<std::int64_t> stride_n = stride;
+  per_dim(stride_n, "stride");
+  per_dim(padding, "padding");
+  per_dim(dilation, "dilation");
+  if (transposed) per_dim(output_padding, "output_padding");
   const Shape out = im.out_shape();
   if (spatial == 3 || (spatial == 1 && transposed)) {
-    im.define(0, convolution_volume(im, x, w, bias, stride, padding, dilation, transposed, output_padding, groups, dt, out));
+    im.define(0, convolution_volume(im, x, w, bias, stride_n, padding, dilation, transposed, output_padding, groups, dt, out));
     return;
   }
   if (spatial == 1) {
@@ -269,13 +282,13 @@ void convolution(Importer& im, bool transposed_op) {
     w = im.reshape(w, {ws[0], ws[1], c(1), ws[2]});
     Shape out4 = out;
     out4.insert(out4.end() - 1, c(1));
-    const int r = conv_forward(im, x, w, bias, {1, stride[0]}, {0, padding.empty() ? 0 : padding[0]},
+    const int r = conv_forward(im, x, w, bias, {1, stride_n[0]}, {0, padding.empty() ? 0 : padding[0]},
                                {1, dilation.empty() ? 1 : dilation[0]}, groups, dt, out4);
     im.define(0, im.reshape(r, out));
     return;
   }
-  const int r = transposed ? conv_transpose(im, x, w, bias, stride, padding, output_padding, dilation, groups, dt, out)
-                           : conv_forward(im, x, w, bias, stride, padding, dilation, groups, dt, out);
+  const int r = transposed ? conv_transpose(im, x, w, bias, stride_n, padding, output_padding, dilation, groups, dt, out)
+                           : conv_forward(im, x, w, bias, stride_n, padding, dilation, groups, dt, out);
   im.define(0, r);
 }
 
@@ -625,7 +638,9 @@ void upsample_nearest(Importer& im) {
     auto in_size = im.simplify(xs[ax]).constant_value();
     auto out_size = im.simplify(out[ax]).constant_value();
     std::optional<std::int64_t> factor;
-    if (scales.size() == 2 && std::floor(scales[ax - 2]) == scales[ax - 2]) factor = static_cast<std::int64_t>(scales[ax - 2]);
+    if (scales.size() == 2 && std::floor(scales[ax - 2]) == scales[ax - 2] && scales[ax - 2] >= 1 && scales[ax - 2] <= (1 << 24)) {
+      factor = static_cast<std::int64_t>(scales[ax - 2]);
+    }
     else if (in_size && out_size && *in_size > 0 && *out_size % *in_size == 0) factor = *out_size / *in_size;
     if (factor && (!out_size || !in_size || *out_size == *in_size * *factor)) {
       if (*factor == 1) continue;
@@ -640,10 +655,14 @@ void upsample_nearest(Importer& im) {
       continue;
     }
     if (!in_size || !out_size) im.unsupported("nearest upsampling by a non-integer factor of a symbolic size");
+    if (*in_size < 1 || *out_size < 0 || *out_size > (std::int64_t{1} << 24)) {
+      im.bad("nearest upsampling from " + std::to_string(*in_size) + " to " + std::to_string(*out_size) + " elements");
+    }
     std::vector<std::int64_t> idx;
     const double scale = scales.size() == 2 ? 1.0 / scales[ax - 2] : static_cast<double>(*in_size) / static_cast<double>(*out_size);
     for (std::int64_t i = 0; i < *out_size; ++i) {
-      idx.push_back(std::min<std::int64_t>(static_cast<std::int64_t>(std::floor(static_cast<double>(i) * scale)), *in_size - 1));
+      const double src = std::floor(static_cast<double>(i) * scale);  // any scale: clamped before the cast
+      idx.push_back(!(src > 0) ? 0 : src >= static_cast<double>(*in_size - 1) ? *in_size - 1 : static_cast<std::int64_t>(src));
     }
     Shape s = im.shape(v);
     s[ax] = c(*out_size);
@@ -668,6 +687,7 @@ void upsample_interpolate(Importer& im, bool cubic) {
   const std::string mode = cubic ? "bicubic" : "bilinear";
   const DType dt = im.out_dtype();
   if (!dtype_is_floating(dt)) im.unsupported(mode + " upsampling of integers");
+  if (dt != DType::kF32 && dt != DType::kF64) im.unsupported(mode + " upsampling of half types");
   const int x = im.cast(im.has(0, "input") ? im.tensor(0, "input") : im.tensor(0, "self"), dt);
   const Shape xs = im.shape(x), out = im.out_shape();
   if (xs.size() != 4 || out.size() != 4) im.unsupported(mode + " upsampling of rank other than 4");
@@ -684,6 +704,12 @@ void upsample_interpolate(Importer& im, bool cubic) {
     auto out_size = im.simplify(out[ax]).constant_value();
     if (!in_size || !out_size) im.unsupported(mode + " upsampling of a dynamic spatial size");
     const std::int64_t n_in = *in_size, n_out = *out_size;
+    // The interpolation matrix has n_out x n_in entries: both sizes from the archive, so bounded.
+    if (n_in < 1 || n_out < 1 || n_in > (std::int64_t{1} << 24) || n_out > (std::int64_t{1} << 24) ||
+        n_in * n_out > (std::int64_t{1} << 24)) {
+      im.bad(mode + " upsampling from " + std::to_string(n_in) + " to " + std::to_string(n_out) +
+             " along an axis: sizes must be >= 1 with at most 2^24 interpolation weights");
+    }
     std::vector<double> m(static_cast<std::size_t>(n_out * n_in), 0.0);
     for (std::int64_t o = 0; o < n_out; ++o) {
       double src;
@@ -695,6 +721,9 @@ void upsample_interpolate(Importer& im, bool cubic) {
         src = (static_cast<double>(o) + 0.5) * scale - 0.5;
         if (!cubic) src = std::max(0.0, src);
       }
+      // Taps past the ends clamp to them anyway; bounding src keeps the integer casts defined
+      // for any scale an archive gives (1e-30, 1e30).
+      src = std::isfinite(src) ? std::clamp(src, -4.0, static_cast<double>(n_in) + 4.0) : 0.0;
       if (cubic) {
         const double f = std::floor(src);
         const auto w = cubic_weights(src - f);
@@ -715,7 +744,6 @@ void upsample_interpolate(Importer& im, bool cubic) {
       if (dt == DType::kF64) std::memcpy(bytes.data() + 8 * i, &m[i], 8);
       else { const float f = static_cast<float>(m[i]); std::memcpy(bytes.data() + 4 * i, &f, 4); }
     }
-    if (dt != DType::kF32 && dt != DType::kF64) im.unsupported(mode + " upsampling of half types");
     Shape s = im.shape(v);
     s[ax] = c(n_out);
     if (axis == 2) {

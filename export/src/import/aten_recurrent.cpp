@@ -83,6 +83,9 @@ std::vector<int> split_even(Importer& im, int v, std::int64_t dim, std::int64_t 
   if (n == 1) return {v};
   Shape s = im.shape(v);
   const std::int64_t total = static_size(im, s[static_cast<std::size_t>(dim)], "the split size");
+  if (n < 1 || total % n != 0) {
+    im.bad("cannot split a dim of " + std::to_string(total) + " into " + std::to_string(n) + " equal parts");
+  }
   s[static_cast<std::size_t>(dim)] = c(total / n);
   return im.emit_multi(OpKind::Split, {v}, {dim, std::vector<Expr>(static_cast<std::size_t>(n), c(total / n))}, im.dtype(v),
                        std::vector<Shape>(static_cast<std::size_t>(n), s));
@@ -512,6 +515,13 @@ std::vector<double> upsample_scales(Importer& im, std::size_t nsp, std::size_t v
   return scales;
 }
 
+// floor(source coordinate) as an index in [0, n_in - 1]: an archive's scale (1e-30, 1e30) can
+// put the coordinate anywhere, and casting a float outside int64 is undefined.
+std::int64_t source_index(double floored, std::int64_t n_in) {
+  if (!(floored > 0)) return 0;  // NaN too
+  return floored >= static_cast<double>(n_in - 1) ? n_in - 1 : static_cast<std::int64_t>(floored);
+}
+
 // compute_scales_value<float>: 1 / scale when given, else in / out.
 float scale_value(double scale, std::int64_t in, std::int64_t out) {
   return scale > 0 ? static_cast<float>(1.0 / scale) : static_cast<float>(in) / static_cast<float>(out);
@@ -537,7 +547,7 @@ void upsample_nearest_nd(Importer& im, std::size_t nsp, bool exact) {
       std::int64_t i;
       if (!exact && n_out == n_in) i = o;
       else if (!exact && n_out == 2 * n_in) i = o >> 1;
-      else i = static_cast<std::int64_t>(std::floor((static_cast<float>(o) + (exact ? 0.5f : 0.0f)) * scale));
+      else i = source_index(std::floor((static_cast<float>(o) + (exact ? 0.5f : 0.0f)) * scale), n_in);
       i = std::min(i, n_in - 1);
       idx[static_cast<std::size_t>(o)] = i;
       identity = identity && i == o;
@@ -575,7 +585,7 @@ void upsample_linear_nd(Importer& im, std::size_t nsp) {
     for (std::int64_t o = 0; o < n_out; ++o) {
       float src = align ? scale * static_cast<float>(o) : scale * (static_cast<float>(o) + 0.5f) - 0.5f;
       if (src < 0) src = 0;
-      const std::int64_t lo = std::min<std::int64_t>(static_cast<std::int64_t>(std::floor(src)), n_in - 1);
+      const std::int64_t lo = std::min<std::int64_t>(source_index(std::floor(src), n_in), n_in - 1);
       const float l = std::clamp(src - static_cast<float>(lo), 0.0f, 1.0f);
       const auto k = static_cast<std::size_t>(o);
       i0[k] = lo;

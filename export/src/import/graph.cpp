@@ -466,7 +466,11 @@ void Importer::map_node(const json& node) {
   if (target_.rfind("higher_order.", 0) == 0) {
     map_hop();
   } else {
-    apply_handler();
+    try {
+      apply_handler();
+    } catch (const std::out_of_range& e) {  // Shape's checked dims, json's .at(): the node's archive data is malformed
+      bad(std::string("malformed archive: ") + e.what());
+    }
     bind_unbacked(first_node);
     track_aliases(node);
     return;

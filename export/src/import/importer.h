@@ -23,7 +23,32 @@
 namespace kiln::pt2 {
 
 using json = nlohmann::json;
-using Shape = std::vector<sym::Expr>;
+/// A value's dims. Indexing is bounds-checked: a hostile archive's TensorMeta can give a
+/// value another rank than its op implies, and a handler that reads dim 3 of what it
+/// expects to be a 4-D tensor then gets std::out_of_range (a clean "malformed archive"
+/// error naming the node, see map_node) instead of reading past the vector.
+class Shape : public std::vector<sym::Expr> {
+ public:
+  using std::vector<sym::Expr>::vector;
+  Shape() = default;
+  Shape(const std::vector<sym::Expr>& v) : std::vector<sym::Expr>(v) {}  // NOLINT: implicit by design
+  Shape(std::vector<sym::Expr>&& v) : std::vector<sym::Expr>(std::move(v)) {}  // NOLINT
+  sym::Expr& operator[](std::size_t i) { return data()[check(i)]; }
+  const sym::Expr& operator[](std::size_t i) const { return data()[check(i)]; }
+  sym::Expr& front() { return data()[check(0)]; }
+  const sym::Expr& front() const { return data()[check(0)]; }
+  sym::Expr& back() { return data()[check(size() - 1)]; }
+  const sym::Expr& back() const { return data()[check(size() - 1)]; }
+
+ private:
+  std::size_t check(std::size_t i) const {
+    if (i >= size()) {
+      throw std::out_of_range("dim " + std::to_string(static_cast<std::ptrdiff_t>(i)) + " of a value of rank " +
+                              std::to_string(size()) + " (its TensorMeta does not fit the op)");
+    }
+    return i;
+  }
+};
 
 /// Thrown inside the importer; import_pt2 returns it as a Status.
 class ImportError : public std::runtime_error {

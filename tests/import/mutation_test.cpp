@@ -1,0 +1,170 @@
+// Hostile arguments in real archives: every case of the op sweep (tests/fixtures/op_sweep),
+// with one int / ints / float / floats / bool argument of one node replaced by a hostile
+// value (0, negatives, 2^31, 2^62, an empty or longer list, 1e30, ...), or one value's
+// TensorMeta changed (a size, the rank, the dtype), is imported and, when
+// the import succeeds, run on the case's inputs. Any error is fine as long as it is a clean
+// one (never kInternal, never a crash or a hang): the importer's handlers check what they
+// read. Deterministic: a fixed seed picks the sites and values (KILN_MUTATION_SEED=N picks
+// another, for exploring by hand; KILN_MUTATION_VERBOSE=1 prints each one before its import).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "import/zip_testutil.h"
+#include "kiln/export/import_pt2.h"
+#include "kiln/export/serialize.h"
+#include "kiln/runtime/bundle.h"
+#include "kiln/runtime/npy.h"
+#include "kiln/runtime/program.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kSweep = fs::path(KILN_SOURCE_DIR) / "tests" / "fixtures" / "op_sweep";
+constexpr std::int64_t kHostileInts[] = {0,       -1, -2, 1, 2, 3, 7, std::int64_t{1} << 20, std::int64_t{1} << 31, -(std::int64_t{1} << 31),
+                                         std::int64_t{1} << 62, -(std::int64_t{1} << 62), 65537};
+constexpr double kHostileFloats[] = {0.0, -1.0, 1e30, -1e30, 1e-30, 3.5};
+constexpr int kSitesPerArchive = 6;
+
+// A node argument (node, input, kind = its "as_*" key), or a TensorMeta (kind "size", "rank"
+// or "dtype" of tensor_values[value]).
+struct Site {
+  std::size_t node = 0, input = 0;
+  std::string kind, value;
+};
+
+// The new value of argument `kind` (its old value `old`).
+json hostile(const std::string& kind, const json& old, std::mt19937& rng) {
+  auto pick_int = [&] { return kHostileInts[rng() % std::size(kHostileInts)]; };
+  if (kind == "as_int") return pick_int();
+  if (kind == "as_float") return kHostileFloats[rng() % std::size(kHostileFloats)];
+  if (kind == "as_floats") return json::array();
+  if (kind == "as_bool") return !old.get<bool>();
+  json v = old;  // as_ints
+  switch (rng() % 4) {
+    case 0: return json::array();
+    case 1:
+      for (auto& e : v) e = pick_int();
+      if (v.empty()) v.push_back(0);
+      return v;
+    case 2: v.push_back(pick_int()); return v;
+    default:
+      if (!v.empty()) v[rng() % v.size()] = pick_int();
+      return v;
+  }
+}
+
+// Serializes, loads and runs the import on the case's inputs; the status of the first step
+// that fails.
+Status load_and_run(const ExportedProgram& ep, const fs::path& dir) {
+  auto bytes = serialize_bundle(ep.program());
+  if (!bytes.ok()) return bytes.status();
+  auto bundle = Bundle::from_bytes(*bytes);
+  if (!bundle.ok()) return bundle.status();
+  auto program = Program::load(std::move(*bundle));
+  if (!program.ok()) return program.status();
+  std::vector<HostValue> in;
+  for (int i = 0; fs::exists(dir / ("in" + std::to_string(i) + ".npy")); ++i) {
+    auto t = read_npy_any_order((dir / ("in" + std::to_string(i) + ".npy")).string());
+    if (!t.ok()) return t.status();
+    in.push_back(HostValue::of(std::move(*t)));
+  }
+  SessionOptions options;
+  options.max_memory_bytes = std::uint64_t{2} << 30;
+  Session session(**program, options);
+  auto r = session.run(in);
+  return r.ok() ? Status::Ok() : r.status();
+}
+
+TEST(ImportMutation, HostileArgumentsGiveCleanErrors) {
+  std::vector<fs::path> cases;
+  for (const auto& e : fs::directory_iterator(kSweep)) {
+    if (e.is_directory()) cases.push_back(e.path());
+  }
+  std::sort(cases.begin(), cases.end());
+  ASSERT_GT(cases.size(), 100u);
+  const char* seed = std::getenv("KILN_MUTATION_SEED");
+  const bool verbose = std::getenv("KILN_MUTATION_VERBOSE") != nullptr;  // each mutation on stderr before its import
+  std::mt19937 rng(seed != nullptr ? static_cast<std::uint32_t>(std::strtoul(seed, nullptr, 10)) : 20261128u);
+  const std::string tmp = (fs::temp_directory_path() / ("kiln_mutation_" + std::to_string(::getpid()) + ".pt2")).string();
+  int mutations = 0, imported = 0;
+  for (const fs::path& dir : cases) {
+   for (const std::string file : {"model.pt2", "model.core.pt2"}) {
+    if (!fs::exists(dir / file)) continue;
+    std::map<std::string, std::string> entries = testing::read_zip((dir / file).string());
+    const auto member = std::find_if(entries.begin(), entries.end(), [](const auto& kv) { return kv.first.ends_with("models/model.json"); });
+    ASSERT_NE(member, entries.end()) << dir;
+    const json model = json::parse(member->second);
+    const json& nodes = model["graph_module"]["graph"]["nodes"];
+    std::vector<Site> sites;
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+      for (std::size_t i = 0; i < nodes[n]["inputs"].size(); ++i) {
+        const std::string kind = nodes[n]["inputs"][i]["arg"].begin().key();
+        if (kind == "as_int" || kind == "as_ints" || kind == "as_float" || kind == "as_floats" || kind == "as_bool") {
+          sites.push_back({n, i, kind});
+        }
+      }
+    }
+    for (const auto& [name, meta] : model["graph_module"]["graph"]["tensor_values"].items()) {
+      for (const char* kind : {"size", "rank", "dtype"}) sites.push_back({0, 0, kind, name});
+    }
+    std::shuffle(sites.begin(), sites.end(), rng);
+    for (std::size_t s = 0; s < sites.size() && s < kSitesPerArchive; ++s) {
+      const Site& site = sites[s];
+      json mutated = model;
+      std::string what = dir.filename().string() + "/" + file + " ";
+      if (!site.value.empty()) {  // the TensorMeta of a value: one size, the rank, or the dtype
+        json& meta = mutated["graph_module"]["graph"]["tensor_values"][site.value];
+        json& sizes = meta["sizes"];
+        if (site.kind == "size" && !sizes.empty()) {
+          sizes[rng() % sizes.size()] = json{{"as_int", kHostileInts[rng() % std::size(kHostileInts)]}};
+        } else if (site.kind == "rank") {
+          if (rng() % 2 == 0 && !sizes.empty()) sizes.erase(sizes.size() - 1);
+          else sizes.push_back(json{{"as_int", 2}});
+        } else {
+          meta["dtype"] = static_cast<int>(rng() % 40);
+        }
+        what += "tensor_values[" + site.value + "] = " + meta.dump();
+      } else {
+        json& arg = mutated["graph_module"]["graph"]["nodes"][site.node]["inputs"][site.input]["arg"][site.kind];
+        arg = hostile(site.kind, arg, rng);
+        what += "node " + std::to_string(site.node) + " " + nodes[site.node]["target"].get<std::string>() + " " +
+                nodes[site.node]["inputs"][site.input]["name"].get<std::string>() + " = " + arg.dump();
+      }
+      if (verbose) std::fprintf(stderr, "mutation: %s\n", what.c_str());
+      member->second = mutated.dump();
+      ASSERT_TRUE(testing::write_zip(tmp, entries)) << what;
+      ++mutations;
+      auto ep = import_pt2(tmp);
+      if (!ep.ok()) {
+        EXPECT_NE(ep.status().code(), StatusCode::kInternal) << what << ": " << ep.status().to_string();
+        EXPECT_FALSE(ep.status().message().empty()) << what;
+        continue;
+      }
+      ++imported;
+      const Status st = load_and_run(*ep, dir);
+      EXPECT_NE(st.code(), StatusCode::kInternal) << what << ": " << st.to_string();
+    }
+    member->second = model.dump();
+   }
+  }
+  fs::remove(tmp);
+  EXPECT_GT(mutations, 800);
+  RecordProperty("mutations", mutations);
+  RecordProperty("imported", imported);
+  std::printf("%d mutations, %d imported\n", mutations, imported);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,7 +1,8 @@
 // Hostile arguments in real archives: every case of the op sweep (tests/fixtures/op_sweep),
 // with one int / ints / float / floats / bool argument of one node replaced by a hostile
-// value (0, negatives, 2^31, 2^62, an empty or longer list, 1e30, ...), or one value's
-// TensorMeta changed (a size, the rank, the dtype), is imported and, when
+// value (0, negatives, 2^31, 2^62, an empty or longer list, 1e30, ...), one value's
+// TensorMeta changed (a size, the rank, the dtype), or one node given another op of the
+// sweep (whose handler then meets arguments it does not expect), is imported and, when
 // the import succeeds, run on the case's inputs. Any error is fine as long as it is a clean
 // one (never kInternal, never a crash or a hang): the importer's handlers check what they
 // read. Deterministic: a fixed seed picks the sites and values (KILN_MUTATION_SEED=N picks
@@ -35,7 +36,7 @@ const fs::path kSweep = fs::path(KILN_SOURCE_DIR) / "tests" / "fixtures" / "op_s
 constexpr std::int64_t kHostileInts[] = {0,       -1, -2, 1, 2, 3, 7, std::int64_t{1} << 20, std::int64_t{1} << 31, -(std::int64_t{1} << 31),
                                          std::int64_t{1} << 62, -(std::int64_t{1} << 62), 65537};
 constexpr double kHostileFloats[] = {0.0, -1.0, 1e30, -1e30, 1e-30, 3.5};
-constexpr int kSitesPerArchive = 6;
+constexpr int kSitesPerArchive = 12;
 
 // A node argument (node, input, kind = its "as_*" key), or a TensorMeta (kind "size", "rank"
 // or "dtype" of tensor_values[value]).
@@ -96,6 +97,20 @@ TEST(ImportMutation, HostileArgumentsGiveCleanErrors) {
   ASSERT_GT(cases.size(), 100u);
   const char* seed = std::getenv("KILN_MUTATION_SEED");
   const bool verbose = std::getenv("KILN_MUTATION_VERBOSE") != nullptr;  // each mutation on stderr before its import
+  // Every op the sweep uses: a node may be given another's target (its arguments then fit
+  // nothing the handler expects).
+  std::vector<std::string> targets;
+  for (const auto& e : fs::directory_iterator(kSweep)) {
+    if (!e.is_directory() || !fs::exists(e.path() / "model.pt2")) continue;
+    for (const auto& [name, bytes] : testing::read_zip((e.path() / "model.pt2").string())) {
+      if (!name.ends_with("models/model.json")) continue;
+      const json m = json::parse(bytes);
+      for (const json& n : m["graph_module"]["graph"]["nodes"]) targets.push_back(n["target"].get<std::string>());
+    }
+  }
+  std::sort(targets.begin(), targets.end());
+  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+  ASSERT_GT(targets.size(), 50u);
   std::mt19937 rng(seed != nullptr ? static_cast<std::uint32_t>(std::strtoul(seed, nullptr, 10)) : 20261128u);
   const std::string tmp = (fs::temp_directory_path() / ("kiln_mutation_" + std::to_string(::getpid()) + ".pt2")).string();
   int mutations = 0, imported = 0;
@@ -109,6 +124,7 @@ TEST(ImportMutation, HostileArgumentsGiveCleanErrors) {
     const json& nodes = model["graph_module"]["graph"]["nodes"];
     std::vector<Site> sites;
     for (std::size_t n = 0; n < nodes.size(); ++n) {
+      sites.push_back({n, 0, "target", ""});
       for (std::size_t i = 0; i < nodes[n]["inputs"].size(); ++i) {
         const std::string kind = nodes[n]["inputs"][i]["arg"].begin().key();
         if (kind == "as_int" || kind == "as_ints" || kind == "as_float" || kind == "as_floats" || kind == "as_bool") {
@@ -136,6 +152,10 @@ TEST(ImportMutation, HostileArgumentsGiveCleanErrors) {
           meta["dtype"] = static_cast<int>(rng() % 40);
         }
         what += "tensor_values[" + site.value + "] = " + meta.dump();
+      } else if (site.kind == "target") {
+        json& target = mutated["graph_module"]["graph"]["nodes"][site.node]["target"];
+        target = targets[rng() % targets.size()];
+        what += "node " + std::to_string(site.node) + " " + nodes[site.node]["target"].get<std::string>() + " -> " + target.get<std::string>();
       } else {
         json& arg = mutated["graph_module"]["graph"]["nodes"][site.node]["inputs"][site.input]["arg"][site.kind];
         arg = hostile(site.kind, arg, rng);

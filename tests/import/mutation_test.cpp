@@ -36,7 +36,12 @@ const fs::path kSweep = fs::path(KILN_SOURCE_DIR) / "tests" / "fixtures" / "op_s
 constexpr std::int64_t kHostileInts[] = {0,       -1, -2, 1, 2, 3, 7, std::int64_t{1} << 20, std::int64_t{1} << 31, -(std::int64_t{1} << 31),
                                          std::int64_t{1} << 62, -(std::int64_t{1} << 62), 65537};
 constexpr double kHostileFloats[] = {0.0, -1.0, 1e30, -1e30, 1e-30, 3.5};
-constexpr int kSitesPerArchive = 12;
+constexpr std::size_t kSitesPerArchive = 12;
+constexpr std::size_t kSitesPerOtherArchive = 6;
+// Symbolic expressions an archive could carry (sym_int_values' expr_str).
+const char* const kHostileExprs[] = {"", "((((", "s0 +", "Symbol('zz', positive=True, integer=True)", "99999999999999999999999999",
+                                     "s77**s77", "Mod(s77, 0)", "FloorDiv(s77, 0)", "-s77", "s77*s77*s77*s77*s77*s77*s77*s77",
+                                     "Max(s77, -9223372036854775808)", "nan", "1/0"};
 
 // A node argument (node, input, kind = its "as_*" key), or a TensorMeta (kind "size", "rank"
 // or "dtype" of tensor_values[value]).
@@ -89,12 +94,24 @@ Status load_and_run(const ExportedProgram& ep, const fs::path& dir) {
 }
 
 TEST(ImportMutation, HostileArgumentsGiveCleanErrors) {
+  // The op sweep, then the other fixtures (dynamic shapes, control flow, data-dependent
+  // sizes, state, larger models; imported only when the folder has no in0.npy), with fewer
+  // sites each.
   std::vector<fs::path> cases;
   for (const auto& e : fs::directory_iterator(kSweep)) {
     if (e.is_directory()) cases.push_back(e.path());
   }
   std::sort(cases.begin(), cases.end());
   ASSERT_GT(cases.size(), 100u);
+  const std::size_t sweep_cases = cases.size();
+  for (const char* root : {"torch_export", "torch_export_stateful", "torch26", "torch_extra"}) {
+    std::vector<fs::path> more;
+    for (const auto& e : fs::directory_iterator(fs::path(KILN_SOURCE_DIR) / "tests" / "fixtures" / root)) {
+      if (e.is_directory()) more.push_back(e.path());
+    }
+    std::sort(more.begin(), more.end());
+    cases.insert(cases.end(), more.begin(), more.end());
+  }
   const char* seed = std::getenv("KILN_MUTATION_SEED");
   const bool verbose = std::getenv("KILN_MUTATION_VERBOSE") != nullptr;  // each mutation on stderr before its import
   // Every op the sweep uses: a node may be given another's target (its arguments then fit
@@ -114,13 +131,20 @@ TEST(ImportMutation, HostileArgumentsGiveCleanErrors) {
   std::mt19937 rng(seed != nullptr ? static_cast<std::uint32_t>(std::strtoul(seed, nullptr, 10)) : 20261128u);
   const std::string tmp = (fs::temp_directory_path() / ("kiln_mutation_" + std::to_string(::getpid()) + ".pt2")).string();
   int mutations = 0, imported = 0;
-  for (const fs::path& dir : cases) {
+  for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+   const fs::path& dir = cases[ci];
+   const std::size_t max_sites = ci < sweep_cases ? kSitesPerArchive : kSitesPerOtherArchive;
    for (const std::string file : {"model.pt2", "model.core.pt2"}) {
     if (!fs::exists(dir / file)) continue;
     std::map<std::string, std::string> entries = testing::read_zip((dir / file).string());
-    const auto member = std::find_if(entries.begin(), entries.end(), [](const auto& kv) { return kv.first.ends_with("models/model.json"); });
+    const auto member = std::find_if(entries.begin(), entries.end(), [](const auto& kv) {
+      return kv.first.ends_with("models/model.json") || kv.first == "serialized_exported_program.json";  // PT2 or legacy layout
+    });
     ASSERT_NE(member, entries.end()) << dir;
-    const json model = json::parse(member->second);
+    // (Legacy archives may hold -Infinity, which the importer reads but strict JSON does not:
+    // those are left out.)
+    const json model = json::parse(member->second, nullptr, false);
+    if (model.is_discarded()) continue;
     const json& nodes = model["graph_module"]["graph"]["nodes"];
     std::vector<Site> sites;
     for (std::size_t n = 0; n < nodes.size(); ++n) {
@@ -135,12 +159,28 @@ TEST(ImportMutation, HostileArgumentsGiveCleanErrors) {
     for (const auto& [name, meta] : model["graph_module"]["graph"]["tensor_values"].items()) {
       for (const char* kind : {"size", "rank", "dtype"}) sites.push_back({0, 0, kind, name});
     }
+    if (const auto it = model.find("range_constraints"); it != model.end() && it->is_object()) {
+      for (const auto& [name, range] : it->items()) sites.push_back({0, 0, "range", name});
+    }
+    for (const auto& [name, v] : model["graph_module"]["graph"]["sym_int_values"].items()) {
+      if (v.contains("as_expr")) sites.push_back({0, 0, "expr", name});
+    }
     std::shuffle(sites.begin(), sites.end(), rng);
-    for (std::size_t s = 0; s < sites.size() && s < kSitesPerArchive; ++s) {
+    for (std::size_t s = 0; s < sites.size() && s < max_sites; ++s) {
       const Site& site = sites[s];
       json mutated = model;
       std::string what = dir.filename().string() + "/" + file + " ";
-      if (!site.value.empty()) {  // the TensorMeta of a value: one size, the rank, or the dtype
+      if (site.kind == "range") {  // a symbol's range: hostile bounds, maybe min > max
+        json& range = mutated["range_constraints"][site.value];
+        range[rng() % 2 == 0 ? "min_val" : "max_val"] = kHostileInts[rng() % std::size(kHostileInts)];
+        what += "range_constraints[" + site.value + "] = " + range.dump();
+      } else if (site.kind == "expr") {  // a symbolic int's expression text
+        json& expr = mutated["graph_module"]["graph"]["sym_int_values"][site.value]["as_expr"]["expr_str"];
+        const std::size_t pick = rng() % (std::size(kHostileExprs) + 1);
+        expr = pick < std::size(kHostileExprs) ? std::string(kHostileExprs[pick])
+                                               : std::string(100000, '(') + "s77" + std::string(100000, ')');  // deep nesting
+        what += "sym_int_values[" + site.value + "] = " + expr.get<std::string>().substr(0, 60);
+      } else if (!site.value.empty()) {  // the TensorMeta of a value: one size, the rank, or the dtype
         json& meta = mutated["graph_module"]["graph"]["tensor_values"][site.value];
         json& sizes = meta["sizes"];
         if (site.kind == "size" && !sizes.empty()) {
@@ -180,10 +220,35 @@ TEST(ImportMutation, HostileArgumentsGiveCleanErrors) {
    }
   }
   fs::remove(tmp);
-  EXPECT_GT(mutations, 800);
+  EXPECT_GT(mutations, 3000);
   RecordProperty("mutations", mutations);
   RecordProperty("imported", imported);
   std::printf("%d mutations, %d imported\n", mutations, imported);
+}
+
+// Mutations that once crashed, kept whatever the seed: std_all's core graph with its sqrt
+// turned into log10 loaded into a graph where an add reads a shapeless (symbolic) value,
+// and the runtime's lerp fusion dereferenced its missing shape at Program::load.
+TEST(ImportMutation, OnceCrashingMutationsGiveCleanErrors) {
+  struct Pinned {
+    std::string dir, file;
+    std::size_t node;
+    std::string target;
+  };
+  for (const Pinned& p : {Pinned{"std_all", "model.core.pt2", 1, "torch.ops.aten.log10.default"}}) {
+    std::map<std::string, std::string> entries = testing::read_zip((kSweep / p.dir / p.file).string());
+    const auto member = std::find_if(entries.begin(), entries.end(), [](const auto& kv) { return kv.first.ends_with("models/model.json"); });
+    ASSERT_NE(member, entries.end());
+    json model = json::parse(member->second);
+    model["graph_module"]["graph"]["nodes"][p.node]["target"] = p.target;
+    member->second = model.dump();
+    const std::string tmp = (fs::temp_directory_path() / ("kiln_mutation_pin_" + std::to_string(::getpid()) + ".pt2")).string();
+    ASSERT_TRUE(testing::write_zip(tmp, entries));
+    auto ep = import_pt2(tmp);
+    fs::remove(tmp);
+    const Status st = ep.ok() ? load_and_run(*ep, kSweep / p.dir) : ep.status();
+    EXPECT_NE(st.code(), StatusCode::kInternal) << p.dir << ": " << st.to_string();
+  }
 }
 
 }  // namespace

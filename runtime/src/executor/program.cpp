@@ -285,6 +285,8 @@ ValueReaders readers_of(const GraphInfo& info) {
 
 bool same_value_shape(const GraphInfo& info, std::uint32_t a, std::uint32_t b) {
   const ValueInfo &x = info.values[a], &y = info.values[b];
+  // A value without a shape (a symbolic int or bool, or none) is never "the same shape".
+  if (x.shape == nullptr || y.shape == nullptr) return false;
   return count(x.shape) == count(y.shape) && std::equal(x.shape->begin(), x.shape->end(), y.shape->begin());
 }
 

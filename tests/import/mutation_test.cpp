@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -208,6 +209,7 @@ TEST(ImportMutation, HostileArgumentsGiveCleanErrors) {
       ++mutations;
       auto ep = import_pt2(tmp);
       if (!ep.ok()) {
+        if (verbose) std::fprintf(stderr, "  -> %s\n", ep.status().to_string().c_str());
         EXPECT_NE(ep.status().code(), StatusCode::kInternal) << what << ": " << ep.status().to_string();
         EXPECT_FALSE(ep.status().message().empty()) << what;
         continue;
@@ -226,26 +228,44 @@ TEST(ImportMutation, HostileArgumentsGiveCleanErrors) {
   std::printf("%d mutations, %d imported\n", mutations, imported);
 }
 
-// Mutations that once crashed, kept whatever the seed: std_all's core graph with its sqrt
-// turned into log10 loaded into a graph where an add reads a shapeless (symbolic) value,
-// and the runtime's lerp fusion dereferenced its missing shape at Program::load.
+// Mutations that once crashed, kept whatever the seed, with the error they give now:
+// - std_all's core graph with its sqrt turned into log10 loaded into a graph where an add
+//   reads a shapeless (symbolic) value, and the runtime's lerp fusion dereferenced its
+//   missing shape at Program::load (any clean outcome will do);
+// - max_pool2d_with_indices whose indices output claims rank 3: the handler read dim 3 past
+//   the shape; Shape's checked dims now make it exit-2 naming the op.
 TEST(ImportMutation, OnceCrashingMutationsGiveCleanErrors) {
   struct Pinned {
     std::string dir, file;
-    std::size_t node;
-    std::string target;
+    std::function<void(json&)> mutate;
+    std::string message;  // empty: any error but kInternal, or success
   };
-  for (const Pinned& p : {Pinned{"std_all", "model.core.pt2", 1, "torch.ops.aten.log10.default"}}) {
+  const std::vector<Pinned> pinned = {
+      {"std_all", "model.core.pt2", [](json& m) { m["graph_module"]["graph"]["nodes"][1]["target"] = "torch.ops.aten.log10.default"; }, ""},
+      {"max_pool_indices", "model.pt2",
+       [](json& m) {
+         json& sizes = m["graph_module"]["graph"]["tensor_values"]["getitem_1"]["sizes"];
+         sizes.erase(sizes.size() - 1);
+       },
+       "[aten.max_pool2d_with_indices.default] node '': malformed archive: dim 3 of a value of rank 3 (its TensorMeta does not fit the op)"},
+  };
+  for (const Pinned& p : pinned) {
     std::map<std::string, std::string> entries = testing::read_zip((kSweep / p.dir / p.file).string());
     const auto member = std::find_if(entries.begin(), entries.end(), [](const auto& kv) { return kv.first.ends_with("models/model.json"); });
     ASSERT_NE(member, entries.end());
     json model = json::parse(member->second);
-    model["graph_module"]["graph"]["nodes"][p.node]["target"] = p.target;
+    p.mutate(model);
     member->second = model.dump();
     const std::string tmp = (fs::temp_directory_path() / ("kiln_mutation_pin_" + std::to_string(::getpid()) + ".pt2")).string();
     ASSERT_TRUE(testing::write_zip(tmp, entries));
     auto ep = import_pt2(tmp);
     fs::remove(tmp);
+    if (!p.message.empty()) {
+      ASSERT_FALSE(ep.ok()) << p.dir;
+      EXPECT_EQ(ep.status().code(), StatusCode::kInvalidBundle) << ep.status().to_string();
+      EXPECT_EQ(ep.status().message(), p.message);
+      continue;
+    }
     const Status st = ep.ok() ? load_and_run(*ep, kSweep / p.dir) : ep.status();
     EXPECT_NE(st.code(), StatusCode::kInternal) << p.dir << ": " << st.to_string();
   }

@@ -61,6 +61,7 @@ std::atomic<GemmIsa> g_forced_isa{GemmIsa::kAuto};
 // The AVX-512 table by default only where 512-bit FMAs have twice the 256-bit throughput
 // (measured once): on a core that splits them into 256-bit halves its wide tile gains
 // nothing and was 5-8 % slower than the AVX2 tile (Zen 4). KILN_CPU_ISA=avx512 forces it.
+#if defined(__x86_64__) || defined(__i386__)
 bool avx512_gemm_pays() {
   static const bool pays = [] {
     const char* isa = std::getenv("KILN_CPU_ISA");
@@ -69,6 +70,7 @@ bool avx512_gemm_pays() {
   }();
   return pays;
 }
+#endif
 
 const GemmKernels& select_kernels() {
 #if defined(__x86_64__) || defined(__i386__)

@@ -18,18 +18,27 @@ endif()
 # Files named *_avx2.cpp hold AVX2/FMA code paths that are selected at run time, files named
 # *_avx512.cpp AVX-512 (F, VL, BW, DQ) ones, *_avx512vnni.cpp AVX-512 with VNNI (vpdpbusd,
 # vpdpwssd; kept apart so that no other AVX-512 file can pick up VNNI instructions).
+#
+# -O3 in every build type: these are the vector kernels, and GCC's -O2 vectorizer ("very
+# cheap" cost model) leaves loops such as softmax's exp unvectorized. Except under
+# AddressSanitizer, where the kernels are compiled for checking, not speed: GCC's ASan at -O3
+# on the heavily inlined AVX-512 conv file takes ~170 s (20 s at -O1), most of a fresh
+# machine's ASan stage.
+set(_kiln_simd_opt -O3)
+if(KILN_SANITIZE MATCHES "address")
+  set(_kiln_simd_opt -O1)
+endif()
 function(kiln_mark_avx2_sources)
   foreach(src IN LISTS ARGN)
     if(src MATCHES "_avx2\\.cpp$")
-      # -O3 in every build type: these are the vector kernels, and GCC's -O2 vectorizer
-      # ("very cheap" cost model) leaves loops such as softmax's exp unvectorized.
-      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-O3")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS
+        "-mavx2;-mfma;-mf16c;${_kiln_simd_opt}")
     elseif(src MATCHES "_avx512\\.cpp$")
       set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS
-        "-mavx512f;-mavx512vl;-mavx512bw;-mavx512dq;-mavx2;-mfma;-mf16c;-O3")
+        "-mavx512f;-mavx512vl;-mavx512bw;-mavx512dq;-mavx2;-mfma;-mf16c;${_kiln_simd_opt}")
     elseif(src MATCHES "_avx512vnni\\.cpp$")
       set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS
-        "-mavx512f;-mavx512vl;-mavx512bw;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c;-O3")
+        "-mavx512f;-mavx512vl;-mavx512bw;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c;${_kiln_simd_opt}")
     endif()
   endforeach()
 endfunction()

@@ -36,7 +36,7 @@ if [[ "${KILN_FUZZ_SKIP_BUILD:-0}" != 1 ]]; then
     # The cache variables of the `fuzz` preset in CMakePresets.json.
     cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DKILN_SANITIZE="address;undefined" \
-      -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF \
+      -DKILN_BUILD_FUZZERS=ON -DKILN_SANITIZE_CPU_KERNELS=OFF -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF \
       -DKILN_BUILD_SAMPLES=OFF -DKILN_BUILD_CLI=OFF
   fi
   cmake --build "$build" -j "$jobs" --target kiln_bundle_fuzzer kiln_archive_fuzzer kiln_npy_fuzzer

@@ -43,9 +43,14 @@ def module_state(pt2):
 
 def fixture_classes(generate_path):
     """{fixture name: nn.Module class} for mlp, convnet and decoder, from the fixtures'
-    generate.py (its model classes only: the code from `class MLP` up to `def build_visible`)."""
+    generate.py (its model classes only: the code from `class MLP` up to `def build_visible`),
+    or for every model of a file with a MODELS table (bench/custom_cnns.py)."""
     import torch
     src = open(generate_path).read()
+    if "\nMODELS = {" in src:  # bench/custom_cnns.py: MODELS = {name: (class, input shape)}
+        ns = {"__name__": "custom_cnns"}
+        exec(compile(src, generate_path, "exec"), ns)
+        return {name: cls for name, (cls, _) in ns["MODELS"].items()}
     src = src[src.index("class MLP"): src.index("def build_visible")]
     ns = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
     exec(compile(src, generate_path, "exec"), ns)

@@ -162,6 +162,34 @@ TEST(StatefulImport, CounterBothIrsRunEverySequenceStepAgainstTheGoldens) {
   }
 }
 
+// The other ways PyTorch code updates a buffer (tests/fixtures/torch_extra/stateful, made by
+// generate_stateful.py with PyTorch 2.6): advanced-index assignment at a position tensor,
+// chained in-place ops, a shift register through cat + copy_, an RNN state overwritten from
+// itself, an int64 step counter, select assignments, a reset flag through where, a
+// streaming conv's carried frames. Each model's one state buffer, both IRs, CPU and Vulkan,
+// every step of the 4-step sequence against PyTorch's.
+TEST(StatefulImport, EveryWayOfUpdatingABufferRunsItsSequenceOnBothIrsAndBackends) {
+  const std::vector<std::pair<std::string, std::string>> models = {
+      {"index_assign_cache", "cache"}, {"ema", "running"},      {"rolling_window", "window"},
+      {"reassigned_hidden", "h"},      {"int_step", "step"},     {"select_assign", "buf"},
+      {"masked_reset", "acc"},         {"streaming_conv1d", "state"}};
+  for (const auto& [model, state] : models) {
+    const fs::path dir = fs::path(KILN_EXTRA_FIXTURES_DIR) / "stateful" / model;
+    for (const char* file : {"model.core.pt2", "model.pt2"}) {
+      for (const char* backend : {"cpu", "vulkan"}) {
+        SCOPED_TRACE(model + "/" + file + " on " + backend);
+        auto l = load(dir / file, backend);
+        if (!l.ok() && l.status().code() == StatusCode::kUnavailable) continue;  // no Vulkan device
+        ASSERT_TRUE(l.ok()) << l.status().message();
+        ASSERT_EQ(l->ir.states.size(), 1u);
+        EXPECT_EQ(l->ir.states[0].name, state);
+        Session session(*l->program);
+        EXPECT_EQ(run_sequences(dir, *l, session), 4);
+      }
+    }
+  }
+}
+
 // The KV cache: the core IR's index_put(cache, [None, None, input_pos], rows) and the
 // training IR's cache.index_copy_(2, input_pos, rows) write the new K/V rows into the
 // k_cache_i / v_cache_i state; prefill and decode steps match PyTorch's.

@@ -492,7 +492,9 @@ Status gather_lerp2(KernelContext& ctx, const TensorView& x, std::span<const std
       bshape = shape;
       brank = rank;
     } else if (rank != brank || !std::equal(shape.begin(), shape.begin() + rank, bshape.begin())) {
-      return Status(StatusCode::kInternal, "[index+lerp] the four gathers' index shapes differ");
+      // Load matched the pattern on the declared shapes; index tensors whose run-time shapes
+      // disagree come from a bundle whose shapes lie: its error, not an internal one.
+      return invalid("index", "the four gathers of a fused bilinear interpolation have index shapes that differ at run time");
     }
   }
   if (out.rank != first + brank || !std::equal(x.shape.begin(), x.shape.begin() + first, out.shape.begin()) ||
@@ -504,13 +506,14 @@ Status gather_lerp2(KernelContext& ctx, const TensorView& x, std::span<const std
   std::array<std::array<std::int64_t, kMaxRank>, 3> wstep{};
   for (std::size_t j = 0; j < 3; ++j) {
     const TensorView& t = weights[j];
-    if (t.dtype != DType::kF32 || t.rank > out.rank) return Status(StatusCode::kInternal, "[index+lerp] weights must be f32");
+    if (t.dtype != DType::kF32) return Status(StatusCode::kInternal, "[index+lerp] weights must be f32");
+    if (t.rank > out.rank) return invalid("index", "a fused bilinear interpolation's weight of rank ", t.rank, " for out.shape=", shape_text(out));
     const auto ts = contiguous_strides(t);
     for (int d = 0; d < out.rank; ++d) {
       const int td = d - (out.rank - t.rank);
       const std::int64_t size = td >= 0 ? t.shape[td] : 1;
       if (size != 1 && (d < first || size != out.shape[d])) {
-        return Status(StatusCode::kInternal, "[index+lerp] a weight that does not broadcast over the index dims only");
+        return invalid("index", "a fused bilinear interpolation's weight.shape=", shape_text(t), " does not broadcast over the index dims of out.shape=", shape_text(out));
       }
       if (d >= first) wstep[j][static_cast<std::size_t>(d - first)] = size != 1 ? ts[td] : 0;
     }

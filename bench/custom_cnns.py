@@ -265,10 +265,9 @@ def _randomize_norms(m):
 
 
 def main(out, names):
-    import json, os, sys
-    import numpy as np
+    import os, sys
     sys.path.insert(0, "/script")
-    from make_archives import write_archive  # tests/fixtures/torch_zoo/make_archives.py, copied next to this script
+    from make_archives import write_case_folder  # tests/fixtures/torch_zoo/make_archives.py, copied next to this script
     for name in names or MODELS:
         cls, shape = MODELS[name]
         torch.manual_seed(0)
@@ -276,18 +275,7 @@ def main(out, names):
         with torch.no_grad():
             _randomize_norms(m)
         x = torch.randn(*shape)
-        d = os.path.join(out, name)
-        os.makedirs(os.path.join(d, "cases"), exist_ok=True)
-        with torch.no_grad():
-            core = torch.export.export(m, (x,)).run_decompositions()
-            write_archive(core, os.path.join(d, "model.core.pt2"))
-            y = m(x)
-        np.save(os.path.join(d, "cases/valid0.in.x.npy"), x.numpy())
-        np.save(os.path.join(d, "cases/valid0.out.0.npy"), y.numpy())
-        case = {"name": "valid0", "inputs": {"x": "cases/valid0.in.x.npy"}, "outputs": ["cases/valid0.out.0.npy"]}
-        with open(os.path.join(d, "manifest.json"), "w") as f:
-            json.dump({"model": name, "inputs": ["x"], "torch": torch.__version__, "valid": [case], "invalid": [],
-                       "files": {"core_pt2": "model.core.pt2"}}, f, indent=1)
+        y = write_case_folder(os.path.join(out, name), name, m, x)
         print("WROTE", name, tuple(y.shape), flush=True)
 
 

@@ -7,14 +7,13 @@ Needs PyTorch 2.6 (../shared/tools/torch26.sh); a benchmark tool, never used by 
     mkdir -p /var/tmp/kiln-torch26/script && cp tests/fixtures/torch_zoo/{make_archives,generate}.py bench/pt2_weights.py /var/tmp/kiln-torch26/script/
     bash ../shared/tools/torch26.sh run /work/perf/cnn bench/make_cnn_archives.py /io [MODEL ...]
 """
-import json, os, sys
+import os, sys
 
-import numpy as np
 import torch
 import torchvision.models as tvm
 
 sys.path.insert(0, "/script")
-from make_archives import write_archive  # noqa: E402  (tests/fixtures/torch_zoo/make_archives.py, copied next to this script)
+from make_archives import write_case_folder  # noqa: E402  (tests/fixtures/torch_zoo/make_archives.py, copied next to this script)
 from pt2_weights import segmentation_out_only  # noqa: E402  (bench/pt2_weights.py, copied likewise)
 
 MODELS = ["squeezenet1_1", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "shufflenet_v2_x1_0",
@@ -39,18 +38,7 @@ def main(out, names):
         torch.manual_seed(0)
         m = build(name).eval()
         x = torch.randn(*VIDEO_INPUT.get(name, (1, 3, 8, 112, 112))) if hasattr(tvm.video, name) else torch.randn(1, 3, 224, 224)
-        d = os.path.join(out, name)
-        os.makedirs(os.path.join(d, "cases"), exist_ok=True)
-        with torch.no_grad():
-            core = torch.export.export(m, (x,)).run_decompositions()
-            write_archive(core, os.path.join(d, "model.core.pt2"))
-            y = m(x)
-        np.save(os.path.join(d, "cases/valid0.in.x.npy"), x.numpy())
-        np.save(os.path.join(d, "cases/valid0.out.0.npy"), y.numpy())
-        case = {"name": "valid0", "inputs": {"x": "cases/valid0.in.x.npy"}, "outputs": ["cases/valid0.out.0.npy"]}
-        with open(os.path.join(d, "manifest.json"), "w") as f:
-            json.dump({"model": name, "inputs": ["x"], "torch": torch.__version__, "valid": [case], "invalid": [],
-                       "files": {"core_pt2": "model.core.pt2"}}, f, indent=1)
+        write_case_folder(os.path.join(out, name), name, m, x)
         print("WROTE", name, flush=True)
 
 

@@ -13,7 +13,7 @@ bench/compare_ort.py their model:
 
 Export them (PyTorch 2.6, ../shared/tools/torch26.sh) into fixture folders that compare_ort.py reads:
 
-    mkdir -p /work/perf/custom && cp tests/fixtures/torch_zoo/make_archives.py /var/tmp/kiln-torch26/script/
+    mkdir -p /work/perf/custom && cp tests/fixtures/torch_zoo/{make_archives,generate}.py /var/tmp/kiln-torch26/script/
     bash ../shared/tools/torch26.sh run /work/perf/custom bench/custom_cnns.py /io [MODEL ...]
     /usr/bin/python3 bench/compare_ort.py --kiln build/dev/bin/kiln --ort-dir /work/.ort --threads 2 \
         --generate bench/custom_cnns.py /work/perf/custom/*/

@@ -4,7 +4,8 @@
 #
 #   scripts/fuzz.sh [SECONDS] [extra libFuzzer flags...]      # default 60 s in all
 #
-# Configures and builds the `fuzz` preset (clang, libFuzzer, ASan+UBSan) into build/fuzz,
+# Configures and builds the `fuzz` preset (clang, libFuzzer, ASan+UBSan; the CPU kernels, which
+# no fuzzer runs, uninstrumented: KILN_SANITIZE_CPU_KERNELS=OFF) into build/fuzz,
 # writes the seed bundles (kiln_make_fuzz_seeds), then runs each target for its share of
 # SECONDS (bundle_fuzzer 1/2, archive_fuzzer 1/3, npy_fuzzer 1/6) with -rss_limit_mb=2048 -max_len=65536:
 #   kiln_bundle_fuzzer  on the generated seeds and fuzz/regressions/bundle_fuzzer;

@@ -15,12 +15,12 @@
 #include <functional>
 #include <random>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "import/tensor_data.h"  // export/src: quote_nonfinite_literals
 #include "import/zip_testutil.h"
 #include "kiln/export/import_pt2.h"
 #include "kiln/export/serialize.h"
@@ -46,42 +46,13 @@ const char* const kHostileExprs[] = {"", "((((", "s0 +", "Symbol('zz', positive=
                                      "Max(s77, -9223372036854775808)", "nan", "1/0"};
 
 // Legacy archives write the non-JSON numbers -Infinity, Infinity and NaN (an unbounded
-// symbol range, a float argument), which the importer reads and strict JSON does not: they
-// are parsed as sentinel integers and written back as they were.
-constexpr std::pair<const char*, const char*> kNonJson[] = {
-    {"-Infinity", "-9223372036854775001"}, {"Infinity", "9223372036854775001"}, {"NaN", "9223372036854775002"}};
-
-// Replaces each token outside strings (from -> to per kNonJson's pairs, or back).
-std::string swap_non_json(const std::string& text, bool to_sentinels) {
-  std::string out;
-  out.reserve(text.size());
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size();) {
-    const char c = text[i];
-    if (in_string) {
-      out += c;
-      if (c == '\\' && i + 1 < text.size()) out += text[++i];
-      else if (c == '"') in_string = false;
-      ++i;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    bool swapped = false;
-    for (const auto& [token, sentinel] : kNonJson) {
-      const std::string_view from = to_sentinels ? token : sentinel, to = to_sentinels ? sentinel : token;
-      if (text.compare(i, from.size(), from) == 0) {
-        out += to;
-        i += from.size();
-        swapped = true;
-        break;
-      }
-    }
-    if (!swapped) out += text[i++];
-  }
-  return out;
+// symbol range, a float argument), which strict JSON does not read: quoted first, as the
+// importer itself does (and as later PyTorch versions write them).
+json parse_archive_json(const std::string& text) {
+  std::vector<std::uint8_t> bytes(text.begin(), text.end());
+  pt2::quote_nonfinite_literals(bytes);
+  return json::parse(bytes.begin(), bytes.end(), nullptr, false);
 }
-json parse_archive_json(const std::string& text) { return json::parse(swap_non_json(text, true), nullptr, false); }
-std::string dump_archive_json(const json& j) { return swap_non_json(j.dump(), false); }
 
 // A node argument (node, input, kind = its "as_*" key), or a TensorMeta (kind "size", "rank"
 // or "dtype" of tensor_values[value]).
@@ -241,7 +212,7 @@ TEST(ImportMutation, HostileArgumentsGiveCleanErrors) {
                 nodes[site.node]["inputs"][site.input]["name"].get<std::string>() + " = " + arg.dump();
       }
       if (verbose) std::fprintf(stderr, "mutation: %s\n", what.c_str());
-      member->second = dump_archive_json(mutated);
+      member->second = mutated.dump();
       ASSERT_TRUE(testing::write_zip(tmp, entries)) << what;
       ++mutations;
       auto ep = import_pt2(tmp);
@@ -255,7 +226,7 @@ TEST(ImportMutation, HostileArgumentsGiveCleanErrors) {
       const Status st = load_and_run(*ep, dir);
       EXPECT_NE(st.code(), StatusCode::kInternal) << what << ": " << st.to_string();
     }
-    member->second = dump_archive_json(model);
+    member->second = model.dump();
    }
   }
   fs::remove(tmp);

@@ -9,7 +9,7 @@
 # Layout under the prefix: lib/libkiln_{base,schema,runtime,export}.a, include/kiln/...,
 # bin/kiln, lib/cmake/kiln/{kilnConfig,kilnConfigVersion,kilnTargets}.cmake.
 # The libraries are static, so kilnConfig.cmake finds what they link (FlatBuffers, zstd,
-# xxHash, Threads; libzip and nlohmann-json for export) with the same finders the build
+# xxHash, Threads; zlib and nlohmann-json for export) with the same finders the build
 # used (cmake/KilnDeps.cmake). tests/install/consumer is a project that uses it.
 
 include(GNUInstallDirs)

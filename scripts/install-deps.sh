@@ -8,7 +8,7 @@ packages=(
   libflatbuffers-dev flatbuffers-compiler
   libzstd-dev libxxhash-dev
   libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers
-  libcli11-dev nlohmann-json3-dev libzip-dev
+  libcli11-dev nlohmann-json3-dev zlib1g-dev libzip-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev
   clang libclang-rt-14-dev

@@ -95,7 +95,9 @@ TEST(Layering, ExportCMakeDoesNotSeeRuntimeSources) {
 TEST(Layering, BaseIncludesNoOtherModule) {
   const std::size_t files = for_each_include(fs::path(KILN_SOURCE_DIR) / "base", [](const fs::path& file, int n,
                                                                                    const std::string& name, bool) {
-    if (name.rfind("kiln/", 0) == 0) EXPECT_EQ(name.rfind("kiln/base/", 0), 0u) << file.string() << ":" << n << ": " << name;
+    if (name.rfind("kiln/", 0) == 0) {
+      EXPECT_EQ(name.rfind("kiln/base/", 0), 0u) << file.string() << ":" << n << ": " << name;
+    }
   });
   EXPECT_GE(files, 2u);
 }

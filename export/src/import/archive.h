@@ -1,4 +1,5 @@
-// Read-only access to the zip container of a `.pt2` archive (libzip), treated as hostile:
+// Read-only access to the zip container of a `.pt2` archive (Kiln's own reader on zlib:
+// stored and deflated members, ZIP64), treated as hostile:
 // the file type is checked before anything is read (a FIFO, a directory or /dev/zero is an
 // error, never a hang), and every member read is capped (`MemberLimits`).
 #pragma once
@@ -54,8 +55,10 @@ class ZipArchive {
 
  private:
   ZipArchive() = default;
-  static Result<std::unique_ptr<ZipArchive>> adopt(void* zip, const std::string& label, std::uint64_t source_bytes);
   struct Handle;
+  /// Reads the central directory of the zip `handle` reads; the error says why it is not a zip.
+  static Result<std::unique_ptr<ZipArchive>> adopt(std::unique_ptr<Handle> handle, const std::string& label,
+                                                   std::uint64_t source_bytes);
   std::unique_ptr<Handle> handle_;
   std::string label_;
   std::uint64_t source_bytes_ = 0;  // the zip's own size: no member expands past kMaxExpansion times it

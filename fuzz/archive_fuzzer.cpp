@@ -5,8 +5,9 @@
 // The first byte picks what the rest is:
 //   0: a data.pkl            -> unpickle_tensor_dict
 //   1: a torch.save zip      -> read_torch_save (the nested zips of the legacy layout)
-//   2+: a whole .pt2 archive -> find_model, the model JSON member (non-finite literals
-//       quoted), read_tensors (either layout)
+//   2+: a whole .pt2 archive -> every member read and opened as a nested zip (the zip
+//       reader itself: stored, deflated, ZIP64), find_model, the model JSON member
+//       (non-finite literals quoted), read_tensors (either layout)
 // Any result other than a value or a non-empty kInvalidBundle / kUnsupported error is a
 // crash (__builtin_trap); libFuzzer's -rss_limit_mb catches unbounded memory.
 //
@@ -42,6 +43,26 @@ std::uint64_t touch(const std::vector<kiln::pt2::ArchiveTensor>& tensors) {
   return sum;
 }
 
+// Reads every member of `zip` (the first 64, at most 1 MiB each), and each as a nested zip.
+std::uint64_t read_members(const kiln::pt2::ZipArchive& zip, int depth) {
+  std::uint64_t sum = 0;
+  std::size_t n = 0;
+  for (const std::string& name : zip.names()) {
+    if (++n > 64) break;
+    auto bytes = zip.read(name, 1 << 20);
+    check(bytes.status());
+    if (bytes.ok()) {
+      for (std::uint8_t b : *bytes) sum += b;
+    }
+    if (depth == 0) {
+      auto nested = zip.open_nested(name, 1 << 20);
+      check(nested.status());
+      if (nested.ok()) sum += read_members(**nested, 1);
+    }
+  }
+  return sum;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -63,6 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto zip = kiln::pt2::ZipArchive::from_bytes(body, "fuzz");
     check(zip.status());
     if (!zip.ok()) return 0;
+    sink = sink + read_members(**zip, 0);
     auto model = kiln::pt2::find_model(**zip);
     check(model.status());
     if (!model.ok()) return 0;

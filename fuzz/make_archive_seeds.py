@@ -47,3 +47,15 @@ for proto in (2, 4):
         for k, v in data.items(): zf.writestr('archive/data/' + k, v)
         zf.writestr('archive/version', '3\n')
     open(os.path.join(out, f'torchsave_proto{proto}'), 'wb').write(b'\x01' + z.getvalue())
+# The zip reader's own structures: the legacy counter fixture re-zipped deflated, written as a
+# stream (data descriptors, ZIP64 extra fields in the local headers), its nested torch.save
+# zips deflated too (read into memory, not in place).
+fixture = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared', 'fixtures',
+                       'torch_export_stateful', 'counter', 'model.pt2')
+if os.path.exists(fixture):
+    z = io.BytesIO()
+    with zipfile.ZipFile(fixture) as src, zipfile.ZipFile(z, 'w', zipfile.ZIP_DEFLATED) as zf:
+        for info in src.infolist():
+            with zf.open(info.filename, 'w', force_zip64=True) as w:
+                w.write(src.read(info.filename))
+    open(os.path.join(out, 'legacy_counter_deflated_zip64'), 'wb').write(b'\x02' + z.getvalue())

@@ -342,6 +342,61 @@ TEST_F(ZipReader, DamagedEndRecordsAndDirectoriesAreErrors) {
   }
 }
 
+// A sparse file ending in an end record that declares `count` members in a directory of
+// `cd_bytes` from offset 0: the caps apply before anything of that size is read.
+std::string sparse_zip(const fs::path& path, std::uint64_t cd_bytes, std::uint64_t count) {
+  std::string end;
+  put32(end, 0x06054b50);
+  put16(end, 0);
+  put16(end, 0);
+  put16(end, count > 0xFFFE ? 0xFFFF : count);
+  put16(end, count > 0xFFFE ? 0xFFFF : count);
+  put32(end, 0xFFFFFFFF);
+  put32(end, 0xFFFFFFFF);
+  put16(end, 0);
+  std::string z64;  // the ZIP64 end record and locator, right before
+  const std::uint64_t z64_at = cd_bytes;
+  put32(z64, 0x06064b50);
+  put64(z64, 44);
+  put16(z64, 45);
+  put16(z64, 45);
+  put32(z64, 0);
+  put32(z64, 0);
+  put64(z64, count);
+  put64(z64, count);
+  put64(z64, cd_bytes);
+  put64(z64, 0);
+  put32(z64, 0x07064b50);
+  put32(z64, 0);
+  put64(z64, z64_at);
+  put32(z64, 1);
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(cd_bytes));
+    f << z64 << end;
+  }
+  return path.string();
+}
+
+TEST_F(ZipReader, HugeDirectoriesAreRefusedBeforeTheyAreRead) {
+  auto big = ZipArchive::open(sparse_zip(dir_ / "big.zip", 300ull << 20, 1000));
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("its central directory is 314572800 bytes, more than the 67108864 bytes allowed"),
+            std::string::npos)
+      << big.status().message();
+  auto many = ZipArchive::open(sparse_zip(dir_ / "many.zip", 60ull << 20, 1200000));
+  ASSERT_FALSE(many.ok());
+  EXPECT_NE(many.status().message().find("it declares 1200000 members, more than the 1048576 allowed"),
+            std::string::npos)
+      << many.status().message();
+  // A directory of zeros within the caps: the first entry is not a header.
+  auto zeros = ZipArchive::open(sparse_zip(dir_ / "zeros.zip", 1 << 20, 100));
+  ASSERT_FALSE(zeros.ok());
+  EXPECT_NE(zeros.status().message().find("central directory entry 0 (offset 0) is not a central directory header"),
+            std::string::npos)
+      << zeros.status().message();
+}
+
 TEST_F(ZipReader, AStoredNestedZipIsReadInPlaceFromAFileAndFromMemory) {
   const std::string inner = testing::zip_bytes({{"archive/data.pkl", "pickle"}, {"archive/data/0", "weights"}});
   const std::string path = (dir_ / "outer.zip").string();

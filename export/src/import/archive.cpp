@@ -31,9 +31,10 @@ constexpr std::uint32_t kLocalSig = 0x04034b50, kCentralSig = 0x02014b50, kEndSi
                         kZip64EndSig = 0x06064b50, kZip64LocatorSig = 0x07064b50;
 constexpr std::uint64_t kEndBytes = 22, kZip64LocatorBytes = 20, kZip64EndBytes = 56, kCentralBytes = 46,
                         kLocalBytes = 30, kMaxComment = 65535;
-/// The central directory is read whole: at most this (~2.9 million members of 46 bytes and
-/// a 48-byte name).
-constexpr std::uint64_t kMaxCentralDirectory = 256ull << 20;
+/// The central directory is read whole (at most this), and each member costs an entry and
+/// its name (at most this many): a hostile directory costs ~250 MB at worst. A PT2 archive
+/// holds a member per weight (a few thousand for a large language model).
+constexpr std::uint64_t kMaxCentralDirectory = 64ull << 20, kMaxMembers = 1ull << 20;
 constexpr std::uint16_t kMethodStore = 0, kMethodDeflate = 8;
 
 std::uint16_t u16(const std::uint8_t* p) { return static_cast<std::uint16_t>(p[0] | (p[1] << 8)); }
@@ -165,6 +166,10 @@ Result<std::unique_ptr<ZipArchive>> ZipArchive::adopt(std::unique_ptr<Handle> h,
   if (cd_bytes > kMaxCentralDirectory) {
     return bad("its central directory is " + std::to_string(cd_bytes) + " bytes, more than the " +
                std::to_string(kMaxCentralDirectory) + " bytes allowed");
+  }
+  if (count > kMaxMembers) {
+    return bad("it declares " + std::to_string(count) + " members, more than the " + std::to_string(kMaxMembers) +
+               " allowed");
   }
   if (count > cd_bytes / kCentralBytes) {
     return bad("it declares " + std::to_string(count) + " members, more than its " + std::to_string(cd_bytes) +

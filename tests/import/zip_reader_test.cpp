@@ -98,35 +98,29 @@ std::string build_zip(const std::vector<Member>& members, Layout layout = {}) {
       put64(extra, comp);
       put64(extra, offset);
     }
-    // Local header.
-    put32(out, 0x04034b50);
-    put16(out, 45);
-    put16(out, m.flags);
-    put16(out, method);
-    put32(out, 0);
-    put32(out, crc);
-    put32(out, m.zip64 ? 0xFFFFFFFF : comp);
-    put32(out, m.zip64 ? 0xFFFFFFFF : size);
-    put16(out, m.name.size());
-    put16(out, 0);
+    // The fields the local and central headers share, from "version needed" on.
+    const auto shared = [&](std::string& h, std::uint64_t extra_len) {
+      put16(h, 45);
+      put16(h, m.flags);
+      put16(h, method);
+      put32(h, 0);  // time, date
+      put32(h, crc);
+      put32(h, m.zip64 ? 0xFFFFFFFF : comp);
+      put32(h, m.zip64 ? 0xFFFFFFFF : size);
+      put16(h, m.name.size());
+      put16(h, extra_len);
+    };
+    put32(out, 0x04034b50);  // local header
+    shared(out, 0);
     out += m.name;
     out += body;
-    // Central directory header.
-    put32(cd, 0x02014b50);
-    put16(cd, 45);
-    put16(cd, 45);
-    put16(cd, m.flags);
-    put16(cd, method);
-    put32(cd, 0);
-    put32(cd, crc);
-    put32(cd, m.zip64 ? 0xFFFFFFFF : comp);
-    put32(cd, m.zip64 ? 0xFFFFFFFF : size);
-    put16(cd, m.name.size());
-    put16(cd, extra.size());
-    put16(cd, 0);
-    put16(cd, 0);
-    put16(cd, 0);
-    put32(cd, 0);
+    put32(cd, 0x02014b50);  // central directory header
+    put16(cd, 45);          // version made by
+    shared(cd, extra.size());
+    put16(cd, 0);  // comment length
+    put16(cd, 0);  // disk
+    put16(cd, 0);  // internal attributes
+    put32(cd, 0);  // external attributes
     put32(cd, m.zip64 ? 0xFFFFFFFF : offset);
     cd += m.name;
     cd += extra;

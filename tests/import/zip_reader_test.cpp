@@ -279,9 +279,13 @@ TEST_F(ZipReader, LyingSizesCrcsMethodsAndFlagsAreErrorsNamingTheMember) {
                 .find("more than its"),
             std::string::npos);
   // A compressed size running past the member data.
-  EXPECT_NE(error_of(build_zip({{.name = "m", .data = "abc", .compressed = 1 << 20}}), "m")
+  EXPECT_NE(error_of(build_zip({{.name = "m", .data = "abc", .deflate = true, .compressed = 1 << 20}}), "m")
                 .find("run past the member data's end"),
             std::string::npos);
+  // A deflated member declaring far more than it holds: an error, after allocating only
+  // what inflated (the output grows as it inflates).
+  EXPECT_EQ(error_of(build_zip({{.name = "m", .data = random_bytes(50000, 7), .deflate = true, .size = 40000000}}), "m"),
+            "'z': archive member 'm' is corrupt: it inflates to 50000 bytes, not its declared 40000000");
   // Two members with one name.
   EXPECT_EQ(error_of(build_zip({{.name = "m", .data = "a"}, {.name = "m", .data = "b"}})),
             "'z' is not a readable zip (it holds two members named 'm')");

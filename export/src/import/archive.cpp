@@ -344,14 +344,15 @@ Result<std::vector<std::uint8_t>> ZipArchive::read(const std::string& name, std:
     return bad("uses compression method " + method_name(e.method) +
                ", which Kiln does not read (store it, or deflate it)");
   }
+  if (e.method == kMethodStore && e.compressed != e.size) {
+    return bad("is corrupt: stored (uncompressed), but " + std::to_string(e.compressed) + " bytes hold " +
+               std::to_string(e.size));
+  }
   auto at = handle_->data_offset(e);
   if (!at.ok()) return bad("is corrupt: " + at.status().message());
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(e.size));
+  std::vector<std::uint8_t> out;
   if (e.method == kMethodStore) {
-    if (e.compressed != e.size) {
-      return bad("is corrupt: stored (uncompressed), but " + std::to_string(e.compressed) + " bytes hold " +
-                 std::to_string(e.size));
-    }
+    out.resize(static_cast<std::size_t>(e.size));
     if (!handle_->read_at(*at, out.data(), e.size)) return bad("is corrupt: its bytes cannot be read");
   } else {
     z_stream z{};
@@ -389,7 +390,13 @@ Result<std::vector<std::uint8_t>> ZipArchive::read(const std::string& name, std:
           z.next_out = &sink;
           z.avail_out = 1;
         } else {
-          const std::uint64_t n = std::min<std::uint64_t>(e.size - out_given, UINT_MAX);
+          // The output grows as it inflates (doubling, from 1 MiB), so a member that declares
+          // gigabytes and inflates to little costs what it inflates to. zlib keeps its own
+          // window: the buffer may move.
+          if (out_given == out.size()) {
+            out.resize(static_cast<std::size_t>(std::min<std::uint64_t>(e.size, std::max<std::uint64_t>(2 * out.size(), 1u << 20))));
+          }
+          const std::uint64_t n = std::min<std::uint64_t>(out.size() - out_given, UINT_MAX);
           z.next_out = out.data() + out_given;
           z.avail_out = static_cast<uInt>(n);
           out_given += n;

@@ -236,6 +236,12 @@ TEST_F(ZipReader, Zip64RecordsAndExtraFieldsRead) {
   bad[field_len_at] = 16;  // 16 of its 24 bytes: the offset is missing
   EXPECT_NE(error_of(bad).find("central directory entry 0 ('a'): its ZIP64 extra field is too short"), std::string::npos)
       << error_of(bad);
+  // All-ones sizes with no ZIP64 extra field at all.
+  std::string no_extra = build_zip(short_extra);
+  no_extra[no_extra.find("PK\x01\x02") + 30] = 0;  // the extra field's length
+  EXPECT_EQ(error_of(no_extra),
+            "'z' is not a readable zip (central directory entry 0 ('a') asks for ZIP64 values but has no ZIP64 extra "
+            "field)");
 }
 
 TEST_F(ZipReader, LyingSizesCrcsMethodsAndFlagsAreErrorsNamingTheMember) {
@@ -320,6 +326,8 @@ TEST_F(ZipReader, DamagedEndRecordsAndDirectoriesAreErrors) {
   EXPECT_NE(error_of(with(cd_at + 42, static_cast<std::uint32_t>(good.size()), 4)).find("local header offset"),
             std::string::npos);
   EXPECT_NE(error_of(with(cd_at + 42, 3, 4), "a").find("its local header at offset 3 is missing"), std::string::npos);
+  EXPECT_EQ(error_of(with(cd_at + 34, 1, 2)),
+            "'z' is not a readable zip (central directory entry 0 ('a') is on another disk of a split zip)");
   // Every truncation and every single-byte change: an error or the right bytes, never a crash.
   for (std::size_t n = 0; n < good.size(); ++n) {
     EXPECT_NE(error_of(good.substr(0, n)).find("not a readable zip"), std::string::npos) << n;
@@ -414,6 +422,18 @@ TEST_F(ZipReader, AStoredNestedZipIsReadInPlaceFromAFileAndFromMemory) {
   auto dn = (*d)->open_nested("inner.pt", 1 << 20);
   ASSERT_TRUE(dn.ok()) << dn.status().message();
   EXPECT_EQ(read_member(**dn, "archive/data/0"), "weights");
+  // A stored nested member whose local header is not where the directory says.
+  {
+    const std::string outer_bytes = build_zip({{.name = "x", .data = "pad"}, {.name = "inner.pt", .data = inner}});
+    std::string moved = outer_bytes;
+    const std::size_t second = moved.rfind("PK\x01\x02");  // the outer directory's last entry
+    moved[second + 42] = 1;  // local header offset 1 (of the second entry)
+    auto z = ZipArchive::from_bytes(span_of(moved), "o");
+    ASSERT_TRUE(z.ok()) << z.status().message();
+    auto n = (*z)->open_nested("inner.pt", 1 << 20);
+    ASSERT_FALSE(n.ok());
+    EXPECT_EQ(n.status().message(), "'o': archive member 'inner.pt': its local header at offset 1 is missing");
+  }
   // A nested member that is not a zip.
   auto not_zip = (*outer)->open_nested("other", 1 << 20);
   ASSERT_FALSE(not_zip.ok());

@@ -115,8 +115,7 @@ struct ZipArchive::Handle {
 
 ZipArchive::~ZipArchive() = default;
 
-Result<std::unique_ptr<ZipArchive>> ZipArchive::adopt(std::unique_ptr<Handle> h, const std::string& label,
-                                                      std::uint64_t source_bytes) {
+Result<std::unique_ptr<ZipArchive>> ZipArchive::adopt(std::unique_ptr<Handle> h, const std::string& label) {
   const auto bad = [](const std::string& why) { return Status(StatusCode::kInvalidBundle, why); };
   const std::uint64_t size = h->size;
   if (size < kEndBytes) {
@@ -181,7 +180,6 @@ Result<std::unique_ptr<ZipArchive>> ZipArchive::adopt(std::unique_ptr<Handle> h,
 
   auto archive = std::unique_ptr<ZipArchive>(new ZipArchive());
   archive->label_ = label;
-  archive->source_bytes_ = source_bytes;
   archive->names_.reserve(static_cast<std::size_t>(count));
   h->entries.reserve(static_cast<std::size_t>(count));
   std::uint64_t at = 0;
@@ -254,12 +252,11 @@ Result<std::unique_ptr<ZipArchive>> ZipArchive::open(const std::string& path) {
   // refused at once, never waited on).
   auto file = open_regular_file(path, StatusCode::kInvalidBundle);
   if (!file.ok()) return file.status();
-  const std::uint64_t size = file->size();
   auto h = std::make_unique<Handle>();
-  h->size = size;
+  h->size = file->size();
   h->fd = file->release();
   h->owns_fd = true;
-  auto archive = adopt(std::move(h), path, size);
+  auto archive = adopt(std::move(h), path);
   if (!archive.ok()) {
     return Status(StatusCode::kInvalidBundle,
                   "'" + path + "' is not a readable .pt2 archive (zip: " + archive.status().message() + ")");
@@ -271,7 +268,7 @@ Result<std::unique_ptr<ZipArchive>> ZipArchive::from_bytes(std::span<const std::
   auto h = std::make_unique<Handle>();
   h->bytes = bytes.data();
   h->size = bytes.size();
-  auto archive = adopt(std::move(h), label, bytes.size());
+  auto archive = adopt(std::move(h), label);
   if (!archive.ok()) {
     return Status(StatusCode::kInvalidBundle, "'" + label + "' is not a readable zip (" + archive.status().message() + ")");
   }
@@ -296,7 +293,7 @@ Result<std::unique_ptr<ZipArchive>> ZipArchive::open_nested(const std::string& n
     h->bytes = handle_->bytes != nullptr ? handle_->bytes + *at : nullptr;
     h->base = handle_->base + *at;
     h->size = e.size;
-    auto nested = adopt(std::move(h), label, e.size);
+    auto nested = adopt(std::move(h), label);
     if (!nested.ok()) {
       return Status(StatusCode::kInvalidBundle, "'" + label + "' is not a readable zip (" + nested.status().message() + ")");
     }
@@ -334,10 +331,11 @@ Result<std::vector<std::uint8_t>> ZipArchive::read(const std::string& name, std:
     return bad("is " + std::to_string(e.size) + " bytes, more than the " + std::to_string(max_bytes) +
                " bytes allowed for it (docs/IMPORT.md, Limits)");
   }
-  const std::uint64_t compressed = std::min(e.compressed, source_bytes_);
+  // No member expands past kMaxExpansion times its compressed size, nor the zip's own size.
+  const std::uint64_t zip_bytes = handle_->size, compressed = std::min(e.compressed, zip_bytes);
   if (e.size > 4096 && e.size / MemberLimits::kMaxExpansion > compressed) {
     return bad("declares " + std::to_string(e.size) + " bytes, more than its " + std::to_string(compressed) +
-               " compressed bytes (in a zip of " + std::to_string(source_bytes_) + " bytes) can expand to");
+               " compressed bytes (in a zip of " + std::to_string(zip_bytes) + " bytes) can expand to");
   }
   if ((e.flags & 1) != 0) return bad("is encrypted, which Kiln does not read");
   if (e.method != kMethodStore && e.method != kMethodDeflate) {
@@ -394,7 +392,8 @@ Result<std::vector<std::uint8_t>> ZipArchive::read(const std::string& name, std:
           // gigabytes and inflates to little costs what it inflates to. zlib keeps its own
           // window: the buffer may move.
           if (out_given == out.size()) {
-            out.resize(static_cast<std::size_t>(std::min<std::uint64_t>(e.size, std::max<std::uint64_t>(2 * out.size(), 1u << 20))));
+            const std::uint64_t grown = std::max<std::uint64_t>(2 * out.size(), 1u << 20);
+            out.resize(static_cast<std::size_t>(std::min<std::uint64_t>(e.size, grown)));
           }
           const std::uint64_t n = std::min<std::uint64_t>(out.size() - out_given, UINT_MAX);
           z.next_out = out.data() + out_given;

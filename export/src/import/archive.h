@@ -57,11 +57,9 @@ class ZipArchive {
   ZipArchive() = default;
   struct Handle;
   /// Reads the central directory of the zip `handle` reads; the error says why it is not a zip.
-  static Result<std::unique_ptr<ZipArchive>> adopt(std::unique_ptr<Handle> handle, const std::string& label,
-                                                   std::uint64_t source_bytes);
+  static Result<std::unique_ptr<ZipArchive>> adopt(std::unique_ptr<Handle> handle, const std::string& label);
   std::unique_ptr<Handle> handle_;
   std::string label_;
-  std::uint64_t source_bytes_ = 0;  // the zip's own size: no member expands past kMaxExpansion times it
   std::vector<std::uint8_t> owned_;  // the bytes of a nested zip that had to be read into memory
   std::vector<std::string> names_;
 };

@@ -378,6 +378,9 @@ TEST(NchwcDense, MatchesNaiveConvolutionOnNetworkShapes) {
       {1, 256, 64, 1, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1},
       {1, 128, 256, 1, 14, 14, 1, 1, 2, 2, 0, 0, 1, 1},
       {1, 64, 64, 8, 12, 12, 3, 3, 1, 1, 1, 1, 1, 1},
+      // Weights (0.69 MB) outweigh the input (0.27 MB): two threads split the 2 block
+      // groups, each over both of the 2 pixel bands (input rows of 19 KB).
+      {1, 344, 56, 1, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1},
   };
   std::uint32_t seed = 50;
   for (const Case& c : cases) {

@@ -41,7 +41,7 @@ namespace portable_impl {
 #undef KILN_NCHWC_FMA8
 
 // 8-lane vectors are SSE pairs here: 16 registers hold 8 of them.
-int preferred_width(std::int64_t out_blocks, std::int64_t) { return out_blocks >= 2 ? 2 : 1; }
+int preferred_width(std::int64_t out_blocks, std::int64_t, std::int64_t) { return out_blocks >= 2 ? 2 : 1; }
 
 constexpr DenseKernels make_kernels() {
   DenseKernels k{"baseline", {4, 2, 1, 1, 1, 1}, &preferred_width, {}, &nchwc_winograd_input, &nchwc_winograd_output};
@@ -555,11 +555,15 @@ Split split_work(const DenseKernels& kernels, const Act& x, const PackedDense& w
   split.bands = ceil_div(plan.oh, rows_per_band);
   split.q_bounds = {0, qs};
   if (threads == 1 || x.n % threads == 0) return split;
-  // Pixel bands make every thread stream all the weights: worse than sharing them out when
-  // they outweigh the activations (resnet18's 512-channel 7x7 layers: 9.4 MB against 0.2).
+  // Pixel bands make every thread stream all the weights and its share of the input; block
+  // groups split among the threads make each stream its share of the weights and all the
+  // input (the output is shared out either way). So bands when the weights are the smaller
+  // stream: a depthwise-separable net's expansions on 14x14 and 7x7 planes (96 -> 576 at
+  // 14x14: 221 KB of weights against 75 KB of input) run split by block groups, as do
+  // resnet18's 512-channel 7x7 layers (9.4 MB against 0.1).
   const std::int64_t weight_bytes = s.groups * w.group_floats * 4;
-  const std::int64_t act_bytes = (x.h * x.w * w.in_blocks * s.groups + pixels * w.out_blocks * s.groups) * kBlock * 4;
-  if (pixels >= threads * kernels.max_pixels[w.width - 1] && (weight_bytes <= 8 * act_bytes || qs < threads)) {
+  const std::int64_t in_bytes = x.h * x.w * w.in_blocks * s.groups * kBlock * 4;
+  if (pixels >= threads * kernels.max_pixels[w.width - 1] && (weight_bytes <= in_bytes || qs < threads)) {
     split.bands = std::min(pixels, ceil_div(split.bands, threads) * threads);
     return split;
   }
@@ -690,7 +694,7 @@ Result<std::unique_ptr<DenseWeights>> scale_dense_inputs(const DenseWeights& wei
 Result<std::unique_ptr<DenseWeights>> prepare_dense(const float* w, const ConvShape& s) {
   if (!dense_supported(s)) return prepare_dense_width(w, s, 1);  // the error
   const std::int64_t out_blocks = ceil_div(s.out_channels / s.groups, kBlock);
-  return prepare_dense_width(w, s, dense_kernels().preferred_width(out_blocks, s.in_channels / s.groups * s.kh * s.kw));
+  return prepare_dense_width(w, s, dense_kernels().preferred_width(out_blocks, s.in_channels / s.groups, s.kh * s.kw));
 }
 
 Status conv2d_dense(const Act& x, const DenseWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,
@@ -722,8 +726,10 @@ Status conv2d_dense_on(const DenseKernels& kernels, const Act& x, const DenseWei
   std::atomic<bool> failed{false};
   pool.parallel_for(units, pool.even_grain(units, unit_cost, 1 << 18), [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t i = first; i < last; ++i) {
-      const std::int64_t n = i / (bands * q_chunks), band = i / q_chunks % bands;
-      const auto chunk = static_cast<std::size_t>(i % q_chunks);
+      // Block-group ranges outside bands: a thread's contiguous units are its share of the
+      // block groups (over every band) when the split is by block groups.
+      const std::int64_t n = i / (bands * q_chunks), band = i % bands;
+      const auto chunk = static_cast<std::size_t>(i / bands % q_chunks);
       const Unit u{n, band * pixels / bands, (band + 1) * pixels / bands, split.q_bounds[chunk],
                    split.q_bounds[chunk + 1]};
       if (!run_unit(run, u)) failed.store(true);

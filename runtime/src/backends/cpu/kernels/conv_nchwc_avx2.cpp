@@ -26,7 +26,7 @@ static inline __attribute__((always_inline)) __m256 fma_into(__m256 x, __m256 w,
 // 16 ymm registers: P x B accumulators, B weights and a broadcast. 6x2 and 4x3 tie on
 // most layers (measured on mobilenet_v2 and resnet18); 4x3 saves the half-empty last group
 // of an odd block count that 3 divides (24 -> 211 against 248 us at 144 -> 24); 3x4 spills.
-int preferred_width(std::int64_t out_blocks, std::int64_t) {
+int preferred_width(std::int64_t out_blocks, std::int64_t, std::int64_t) {
   if (out_blocks == 1) return 1;
   return out_blocks % 2 != 0 && out_blocks % 3 == 0 ? 3 : 2;
 }

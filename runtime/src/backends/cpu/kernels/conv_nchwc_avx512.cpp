@@ -216,9 +216,15 @@ constexpr void fill(DenseKernels& k) {
 // The widest tile (6 blocks x 8 pixels: 24 zmm accumulators) streams the fewest weight and
 // input loads per FMA and wins on every layer with a long reduction, even with a narrower
 // last block group (resnet18's 8 and 64 blocks). Short ones (mobilenet_v2's expansions from
-// 16 or 24 channels) run faster 2 blocks wide: measured 375 against 445 us at 16 -> 96.
-int preferred_width(std::int64_t out_blocks, std::int64_t reduction) {
-  const std::int64_t widest = reduction <= 32 ? 2 : 6;
+// 16 or 24 channels) run 2 blocks wide: alone the widest tile is faster there too, but in
+// the networks on two threads it is not (the expansion of 16 -> 48 channels at 112x112,
+// mnasnet1_0's largest output, 0.151-0.162 ms against 0.169-0.207). A stem (fewer than 8
+// input channels: the network's plain input, read channel plane by channel plane with a
+// stride) runs widest whatever its reduction, reading its input once instead of once per
+// block group: the 3 -> 32, 3x3 stride-2 stem of mobilenet_v2 / mnasnet / efficientnet
+// takes 10-15 % less inside the networks, on one thread and on two.
+int preferred_width(std::int64_t out_blocks, std::int64_t in_channels, std::int64_t taps) {
+  const std::int64_t widest = in_channels * taps <= 32 && in_channels >= kBlock ? 2 : 6;
   return static_cast<int>(out_blocks < widest ? out_blocks : widest);
 }
 

@@ -71,9 +71,9 @@ inline constexpr int kMaxPixels = 16;
 struct DenseKernels {
   const char* name;
   int max_pixels[kMaxWidth];
-  /// The block-group width prepare_dense picks for `out_blocks` output blocks per group
-  /// and `reduction` = in_channels / groups * kh * kw terms per output.
-  int (*preferred_width)(std::int64_t out_blocks, std::int64_t reduction);
+  /// The block-group width prepare_dense picks for `out_blocks` output blocks per group,
+  /// `in_channels` input channels per group and `taps` = kh * kw.
+  int (*preferred_width)(std::int64_t out_blocks, std::int64_t in_channels, std::int64_t taps);
   DenseTileFn fn[2][kMaxWidth][kMaxPixels];
   /// Winograd F(4x4, 3x3) transforms (conv_nchwc_winograd.cpp; the layouts:
   /// conv_nchwc_tile.inc).

@@ -61,8 +61,9 @@ ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) {
     num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
+  shares_ = std::make_unique<Share[]>(static_cast<std::size_t>(num_threads));
   workers_.reserve(static_cast<std::size_t>(num_threads - 1));
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -82,7 +83,7 @@ void ThreadPool::parallel_for(std::int64_t n, std::int64_t grain, Body fn) {
     return;
   }
   // About 8 chunks per thread balance uneven chunks without many claims; the chunk count
-  // must fit the 32-bit field of job_state_.
+  // must fit the 32-bit fields of a share.
   const std::int64_t threads = num_threads();
   std::int64_t chunk = std::max(grain, n / (threads * 8));
   chunk = std::max(chunk, n / (std::int64_t{1} << 30) + 1);
@@ -92,42 +93,45 @@ void ThreadPool::parallel_for(std::int64_t n, std::int64_t grain, Body fn) {
   job_chunk_.store(chunk, std::memory_order_relaxed);
   job_chunks_.store(total, std::memory_order_relaxed);
   chunks_done_.store(0, std::memory_order_relaxed);
+  for (std::int64_t t = 0; t < threads; ++t) {
+    const auto begin = static_cast<std::uint64_t>(total * t / threads);
+    const auto end = static_cast<std::uint64_t>(total * (t + 1) / threads);
+    shares_[static_cast<std::size_t>(t)].slot.store(end << 32 | begin, std::memory_order_release);
+  }
   const std::uint32_t generation = ++generation_;
   {
     // Publishing under the mutex pairs with the predicate check in wait_for_job.
     std::lock_guard<std::mutex> lock(mutex_);
-    job_state_.store(std::uint64_t{generation} << 32 | static_cast<std::uint64_t>(total),
-                     std::memory_order_release);
+    job_generation_.store(generation, std::memory_order_release);
   }
   wake_cv_.notify_all();
   {
     RunningPoolScope scope(this);
-    run_chunks(generation);
+    run_chunks(0);
   }
   wait_for_chunks(total);
 }
 
-void ThreadPool::run_chunks(std::uint32_t generation) {
-  std::uint64_t state = job_state_.load(std::memory_order_acquire);
-  for (;;) {
-    if (state >> 32 != generation || (state & 0xffffffffu) == 0) return;
-    if (!job_state_.compare_exchange_weak(state, state - 1, std::memory_order_acq_rel,
-                                          std::memory_order_acquire)) {
-      continue;
+void ThreadPool::run_chunks(int index) {
+  const int threads = num_threads();
+  for (int k = 0; k < threads; ++k) {
+    Share& share = shares_[static_cast<std::size_t>((index + k) % threads)];
+    for (;;) {
+      const std::uint64_t claim = share.slot.fetch_add(1, std::memory_order_acq_rel);
+      const std::uint64_t next = claim & 0xffffffffu, end = claim >> 32;
+      if (next >= end) break;
+      // Claimed chunk `next` of the job whose shares these are: its fields are this job's.
+      const std::int64_t total = job_chunks_.load(std::memory_order_relaxed);
+      const std::int64_t chunk = job_chunk_.load(std::memory_order_relaxed);
+      const auto begin = static_cast<std::int64_t>(next) * chunk;
+      (*job_fn_.load(std::memory_order_relaxed))(begin,
+                                                 std::min(job_n_.load(std::memory_order_relaxed), begin + chunk));
+      if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == total) {
+        // Taking the mutex orders this notify after the caller's predicate check.
+        std::lock_guard<std::mutex> lock(mutex_);
+        done_cv_.notify_one();
+      }
     }
-    // Claimed chunk (remaining - 1) of this generation: the job fields are this job's.
-    const std::int64_t index = static_cast<std::int64_t>(state & 0xffffffffu) - 1;
-    const std::int64_t total = job_chunks_.load(std::memory_order_relaxed);
-    const std::int64_t chunk = job_chunk_.load(std::memory_order_relaxed);
-    const std::int64_t begin = index * chunk;
-    (*job_fn_.load(std::memory_order_relaxed))(
-        begin, std::min(job_n_.load(std::memory_order_relaxed), begin + chunk));
-    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == total) {
-      // Taking the mutex orders this notify after the caller's predicate check.
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_cv_.notify_one();
-    }
-    state = job_state_.load(std::memory_order_acquire);
   }
 }
 
@@ -139,19 +143,19 @@ void ThreadPool::wait_for_chunks(std::int64_t total) {
 }
 
 bool ThreadPool::wait_for_job(std::uint32_t seen) {
-  auto published = [&] { return job_state_.load(std::memory_order_acquire) >> 32 != seen; };
+  auto published = [&] { return job_generation_.load(std::memory_order_acquire) != seen; };
   if (spin_until(published)) return true;
   std::unique_lock<std::mutex> lock(mutex_);
   wake_cv_.wait(lock, [&] { return stop_ || published(); });
   return !stop_;
 }
 
-void ThreadPool::worker_loop() {
+void ThreadPool::worker_loop(int index) {
   RunningPoolScope scope(this);
   std::uint32_t seen = 0;
   while (wait_for_job(seen)) {
-    seen = static_cast<std::uint32_t>(job_state_.load(std::memory_order_acquire) >> 32);
-    run_chunks(seen);
+    seen = job_generation_.load(std::memory_order_acquire);
+    run_chunks(index);
   }
 }
 

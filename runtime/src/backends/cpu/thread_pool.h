@@ -18,6 +18,13 @@
 // - Chunks are claimed dynamically and the caller runs chunks too, so a worker that the OS
 //   has not scheduled (a busy machine) delays nothing: the caller waits only for chunks
 //   that some thread has already started.
+// - Each thread first claims the chunks of its own share of [0, n): thread t (the caller
+//   is 0, worker i is i) the t-th of num_threads() equal ranges, in order, and only then
+//   takes what is left of the others' shares. So two calls that map indices to data the
+//   same way (a convolution's channel blocks, then the next one's) run each part of the
+//   data on the same core, where the first call left it in cache: on a machine whose
+//   cores do not share their L2 (two vCPUs on different core complexes), a kernel that
+//   reads what another core just wrote runs up to 3x slower than on data of its own.
 #pragma once
 
 #include <algorithm>
@@ -95,11 +102,12 @@ class ThreadPool {
  private:
   using Body = FunctionRef<void(std::int64_t, std::int64_t)>;
 
-  void worker_loop();
+  void worker_loop(int index);
   // Waits (bounded spin, then sleep) for a generation other than `seen`; false on shutdown.
   bool wait_for_job(std::uint32_t seen);
-  // Claims and runs chunks of job `generation` until none is left or the job moved on.
-  void run_chunks(std::uint32_t generation);
+  // Claims and runs chunks of the current job, thread `index`'s share first, until none is
+  // left.
+  void run_chunks(int index);
   void wait_for_chunks(std::int64_t total);
 
   std::vector<std::thread> workers_;
@@ -109,11 +117,18 @@ class ThreadPool {
   bool stop_ = false;                // guarded by mutex_
   std::uint32_t generation_ = 0;     // caller-side count of published jobs
 
-  // job_state_ = generation << 32 | chunks not yet claimed. Chunks are claimed by CAS, so
-  // a worker that wakes late (after its job finished) claims nothing: the caller waits only
-  // for chunks someone claimed, never for a descheduled idle worker. The job_* fields are
-  // written before the state is published and read only after a successful claim.
-  std::atomic<std::uint64_t> job_state_{0};
+  // The published job's generation (workers wake on a change). Its chunks are claimed
+  // from shares_: share t = end << 32 | next chunk of thread t's range, claimed by
+  // fetch_add (a claim at or past the end is none). A share runs out only when all its
+  // chunks are claimed, and a job ends only when every chunk is done, so a worker that
+  // wakes late claims nothing of a finished job: it either finds every share spent or
+  // takes chunks of the job published since, which the caller counts. The job_* fields
+  // are written before the shares are (release) and read only after a successful claim.
+  std::atomic<std::uint32_t> job_generation_{0};
+  struct alignas(64) Share {
+    std::atomic<std::uint64_t> slot{0};
+  };
+  std::unique_ptr<Share[]> shares_;
   std::atomic<Body*> job_fn_{nullptr};
   std::atomic<std::int64_t> job_n_{0};
   std::atomic<std::int64_t> job_chunk_{1};

@@ -148,6 +148,7 @@ Status conv2d_depthwise(const Act& x, const DepthwiseWeights& weights, const Con
 
   const bool ok = detail::for_each_band(
       pool, y.n, blocks, oh, band, ow * s.kh * s.kw, in_floats + out_floats + res_floats,
+      detail::split_by_rows(pool, channels, x.h * x.w),
       [&](std::int64_t image, std::int64_t block, std::int64_t oy0, std::int64_t oy1, float* scratch) {
         float* in_buf = scratch;
         float* out_buf = in_buf + in_floats;

@@ -56,14 +56,28 @@ PlaneRows block_rows(const Act& x, std::int64_t image, std::int64_t block, std::
 /// vector across two lines loads at half speed).
 inline std::int64_t whole_lines(std::int64_t floats) { return (floats + 15) / 16 * 16; }
 
-/// Output rows [0, n * blocks * oh) (image, block, row order) in chunks over the pool, each
-/// chunk cut into bands of at most `band` rows of one (image, block):
-/// fn(image, block, oy0, oy1, scratch) with `scratch_floats` floats of the chunk's own,
-/// 64-byte aligned. `row_cost`: the work of a row, for even chunks. False when the scratch
-/// could not be allocated (fn then did not run on some rows).
+/// Whether a per-channel kernel (depthwise convolution, pooling) shares its output out
+/// among the threads by rows rather than by channel blocks. The pool gives each thread the
+/// same share of every call's indices (thread_pool.h), so a kernel whose split matches its
+/// producer's reads what its own core just wrote; on two vCPUs whose L2s are apart, data
+/// from the other core costs up to 3x. Its producer is typically a 1x1 expansion, which
+/// conv2d_dense splits by output channels when the weights outweigh the input, i.e. when
+/// the channels outnumber the input pixels, else by pixel bands: the same test here.
+inline bool split_by_rows(const ThreadPool& pool, std::int64_t channels, std::int64_t in_pixels) {
+  return pool.num_threads() > 1 && channels <= in_pixels;
+}
+
+/// Output rows [0, n * blocks * oh) in chunks over the pool, each chunk cut into bands of
+/// at most `band` rows of one (image, block): fn(image, block, oy0, oy1, scratch) with
+/// `scratch_floats` floats of the chunk's own, 64-byte aligned. `row_cost`: the work of a
+/// row, for even chunks. The indices run in (image, block, row) order, or with `by_rows`
+/// in (image, row share, block, row) order, where the rows of each image are cut into one
+/// share per thread (so each thread runs the same rows of every block). False when the
+/// scratch could not be allocated (fn then did not run on some rows).
 template <typename Fn>
 bool for_each_band(ThreadPool& pool, std::int64_t n, std::int64_t blocks, std::int64_t oh, std::int64_t band,
-                   std::int64_t row_cost, std::int64_t scratch_floats, const Fn& fn) {
+                   std::int64_t row_cost, std::int64_t scratch_floats, bool by_rows, const Fn& fn) {
+  const std::int64_t parts = by_rows ? std::clamp<std::int64_t>(pool.num_threads(), 1, std::max<std::int64_t>(oh, 1)) : 1;
   const std::int64_t rows = n * blocks * oh;
   std::atomic<bool> failed{false};
   pool.parallel_for(rows, pool.even_grain(rows, row_cost, 1 << 14), [&](std::int64_t begin, std::int64_t end) {
@@ -79,9 +93,24 @@ bool for_each_band(ThreadPool& pool, std::int64_t n, std::int64_t blocks, std::i
       scratch = storage.get() + ((64 - at % 64) % 64) / sizeof(float);
     }
     for (std::int64_t i = begin; i < end;) {
-      const std::int64_t oy0 = i % oh, item = i / oh;
-      const std::int64_t oy1 = std::min({oh, oy0 + band, oy0 + (end - i)});
-      fn(item / blocks, item % blocks, oy0, oy1, scratch);
+      if (parts == 1) {
+        const std::int64_t oy0 = i % oh, item = i / oh;
+        const std::int64_t oy1 = std::min({oh, oy0 + band, oy0 + (end - i)});
+        fn(item / blocks, item % blocks, oy0, oy1, scratch);
+        i += oy1 - oy0;
+        continue;
+      }
+      // Index i: image i / (blocks * oh); within it, row share p covers the indices
+      // [blocks * first(p), blocks * first(p + 1)) with first(p) = p * oh / parts, block
+      // by block, its rows [first(p), first(p + 1)) each.
+      const std::int64_t image = i / (blocks * oh), k = i % (blocks * oh);
+      std::int64_t p = std::min(parts - 1, k / blocks * parts / oh);
+      while (p + 1 < parts && (p + 1) * oh / parts * blocks <= k) ++p;
+      while (p > 0 && p * oh / parts * blocks > k) --p;
+      const std::int64_t first = p * oh / parts, share = (p + 1) * oh / parts - first;
+      const std::int64_t block = (k - first * blocks) / share, oy0 = first + (k - first * blocks) % share;
+      const std::int64_t oy1 = std::min({first + share, oy0 + band, oy0 + (end - i)});
+      fn(image, block, oy0, oy1, scratch);
       i += oy1 - oy0;
     }
   });

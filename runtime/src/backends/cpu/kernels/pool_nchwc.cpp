@@ -61,7 +61,7 @@ Status run_rows(const char* op, const Act& x, const Act& y, const detail::PoolRo
   const std::int64_t out_floats = plain_out ? detail::whole_lines(band * ow * kBlock) : 0;
   const detail::TileKernels& tiles = detail::tile_kernels();
   const bool ok = detail::for_each_band(
-      pool, y.n, blocks, oh, band, ow * taps, in_floats + out_floats,
+      pool, y.n, blocks, oh, band, ow * taps, in_floats + out_floats, detail::split_by_rows(pool, channels, x.h * x.w),
       [&](std::int64_t image, std::int64_t block, std::int64_t oy0, std::int64_t oy1, float* scratch) {
         float* out_buf = scratch + in_floats;
         const std::int64_t lanes = detail::block_channels(channels, block), count = (oy1 - oy0) * ow;

@@ -83,22 +83,23 @@ void ThreadPool::parallel_for(std::int64_t n, std::int64_t grain, Body fn) {
     return;
   }
   // About 8 chunks per thread balance uneven chunks without many claims; the chunk count
-  // must fit the 32-bit fields of a share.
+  // must fit the 24-bit fields of a share.
   const std::int64_t threads = num_threads();
   std::int64_t chunk = std::max(grain, n / (threads * 8));
-  chunk = std::max(chunk, n / (std::int64_t{1} << 30) + 1);
+  chunk = std::max(chunk, n / (std::int64_t{1} << 23) + 1);
   const std::int64_t total = (n + chunk - 1) / chunk;
   job_fn_.store(&fn, std::memory_order_relaxed);
   job_n_.store(n, std::memory_order_relaxed);
   job_chunk_.store(chunk, std::memory_order_relaxed);
   job_chunks_.store(total, std::memory_order_relaxed);
   chunks_done_.store(0, std::memory_order_relaxed);
+  const std::uint32_t generation = ++generation_;
+  const std::uint64_t tag = std::uint64_t{generation & 0xffffu} << 48;
   for (std::int64_t t = 0; t < threads; ++t) {
     const auto begin = static_cast<std::uint64_t>(total * t / threads);
     const auto end = static_cast<std::uint64_t>(total * (t + 1) / threads);
-    shares_[static_cast<std::size_t>(t)].slot.store(end << 32 | begin, std::memory_order_release);
+    shares_[static_cast<std::size_t>(t)].slot.store(tag | end << 24 | begin, std::memory_order_release);
   }
-  const std::uint32_t generation = ++generation_;
   {
     // Publishing under the mutex pairs with the predicate check in wait_for_job.
     std::lock_guard<std::mutex> lock(mutex_);
@@ -107,19 +108,24 @@ void ThreadPool::parallel_for(std::int64_t n, std::int64_t grain, Body fn) {
   wake_cv_.notify_all();
   {
     RunningPoolScope scope(this);
-    run_chunks(0);
+    run_chunks(0, generation);
   }
   wait_for_chunks(total);
 }
 
-void ThreadPool::run_chunks(int index) {
+void ThreadPool::run_chunks(int index, std::uint32_t generation) {
   const int threads = num_threads();
+  const std::uint64_t tag = generation & 0xffffu;
   for (int k = 0; k < threads; ++k) {
     Share& share = shares_[static_cast<std::size_t>((index + k) % threads)];
+    std::uint64_t claim = share.slot.load(std::memory_order_acquire);
     for (;;) {
-      const std::uint64_t claim = share.slot.fetch_add(1, std::memory_order_acq_rel);
-      const std::uint64_t next = claim & 0xffffffffu, end = claim >> 32;
+      const std::uint64_t next = claim & 0xffffffu, end = claim >> 24 & 0xffffffu;
+      if (claim >> 48 != tag) return;  // the job moved on
       if (next >= end) break;
+      if (!share.slot.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        continue;
+      }
       // Claimed chunk `next` of the job whose shares these are: its fields are this job's.
       const std::int64_t total = job_chunks_.load(std::memory_order_relaxed);
       const std::int64_t chunk = job_chunk_.load(std::memory_order_relaxed);
@@ -131,6 +137,7 @@ void ThreadPool::run_chunks(int index) {
         std::lock_guard<std::mutex> lock(mutex_);
         done_cv_.notify_one();
       }
+      claim = share.slot.load(std::memory_order_acquire);
     }
   }
 }
@@ -155,7 +162,7 @@ void ThreadPool::worker_loop(int index) {
   std::uint32_t seen = 0;
   while (wait_for_job(seen)) {
     seen = job_generation_.load(std::memory_order_acquire);
-    run_chunks(index);
+    run_chunks(index, seen);
   }
 }
 

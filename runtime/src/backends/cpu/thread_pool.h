@@ -105,9 +105,9 @@ class ThreadPool {
   void worker_loop(int index);
   // Waits (bounded spin, then sleep) for a generation other than `seen`; false on shutdown.
   bool wait_for_job(std::uint32_t seen);
-  // Claims and runs chunks of the current job, thread `index`'s share first, until none is
-  // left.
-  void run_chunks(int index);
+  // Claims and runs chunks of job `generation`, thread `index`'s share first, until none
+  // is left or the job moved on.
+  void run_chunks(int index, std::uint32_t generation);
   void wait_for_chunks(std::int64_t total);
 
   std::vector<std::thread> workers_;
@@ -118,12 +118,12 @@ class ThreadPool {
   std::uint32_t generation_ = 0;     // caller-side count of published jobs
 
   // The published job's generation (workers wake on a change). Its chunks are claimed
-  // from shares_: share t = end << 32 | next chunk of thread t's range, claimed by
-  // fetch_add (a claim at or past the end is none). A share runs out only when all its
-  // chunks are claimed, and a job ends only when every chunk is done, so a worker that
-  // wakes late claims nothing of a finished job: it either finds every share spent or
-  // takes chunks of the job published since, which the caller counts. The job_* fields
-  // are written before the shares are (release) and read only after a successful claim.
+  // from shares_: share t = generation (low 16 bits) << 48 | end << 24 | next chunk of
+  // thread t's range, claimed by CAS of next + 1 while the generation is the claimer's and
+  // next < end. A job ends only when every chunk is done, so a worker that wakes late
+  // claims nothing of a finished job: it finds every share spent, or another generation's
+  // (and goes back to wait for that job, to start it from its own share). The job_*
+  // fields are written before the shares are (release) and read only after a claim.
   std::atomic<std::uint32_t> job_generation_{0};
   struct alignas(64) Share {
     std::atomic<std::uint64_t> slot{0};

@@ -44,13 +44,15 @@ namespace portable_impl {
 int preferred_width(std::int64_t out_blocks, std::int64_t, std::int64_t) { return out_blocks >= 2 ? 2 : 1; }
 
 constexpr DenseKernels make_kernels() {
-  DenseKernels k{"baseline", {4, 2, 1, 1, 1, 1}, &preferred_width, {}, &nchwc_winograd_input, &nchwc_winograd_output};
+  DenseKernels k{"baseline", {4, 2, 1, 1, 1, 1, 1, 1}, &preferred_width, {}, &nchwc_winograd_input, &nchwc_winograd_output};
   nchwc_fill<1, 4>(k);
   nchwc_fill<2, 2>(k);
   nchwc_fill<3, 1>(k);
   nchwc_fill<4, 1>(k);
   nchwc_fill<5, 1>(k);
   nchwc_fill<6, 1>(k);
+  nchwc_fill<7, 1>(k);
+  nchwc_fill<8, 1>(k);
   return k;
 }
 constexpr DenseKernels kKernels = make_kernels();

@@ -32,14 +32,16 @@ int preferred_width(std::int64_t out_blocks, std::int64_t, std::int64_t) {
 }
 
 constexpr DenseKernels make_kernels() {
-  // Widths 5 and 6 (AVX-512's) only for weights packed for them: one pixel at a time.
-  DenseKernels k{"avx2", {12, 6, 4, 3, 1, 1}, &preferred_width, {}, &nchwc_winograd_input, &nchwc_winograd_output};
+  // Widths 5 to 8 (AVX-512's) only for weights packed for them: one pixel at a time.
+  DenseKernels k{"avx2", {12, 6, 4, 3, 1, 1, 1, 1}, &preferred_width, {}, &nchwc_winograd_input, &nchwc_winograd_output};
   nchwc_fill<1, 12>(k);
   nchwc_fill<2, 6>(k);
   nchwc_fill<3, 4>(k);
   nchwc_fill<4, 3>(k);
   nchwc_fill<5, 1>(k);
   nchwc_fill<6, 1>(k);
+  nchwc_fill<7, 1>(k);
+  nchwc_fill<8, 1>(k);
   return k;
 }
 constexpr DenseKernels kKernels = make_kernels();

@@ -5,8 +5,9 @@
 // A zmm register holds two 8-channel blocks (the packed weights of blocks b and b + 1 of
 // one input channel are 16 consecutive floats), so a tile of B blocks is B / 2 zmm
 // accumulators per pixel (and a ymm one for an odd B); the 32 registers hold 8 pixels x 6
-// blocks. On Zen 4, whose 512-bit FMAs are two 256-bit halves, the gain over AVX2 is the
-// larger register tile and the embedded broadcast: a third of the instructions per FMA.
+// blocks or 6 pixels x 8 blocks. On Zen 4, whose 512-bit FMAs are two 256-bit halves, the
+// gain over AVX2 is the larger register tile and the embedded broadcast: a third of the
+// instructions per FMA.
 #include <cstdint>
 
 #include "backends/cpu/kernels/conv_nchwc_kernels.h"
@@ -213,29 +214,35 @@ constexpr void fill(DenseKernels& k) {
   }
 }
 
-// The widest tile (6 blocks x 8 pixels: 24 zmm accumulators) streams the fewest weight and
+// The widest tile of 8 pixels (6 blocks: 24 zmm accumulators) streams the fewest weight and
 // input loads per FMA and wins on every layer with a long reduction, even with a narrower
-// last block group (resnet18's 8 and 64 blocks). Short ones (mobilenet_v2's expansions from
-// 16 or 24 channels) run 2 blocks wide: alone the widest tile is faster there too, but in
-// the networks on two threads it is not (the expansion of 16 -> 48 channels at 112x112,
+// last block group (resnet18's 8 and 64 blocks); 8 blocks x 6 pixels (as many
+// accumulators) measured 3-7 % slower on two threads across resnet18/50, densenet121 and
+// the depthwise-separable nets. Short reductions (mobilenet_v2's expansions from 16 or 24
+// channels) run 2 blocks wide: alone the widest tile is faster there too, but in the
+// networks on two threads it is not (the expansion of 16 -> 48 channels at 112x112,
 // mnasnet1_0's largest output, 0.151-0.162 ms against 0.169-0.207). A stem (fewer than 8
 // input channels: the network's plain input, read channel plane by channel plane with a
-// stride) runs widest whatever its reduction, reading its input once instead of once per
-// block group: the 3 -> 32, 3x3 stride-2 stem of mobilenet_v2 / mnasnet / efficientnet
-// takes 10-15 % less inside the networks, on one thread and on two.
+// stride) runs 8 blocks wide, reading its input once instead of once per block group:
+// the 3 -> 32, 3x3 stride-2 stem of mobilenet_v2 / mnasnet / efficientnet takes 10-15 %
+// less inside the networks on one thread and on two (one group of 4 blocks, not 2 of 2),
+// squeezenet's 3 -> 64 and resnet18's 7x7 3 -> 64 7-11 % less on two threads (one group
+// of 8, not 6 + 2).
 int preferred_width(std::int64_t out_blocks, std::int64_t in_channels, std::int64_t taps) {
-  const std::int64_t widest = in_channels * taps <= 32 && in_channels >= kBlock ? 2 : 6;
+  const std::int64_t widest = in_channels < kBlock ? 8 : in_channels * taps <= 32 ? 2 : 6;
   return static_cast<int>(out_blocks < widest ? out_blocks : widest);
 }
 
 constexpr DenseKernels make_kernels() {
-  DenseKernels k{"avx512", {8, 8, 8, 8, 8, 8}, &preferred_width, {}, &nchwc_winograd_input, &nchwc_winograd_output};
+  DenseKernels k{"avx512", {8, 8, 8, 8, 8, 8, 6, 6}, &preferred_width, {}, &nchwc_winograd_input, &nchwc_winograd_output};
   fill<1, 8>(k);
   fill<2, 8>(k);
   fill<3, 8>(k);
   fill<4, 8>(k);
   fill<5, 8>(k);
   fill<6, 8>(k);
+  fill<7, 6>(k);
+  fill<8, 6>(k);
   return k;
 }
 constexpr DenseKernels kKernels = make_kernels();

@@ -66,7 +66,7 @@ using DenseTileFn = void (*)(const DenseTileArgs& a, const std::int64_t* in_off,
 
 /// The micro-kernels of one ISA: fn[blocked_input][B - 1][P - 1] for every B <= kMaxWidth
 /// and P <= max_pixels[B - 1] (null beyond).
-inline constexpr int kMaxWidth = 6;
+inline constexpr int kMaxWidth = 8;
 inline constexpr int kMaxPixels = 16;
 struct DenseKernels {
   const char* name;

@@ -196,6 +196,46 @@ TEST(SliceKernel, PythonStyleClampingAndSteps) {
                          "slice", "dim=1"));
 }
 
+// Large concatenations run on every thread, each copying its share of the rows after the
+// concatenated dim: every element lands where the one-thread copy puts it, for 4-D (NCHW)
+// and 5-D (NCHW8c) shapes, rows that do not divide among the threads, more threads than
+// rows, and every dim.
+TEST(CatSplitKernels, SharedCopyMatchesOneThread) {
+  const std::vector<Shape> bases = {{2, 0, 37, 29}, {1, 0, 13, 31, 8}, {3, 0, 2, 300}};
+  int shared = 0;
+  for (const Shape& base : bases) {
+    for (int dim = 0; dim < static_cast<int>(base.size()); ++dim) {
+      for (int threads : {2, 3}) {
+        std::vector<Tensor> ins;
+        Shape full = base;
+        full[1] = 24;
+        full[dim] = 0;
+        for (std::int64_t size : {12, 8, 20}) {
+          Shape ps = base;
+          ps[1] = 24;
+          ps[dim] = size;
+          full[dim] += size;
+          Tensor t = iota(DType::kF32, ps);
+          for (std::int64_t i = 0; i < t.numel(); ++i) t.as<float>()[i] += static_cast<float>(size) * 1e6f;
+          ins.push_back(std::move(t));
+        }
+        std::vector<const Tensor*> ptrs;
+        std::vector<TensorView> views;
+        for (const Tensor& t : ins) ptrs.push_back(&t), views.push_back(t.view());
+        Tensor want(DType::kF32, full), got(DType::kF32, full);
+        ASSERT_TRUE(run(OpKind::Cat, ptrs, {&want}, AttrList().i(dim)).ok());
+        PoolContext ctx(threads);
+        std::vector<TensorView> outs{got.view()};
+        ASSERT_TRUE(run_views(OpKind::Cat, views, outs, AttrList().i(dim), &ctx).ok());
+        shared += want.numel() * 4 >= (256 << 10);  // large enough to be shared out
+        ASSERT_EQ(std::memcmp(want.data(), got.data(), static_cast<std::size_t>(want.numel()) * 4), 0)
+            << "shape " << shape_string(full) << " dim " << dim << " threads " << threads;
+      }
+    }
+  }
+  EXPECT_GE(shared, 16);
+}
+
 TEST(CatSplitKernels, RoundTripAlongEveryDim) {
   for (DType dt : kDtypes) {
     for (int dim = 0; dim < 3; ++dim) {

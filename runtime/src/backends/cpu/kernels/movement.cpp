@@ -10,6 +10,7 @@
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/convert.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/thread_pool.h"
 #include "kernel/attrs.h"
 
 namespace kiln::cpu::kernels {
@@ -154,7 +155,7 @@ Status Slice(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   return Status::Ok();
 }
 
-Status Cat(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
+Status Cat(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
   KILN_RETURN_IF_ERROR(check_io("cat", in, out, {.min_inputs = 1, .max_inputs = -1, .num_outputs = 1}));
   KILN_ASSIGN_OR_RETURN(std::int64_t dim, attr_int("cat", attrs, 0, "dim"));
   const TensorView& y = out[0];
@@ -181,17 +182,41 @@ Status Cat(KernelContext&, Inputs in, Outputs out, Attrs attrs) {
   const std::int64_t inner = dims_product(y, static_cast<int>(dim) + 1, y.rank);
   const auto elem = static_cast<std::int64_t>(dtype_size(y.dtype));
   const std::int64_t out_row = y.shape[dim] * inner * elem;
-  std::int64_t offset = 0;
-  for (const TensorView& t : in) {
-    if (t.rank != y.rank) continue;
-    const std::int64_t chunk = t.shape[dim] * inner * elem;
-    const auto* src = static_cast<const unsigned char*>(t.data);
-    auto* dst = static_cast<unsigned char*>(y.data) + offset;
-    for (std::int64_t o = 0; o < outer && chunk > 0; ++o) {
-      std::memcpy(dst + o * out_row, src + o * chunk, static_cast<std::size_t>(chunk));
+  // Large copies with a dimension after `dim` (a feature map's rows: NCHW, or NCHW8c's
+  // [N, C/8, H, W, 8]) run on every thread, thread t copying the t-th share of those rows
+  // of every channel: the rows that the convolutions before it (split into pixel bands)
+  // wrote on that thread's core, and that the layer after it reads there.
+  const std::int64_t rows = dim + 1 < y.rank ? y.shape[dim + 1] : 1;
+  const std::int64_t parts = std::min<std::int64_t>(rows, ctx.pool().num_threads());
+  const bool shared = parts > 1 && outer * out_row >= (std::int64_t{256} << 10);
+  const std::int64_t row_bytes = inner / std::max<std::int64_t>(rows, 1) * elem;
+  ctx.pool().parallel_for(shared ? parts : 1, 1, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t part = first; part < last; ++part) {
+      // Bytes [b0, b1) of every (outer, channel) plane of `inner` elements.
+      const std::int64_t b0 = shared ? part * rows / parts * row_bytes : 0;
+      const std::int64_t b1 = shared ? (part + 1) * rows / parts * row_bytes : inner * elem;
+      std::int64_t offset = 0;
+      for (const TensorView& t : in) {
+        if (t.rank != y.rank) continue;
+        const std::int64_t chunk = t.shape[dim] * inner * elem;
+        const auto* src = static_cast<const unsigned char*>(t.data);
+        auto* dst = static_cast<unsigned char*>(y.data) + offset;
+        if (!shared) {
+          for (std::int64_t o = 0; o < outer && chunk > 0; ++o) {
+            std::memcpy(dst + o * out_row, src + o * chunk, static_cast<std::size_t>(chunk));
+          }
+        } else {
+          for (std::int64_t o = 0; o < outer; ++o) {
+            for (std::int64_t c = 0; c < t.shape[dim]; ++c) {
+              const std::int64_t plane = c * inner * elem;
+              std::memcpy(dst + o * out_row + plane + b0, src + o * chunk + plane + b0, static_cast<std::size_t>(b1 - b0));
+            }
+          }
+        }
+        offset += chunk;
+      }
     }
-    offset += chunk;
-  }
+  });
   return Status::Ok();
 }
 

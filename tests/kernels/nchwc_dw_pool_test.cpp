@@ -1,4 +1,5 @@
-// The NCHW8c reorders, depthwise convolution and pools (kernels/nchwc.h) against naive
+// The NCHW8c reorders, depthwise convolution (alone and with a 1x1 expansion computed into
+// it) and pools (kernels/nchwc.h) against naive
 // references in double over randomized shapes: channel counts that leave 1..7 lanes of the
 // last block padded, odd planes, kernels 1x1..7x7, strides 1-3, padding, dilation,
 // batches, every (plain | blocked) input x output layout, bias and residual (none, plain,
@@ -479,6 +480,148 @@ TEST(NchwcDepthwise, SupportsOnlyOneChannelPerGroup) {
   s.groups = 24;
   s.out_channels = 48;
   EXPECT_FALSE(depthwise_supported(s));
+}
+
+// ---------------------------------------------------------------------------------------
+// conv2d_expand_depthwise: a 1x1 expansion computed band by band into the depthwise conv
+
+struct ExpandCase {
+  DwCase dw;               // the depthwise convolution (its channels: the expansion's outputs)
+  std::int64_t in_channels;
+  bool expand_bias;
+  std::string text() const { return dw.text() + " expanded from " + std::to_string(in_channels) + " channels" + (expand_bias ? " (bias)" : ""); }
+};
+
+// e = act_e(conv1x1(x) + bias_e), rounded to float as a kernel stores it, [n][c][h][w].
+Tensor4 expansion_reference(const ExpandCase& c, const Tensor4& x, const std::vector<float>& w, const std::vector<float>& b,
+                            FusedActivation act, std::mt19937& rng) {
+  Tensor4 e(c.dw.n, c.dw.c, c.dw.h, c.dw.w, rng);
+  for (std::int64_t img = 0; img < c.dw.n; ++img) {
+    for (std::int64_t o = 0; o < c.dw.c; ++o) {
+      for (std::int64_t p = 0; p < c.dw.h * c.dw.w; ++p) {
+        double sum = c.expand_bias ? b[static_cast<std::size_t>(o)] : 0.0;
+        for (std::int64_t i = 0; i < c.in_channels; ++i) {
+          sum += x.at(img, i, p / c.dw.w, p % c.dw.w) * w[static_cast<std::size_t>(o * c.in_channels + i)];
+        }
+        e.values[static_cast<std::size_t>((img * c.dw.c + o) * c.dw.h * c.dw.w + p)] = static_cast<float>(activate(act, sum));
+      }
+    }
+  }
+  return e;
+}
+
+// The fused kernel against the double reference of the two convolutions (through the
+// float-rounded expansion), for plain and blocked x, no / blocked residual, both
+// activations rotating, 1..3 threads.
+void expect_expand_depthwise_matches(const ExpandCase& c, std::mt19937& rng) {
+  ASSERT_TRUE(c.dw.valid()) << c.text();
+  const Tensor4 x(c.dw.n, c.in_channels, c.dw.h, c.dw.w, rng);
+  const Tensor4 ew(c.dw.c, c.in_channels, 1, 1, rng, -0.5f, 0.5f), eb(1, 1, 1, c.dw.c, rng, -1.0f, 1.0f);
+  const Tensor4 wt(c.dw.c, 1, c.dw.kh, c.dw.kw, rng, -1.0f, 1.0f), bt(1, 1, 1, c.dw.c, rng, -1.0f, 1.0f);
+  const Tensor4 residual(c.dw.n, c.dw.c, c.dw.oh(), c.dw.ow(), rng);
+  ConvShape es;
+  es.in_channels = c.in_channels;
+  es.out_channels = c.dw.c;
+  auto expand = prepare_dense(ew.values.data(), es);
+  ASSERT_TRUE(expand.ok()) << expand.status().message();
+  auto depthwise = prepare_depthwise(wt.values.data(), c.dw.shape());
+  ASSERT_TRUE(depthwise.ok()) << depthwise.status().message();
+  ThreadPool one(1), two(2), three(3);
+  int rotation = 0;
+  for (ThreadPool* pool : {&one, &two, &three}) {
+    for (bool in_blocked : {false, true}) {
+      const Buffer xb = x.input(in_blocked);
+      for (bool with_residual : {false, true}) {
+        const FusedActivation expand_act = kActivations[rotation % 8];
+        const FusedActivation act = kActivations[(rotation * 3 + 1) % 8];
+        ++rotation;
+        const Tensor4 e = expansion_reference(c, x, ew.values, eb.values, expand_act, rng);
+        const std::vector<double> sums = dw_reference(c.dw, e, wt.values, bt.values);
+        const Buffer rb = residual.input(true);
+        Buffer y(c.dw.n, c.dw.c, c.dw.oh(), c.dw.ow(), true, std::numeric_limits<float>::quiet_NaN());
+        const Epilogue ee{c.expand_bias ? eb.values.data() : nullptr, nullptr, expand_act};
+        const Epilogue de{c.dw.bias ? bt.values.data() : nullptr, with_residual ? &rb.act : nullptr, act};
+        const Status st = conv2d_expand_depthwise(xb.act, *expand.value(), es, ee, *depthwise.value(), c.dw.shape(), de,
+                                                  y.act, *pool);
+        ASSERT_TRUE(st.ok()) << st.message();
+        ASSERT_TRUE(dw_output_matches(y, sums, with_residual ? &residual : nullptr, act))
+            << c.text() << ", x " << (in_blocked ? "blocked" : "plain") << (with_residual ? ", residual" : "")
+            << ", expansion " << activation_name(expand_act) << ", " << activation_name(act) << ", "
+            << pool->num_threads() << " threads";
+      }
+    }
+  }
+}
+
+TEST(NchwcExpandDepthwise, MatchesReferenceOnInvertedBottlenecks) {
+  std::mt19937 rng(1420);
+  // Scaled-down inverted bottlenecks: 3x3 and 5x5 at stride 1 and 2, expansions from 1..40
+  // input channels (1..5 blocks, the last partial) to 8..150 channels (block groups of every
+  // width, the last narrower), planes from 1x1 to 113 wide and 70 tall (several bands per
+  // thread, whose shared rows move), dilation, batches of 2 and 3.
+  const std::vector<ExpandCase> cases = {
+      {{1, 96, 40, 41, 3, 3, 2, 2, 1, 1, 1, 1, true}, 16, true},
+      {{1, 144, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1, true}, 24, true},
+      {{2, 40, 15, 13, 5, 5, 2, 2, 2, 2, 1, 1, false}, 7, false},
+      {{1, 150, 7, 7, 5, 5, 1, 1, 2, 2, 1, 1, true}, 40, true},
+      {{1, 13, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, true}, 3, true},
+      {{3, 8, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, true}, 1, true},
+      {{1, 24, 70, 113, 3, 3, 1, 1, 1, 1, 1, 1, true}, 9, true},
+      {{1, 17, 33, 31, 3, 3, 1, 2, 2, 1, 2, 1, true}, 12, false},
+      {{1, 20, 6, 5, 7, 7, 2, 2, 3, 3, 1, 1, true}, 20, true},
+  };
+  for (const ExpandCase& c : cases) expect_expand_depthwise_matches(c, rng);
+}
+
+TEST(NchwcExpandDepthwise, MatchesReferenceOverRandomShapes) {
+  std::mt19937 rng(1421);
+  std::uniform_int_distribution<std::int64_t> in_channels(1, 33), channels(1, 70), size(1, 40), kernel(1, 5), stride(1, 2),
+      pad(0, 2), coin(0, 1);
+  int ran = 0;
+  for (int trial = 0; ran < 16 && trial < 200; ++trial) {
+    const std::int64_t k = kernel(rng);
+    const ExpandCase c{{coin(rng) == 1 ? 2 : 1, channels(rng), size(rng), size(rng), k, k, stride(rng), stride(rng),
+                        pad(rng), pad(rng), 1, 1, coin(rng) == 1},
+                       in_channels(rng), coin(rng) == 1};
+    // The window must fit (oh() truncates a negative span toward zero).
+    if (!c.dw.valid() || c.dw.h + 2 * c.dw.pad_h < c.dw.kh || c.dw.w + 2 * c.dw.pad_w < c.dw.kw) continue;
+    ++ran;
+    expect_expand_depthwise_matches(c, rng);
+  }
+  EXPECT_EQ(ran, 16);
+}
+
+// It needs a blocked y, a 1x1 expansion into the depthwise conv's channels, a blocked
+// residual: anything else is kInvalidInput, with nothing written.
+TEST(NchwcExpandDepthwise, RejectsWhatItDoesNotRun) {
+  std::mt19937 rng(1422);
+  const DwCase d{1, 16, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, true};
+  const Tensor4 x(1, 8, 8, 8, rng), ew(16, 8, 1, 1, rng), wt(16, 1, 3, 3, rng);
+  ConvShape es;
+  es.in_channels = 8;
+  es.out_channels = 16;
+  auto expand = prepare_dense(ew.values.data(), es);
+  auto depthwise = prepare_depthwise(wt.values.data(), d.shape());
+  ASSERT_TRUE(expand.ok() && depthwise.ok());
+  ThreadPool two(2);
+  const Buffer xb = x.input(true);
+  const Epilogue none;
+  Buffer plain_y(1, 16, 8, 8, false, 7.0f);
+  EXPECT_EQ(conv2d_expand_depthwise(xb.act, *expand.value(), es, none, *depthwise.value(), d.shape(), none, plain_y.act, two).code(),
+            StatusCode::kInvalidInput);
+  Buffer small_y(1, 16, 7, 8, true, 7.0f);
+  EXPECT_EQ(conv2d_expand_depthwise(xb.act, *expand.value(), es, none, *depthwise.value(), d.shape(), none, small_y.act, two).code(),
+            StatusCode::kInvalidInput);
+  ConvShape strided = es;
+  strided.stride_h = 2;
+  Buffer y(1, 16, 8, 8, true, 7.0f);
+  EXPECT_EQ(conv2d_expand_depthwise(xb.act, *expand.value(), strided, none, *depthwise.value(), d.shape(), none, y.act, two).code(),
+            StatusCode::kInvalidInput);
+  const Buffer plain_residual = Tensor4(1, 16, 8, 8, rng).input(false);
+  const Epilogue with_plain{nullptr, &plain_residual.act, FusedActivation::kNone};
+  EXPECT_EQ(conv2d_expand_depthwise(xb.act, *expand.value(), es, none, *depthwise.value(), d.shape(), with_plain, y.act, two).code(),
+            StatusCode::kInvalidInput);
+  EXPECT_TRUE(std::all_of(y.storage.begin(), y.storage.end() - y.canaries, [](float v) { return v == 7.0f; }));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -329,6 +329,84 @@ TEST(LayoutPass, SqueezeExcitationScalesFoldIntoTheConvAfterThem) {
   expect_close(products[0], (a * se).to_vector<float>(), 1e-4f, "observed first product");
 }
 
+// Inverted bottlenecks: a 1x1 expansion (+ its activation: one node, or silu spelled
+// mul(x, sigmoid(x))) read only by a depthwise conv folds into it (profile
+// "conv1x1>conv2d...", the expansion's nodes absent, a smaller arena); an expansion also read
+// elsewhere, or strided, stays a node of its own. Eager, unfused and observed runs agree.
+TEST(LayoutPass, ExpansionsFoldIntoTheDepthwiseConvAfterThem) {
+  if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
+  const Tensor w0 = Tensor::randn({16, 3, 3, 3}, 61) * 0.3, b0 = Tensor::randn({16}, 62);
+  const Tensor e1 = Tensor::randn({44, 16, 1, 1}, 63) * 0.3, eb1 = Tensor::randn({44}, 64);
+  const Tensor d1 = Tensor::randn({44, 1, 3, 3}, 65) * 0.3, db1 = Tensor::randn({44}, 66);
+  const Tensor p1 = Tensor::randn({20, 44, 1, 1}, 67) * 0.2;
+  const Tensor e2 = Tensor::randn({60, 20, 1, 1}, 68) * 0.2;
+  const Tensor d2 = Tensor::randn({60, 1, 5, 5}, 69) * 0.2, db2 = Tensor::randn({60}, 70);
+  const Tensor p2 = Tensor::randn({20, 60, 1, 1}, 71) * 0.2;
+  const Tensor e3 = Tensor::randn({24, 20, 1, 1}, 72) * 0.2, d3 = Tensor::randn({24, 1, 3, 3}, 73) * 0.3;
+  const Tensor e4 = Tensor::randn({24, 20, 1, 1}, 74) * 0.2, d4 = Tensor::randn({24, 1, 3, 3}, 75) * 0.3;
+  auto model = [&](Tensor x) {
+    Tensor a = relu(conv2d(x, w0, b0, {1, 1}, {1, 1}));
+    // Folded: relu6 expansion -> 3x3 stride-2 depthwise -> projection.
+    Tensor h = clamp(conv2d(a, e1, eb1), 0.0, 6.0);
+    Tensor b = conv2d(clamp(conv2d(h, d1, db1, {2, 2}, {1, 1}, {1, 1}, 44), 0.0, 6.0), p1);
+    // Folded: a silu pattern expansion -> 5x5 depthwise + hardswish -> projection + residual.
+    Tensor g = conv2d(b, e2);
+    Tensor c = conv2d(hardswish(conv2d(g * sigmoid(g), d2, db2, {1, 1}, {2, 2}, {1, 1}, 60)), p2) + b;
+    // Not folded: an expansion also read by a mean; a strided 1x1.
+    Tensor u = relu(conv2d(c, e3));
+    Tensor v = conv2d(u, d3, Tensor(), {1, 1}, {1, 1}, {1, 1}, 24) + mean(u, {2, 3}, true);
+    Tensor z = conv2d(conv2d(c, e4, Tensor(), {2, 2}), d4, Tensor(), {1, 1}, {1, 1}, {1, 1}, 24);
+    return mean(v, {2, 3}, false) + mean(z, {2, 3}, false);
+  };
+  const Tensor x = Tensor::randn({2, 3, 23, 21}, 76);
+  auto ep = export_program(model, {input("x", x, {Dim("batch", 1, 8)})});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const auto program = testing::load_exported(*ep);
+  const auto unfused = testing::load_exported(*ep, {.fuse_activations = false});
+  ASSERT_NE(program, nullptr);
+  ASSERT_NE(unfused, nullptr);
+  for (std::int64_t batch : {2, 1, 3}) {
+    const Tensor xb = Tensor::randn({batch, 3, 23, 21}, 80 + static_cast<std::uint64_t>(batch));
+    const std::vector<float> want = model(xb).to_vector<float>();
+    const std::vector<HostValue> in{HostValue::of(testing::host_tensor(xb))};
+    for (int threads : {1, 2, 3}) {
+      Session s(*program, {.threads = threads, .profile = true});
+      auto r = s.run(in);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      expect_close(floats_of(r->outputs[0].tensor), want, 1e-4f, "folded vs eager, batch " + std::to_string(batch));
+      std::map<std::string, int> ops;
+      for (const RunStats::Op& op : s.last_stats().ops) ++ops[op.op];
+      EXPECT_EQ(ops["conv1x1>conv2d+clamp"], 1);
+      EXPECT_EQ(ops["conv1x1>conv2d+hardswish"], 1);
+      EXPECT_EQ(ops["conv2d+clamp"], 0);  // the folded expansion does not run
+      EXPECT_EQ(ops["conv2d+silu"], 0);
+      EXPECT_EQ(ops["conv2d+relu"], 2);   // the stem, and the expansion the mean reads too
+      Session su(*unfused, {.threads = threads});
+      auto ru = su.run(in);
+      ASSERT_TRUE(ru.ok()) << ru.status().message();
+      expect_close(floats_of(r->outputs[0].tensor), floats_of(ru->outputs[0].tensor), 1e-4f, "folded vs unfused");
+      // The expanded tensors never take arena bytes.
+      EXPECT_LT(s.last_stats().arena_bytes, su.last_stats().arena_bytes);
+    }
+  }
+  // An observer sees the expansion's output (computed for it) and the same result.
+  std::vector<std::vector<float>> expanded;
+  SessionOptions o;
+  o.observer = [&](const NodeObservation& obs) {
+    if (program->placement(obs.graph).at(obs.node).op != "conv2d+clamp" || obs.outputs.empty()) return;
+    std::vector<float> f(obs.outputs[0].data.size() / sizeof(float));
+    std::memcpy(f.data(), obs.outputs[0].data.data(), obs.outputs[0].data.size());
+    expanded.push_back(std::move(f));
+  };
+  Session so(*program, o);
+  auto ro = so.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
+  ASSERT_TRUE(ro.ok()) << ro.status().message();
+  expect_close(floats_of(ro->outputs[0].tensor), model(x).to_vector<float>(), 1e-4f, "observed run");
+  ASSERT_EQ(expanded.size(), 1u);
+  const Tensor a = relu(conv2d(x, w0, b0, {1, 1}, {1, 1}));
+  expect_close(expanded[0], clamp(conv2d(a, e1, eb1), 0.0, 6.0).to_vector<float>(), 1e-4f, "observed expansion");
+}
+
 }  // namespace
 }  // namespace kiln
 

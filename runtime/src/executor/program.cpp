@@ -12,6 +12,8 @@
 #include <string_view>
 
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/kernels/conv_prepared.h"
+#include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/nchwc.h"
 #include "executor/plan.h"
 #include "executor/program_impl.h"
@@ -353,6 +355,97 @@ void fuse_residual_adds(const fb::Program& p, std::uint32_t g, GraphInfo& info) 
     act.fused_away = true;
     act.alias_ok = true;
     act.inplace_ok = false;
+  }
+}
+
+// An inverted bottleneck's expansion: a 1x1 conv2d (stride 1, no padding, one group, no
+// residual or input scale fused into it) with blocked weights and output, whose f32 result
+// (or that of the activation fused into it) only a blocked depthwise conv2d reads, is
+// folded into that conv2d (NodeInfo::expansion; the activation node is folded too):
+// its kernel makes the expanded rows band by band into a buffer that stays in L2
+// (nchwc::conv2d_expand_depthwise) instead of writing the whole expanded tensor, the
+// biggest of the block, to memory and reading it back. The expansion computes nothing
+// (unless an observer watches) and its output gets no bytes; its inputs live until the
+// depthwise conv2d runs.
+void fuse_expansions(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
+  const ValueReaders value_readers = readers_of(info);
+  std::vector<std::vector<std::uint32_t>> all_readers(info.values.size());
+  for (std::uint32_t n = 0; n < info.nodes.size(); ++n) {
+    for (std::uint32_t v : info.nodes[n].inputs) {
+      if (all_readers[v].empty() || all_readers[v].back() != n) all_readers[v].push_back(n);
+    }
+  }
+  const auto usable = [&](const NodeInfo& ni, std::uint32_t n) {
+    return ni.op == OpKind::Conv2d && ni.segment < 0 && ni.blocked_weights && ni.prepared != nullptr && !ni.folded &&
+           !ni.fused_away && ni.scale_mul < 0 && ni.expansion < 0 && ni.outputs.size() == 1 && ni.inputs.size() >= 2 &&
+           (ni.out_blocked & 1u) != 0 && info.bindings_of[n].empty();
+  };
+  for (std::uint32_t d = 0; d < info.nodes.size(); ++d) {
+    NodeInfo& dw = info.nodes[d];
+    if (!usable(dw, d) || (dw.in_blocked & 1u) == 0 || static_cast<const cpu::kernels::ConvWeights*>(dw.prepared)->nchwc_depthwise == nullptr ||
+        (dw.residual >= 0 && !info.values[static_cast<std::size_t>(dw.residual)].blocked)) {
+      continue;
+    }
+    const std::uint32_t e = dw.inputs[0];
+    const ValueInfo& ev = info.values[e];
+    if (ev.kind != fb::ValueKind::Tensor || ev.dtype != DType::kF32 || ev.graph_output || value_readers.count[e] != 1 ||
+        ev.producer < 0 || std::find(dw.inputs.begin() + 1, dw.inputs.end(), e) != dw.inputs.end() ||
+        static_cast<std::int32_t>(e) == dw.residual) {
+      continue;
+    }
+    // The expansion, or the nodes of the activation fused into it (fused_away, passing its
+    // bytes on: one node, or a pattern as silu's mul(x, sigmoid(x))), followed back along
+    // the inputs whose bytes they pass on.
+    auto en = static_cast<std::uint32_t>(ev.producer);
+    for (int steps = 0; en < info.nodes.size() && info.nodes[en].fused_away && info.nodes[en].op != OpKind::Conv2d && steps < 8; ++steps) {
+      const NodeInfo& a = info.nodes[en];
+      const std::int32_t prev = a.alias_input < a.inputs.size() ? info.values[a.inputs[a.alias_input]].producer : -1;
+      en = prev < 0 ? static_cast<std::uint32_t>(info.nodes.size()) : static_cast<std::uint32_t>(prev);
+    }
+    if (en >= info.nodes.size() || info.nodes[en].op != OpKind::Conv2d) continue;
+    std::vector<std::uint32_t> chain;
+    if (en != static_cast<std::uint32_t>(ev.producer)) {
+      // Every reader of the expansion's output and of the activation's values is an
+      // activation node (a fused_away one reading only those values), except `dw` reading e.
+      if (info.nodes[en].fused_act == cpu::FusedActivation::kNone || info.nodes[en].outputs.size() != 1) continue;
+      std::vector<std::uint32_t> values{info.nodes[en].outputs[0]};
+      bool ok = true;
+      for (std::size_t i = 0; i < values.size() && ok; ++i) {
+        const std::uint32_t u = values[i];
+        if (info.values[u].graph_output) ok = false;
+        for (std::uint32_t r : all_readers[u]) {
+          if (!ok || (r == d && u == e) || std::find(chain.begin(), chain.end(), r) != chain.end()) continue;
+          const NodeInfo& a = info.nodes[r];
+          ok = a.fused_away && !a.folded && a.op != OpKind::Conv2d && a.segment < 0 && a.outputs.size() == 1 &&
+               info.bindings_of[r].empty() && chain.size() < 8;
+          if (ok) {
+            chain.push_back(r);
+            values.push_back(a.outputs[0]);
+          }
+        }
+      }
+      if (!ok || std::find(values.begin(), values.end(), e) == values.end()) continue;
+      for (std::uint32_t r : chain) {
+        for (std::uint32_t in : info.nodes[r].inputs) {
+          if (info.values[in].kind != fb::ValueKind::Constant && std::find(values.begin(), values.end(), in) == values.end()) ok = false;
+        }
+      }
+      if (!ok) continue;
+    }
+    NodeInfo& ex = info.nodes[en];
+    if (!usable(ex, en) || ex.residual >= 0 || ex.has_exprs || ex.gather_lerp >= 0 || ex.b_slice >= 0) continue;
+    const auto* weights = static_cast<const cpu::kernels::ConvWeights*>(ex.prepared);
+    const cpu::nchwc::ConvShape& es = weights->nchwc_shape;
+    if (weights->nchwc_dense == nullptr || es.kh != 1 || es.kw != 1 || es.groups != 1) continue;
+    NodeAttrs attrs;
+    if (!read_attrs(p, *p.graphs()->Get(g)->nodes()->Get(en), std::nullopt, attrs).ok() || attrs.values.size() < 4 ||
+        attrs.values[3].type != AttrType::kInt || attrs.values[3].i != 1 || !cpu::kernels::conv_attrs_winograd(attrs.values, 0)) {
+      continue;
+    }
+    ex.folded = true;
+    for (std::uint32_t r : chain) info.nodes[r].folded = true;
+    dw.expansion = static_cast<std::int32_t>(en);
+    for (std::uint32_t v : ex.inputs) info.values[v].last_use = std::max(info.values[v].last_use, static_cast<std::int32_t>(d));
   }
 }
 
@@ -753,6 +846,16 @@ bool plain_blocked_enabled() {
   return enabled;
 }
 
+// KILN_FUSE_EXPANSIONS=0: no expansion folded into its depthwise conv2d (a before/after
+// switch for benchmarks, like KILN_CONV_PLAIN_BLOCKED).
+bool expansions_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("KILN_FUSE_EXPANSIONS");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+}
+
 // A CPU conv2d's constant f32 weight, prepared once by its kernel (cpu::prepare_weights:
 // the Winograd transform, packed). Runs without memory for it prepare nothing.
 Status prepare_conv_weight(const fb::Program& p, const Bundle& bundle, Program::Impl& impl, std::uint32_t g, std::uint32_t n,
@@ -993,6 +1096,7 @@ Result<std::shared_ptr<const Program>> Program::load(std::unique_ptr<Bundle> bun
   if (options.fuse_activations) {
     for (std::uint32_t g = 0; g < count(p.graphs()); ++g) {
       fuse_residual_adds(p, g, impl.graphs[g]);
+      if (blocked_kernels && expansions_enabled()) fuse_expansions(p, g, impl.graphs[g]);
       GatherLerpFusion(p, g, impl.graphs[g]).run();
     }
   }

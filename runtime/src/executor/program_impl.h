@@ -57,6 +57,11 @@ struct NodeInfo {
   // the mul node, `scale_operand` the index of s among its inputs.
   std::int32_t scale_mul = -1;
   std::uint8_t scale_operand = 1;
+  // Expansion folding (fuse_expansions, program.cpp): this blocked depthwise conv2d makes
+  // its input itself from the 1x1 conv2d `expansion` (KernelContext::folded_conv), which
+  // is `folded` (it computes nothing, unless an observer watches); that conv's output has
+  // no bytes, and its inputs live until this node runs.
+  std::int32_t expansion = -1;
   std::uint8_t alias_input = 0;  // alias_ok / fused_away: the input whose bytes the output shares
   // Slice folding (CPU, f32): a slice along one of the last two dims whose only reader is
   // a matmul's B is `folded` (it computes nothing); that matmul's `b_slice` is the slice
@@ -80,6 +85,7 @@ inline std::string op_label(const NodeInfo& ni) {
   std::string name(op_info(ni.op).name);
   if (ni.gather_lerp >= 0) return "index+lerp";
   if (ni.scale_mul >= 0) name = "mul+" + name;
+  if (ni.expansion >= 0) name = "conv1x1>" + name;
   if (ni.residual >= 0) name += "+add";
   if (ni.fused_act != cpu::FusedActivation::kNone) name = name + "+" + cpu::activation_name(ni.fused_act);
   return name;

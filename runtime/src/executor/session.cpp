@@ -65,6 +65,8 @@ class KernelCtx final : public KernelContext {
     if (blocked != nullptr) *blocked = scale_blocked_;
     return scale_;
   }
+  void set_folded_conv(const FoldedConv* folded) { folded_ = folded; }
+  const FoldedConv* folded_conv() const override { return folded_; }
   bool output_blocked(int index) const override { return index >= 0 && index < 32 && (out_blocked_ >> index & 1u) != 0; }
   const OperandWindow* operand_window(int index) const override { return index == 1 ? window1_ : nullptr; }
   const cpu::PackedB* packed_b(int index) const override { return index == 1 ? packed_b1_ : nullptr; }
@@ -95,6 +97,7 @@ class KernelCtx final : public KernelContext {
   bool residual_blocked_ = false;
   const TensorView* scale_ = nullptr;
   bool scale_blocked_ = false;
+  const FoldedConv* folded_ = nullptr;
 };
 
 }  // namespace
@@ -311,6 +314,28 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
     const std::uint32_t xv = mul.inputs[1u - ni.scale_operand], sv = mul.inputs[ni.scale_operand];
     ins[0] = f.views[xv];
     ctx.set_input_scale(&f.views[sv], f.info->values[sv].blocked);
+  }
+  // The folded 1x1 expansion (NodeInfo::expansion) computed nothing: the kernel makes its
+  // output from the expansion's inputs.
+  FoldedConv folded;
+  TensorView folded_in[3];
+  NodeAttrs folded_attrs;
+  if (ni.expansion >= 0 && !options.observer) {
+    const auto en = static_cast<std::size_t>(ni.expansion);
+    const NodeInfo& ex = f.info->nodes[en];
+    const std::size_t count = std::min<std::size_t>(ex.inputs.size(), 3);
+    for (std::size_t k = 0; k < count; ++k) folded_in[k] = f.views[ex.inputs[k]];
+    const NodeAttrs* ex_attrs = &f.plan->attrs[en];
+    if (!f.plan->attrs_ready[en]) {
+      KILN_RETURN_IF_ERROR(read_attrs(p, *f.graph->nodes()->Get(static_cast<flatbuffers::uoffset_t>(en)), symbols, folded_attrs));
+      ex_attrs = &folded_attrs;
+    }
+    folded.inputs = {folded_in, count};
+    folded.attrs = ex_attrs->values;
+    folded.prepared = ex.prepared;
+    folded.input_blocked = f.info->values[ex.inputs[0]].blocked;
+    folded.act = ex.fused_act;
+    ctx.set_folded_conv(&folded);
   }
   const auto t0 = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const Status st = ni.gather_lerp >= 0 && !options.observer ? run_gather_lerp(f, ni, ctx, out[0]) : ni.kernel(ctx, ins, out, attrs->values);

@@ -40,6 +40,18 @@ struct OperandWindow {
   std::int64_t ld = 0, batch_stride = 0;
 };
 
+/// A 1x1 convolution folded into the depthwise conv2d that reads its output (executor:
+/// fuse_expansions, an inverted bottleneck's expansion): that output (the conv2d's input
+/// 0) is never computed into memory; the conv2d's kernel makes it band by band from the 1x1
+/// conv2d's own inputs (x, weight, bias), attributes, prepared weights and activation.
+struct FoldedConv {
+  std::span<const TensorView> inputs;
+  std::span<const AttrValue> attrs;
+  const cpu::PreparedWeights* prepared = nullptr;
+  bool input_blocked = false;  // x's layout
+  cpu::GemmActivation act{};
+};
+
 /// What a kernel may ask of its caller.
 class KernelContext {
  public:
@@ -105,6 +117,9 @@ class KernelContext {
     if (blocked != nullptr) *blocked = false;
     return nullptr;
   }
+  /// conv2d with the 1x1 convolution making its input folded into it (FoldedConv); its
+  /// input 0 then has a shape and no data. Null when nothing was folded.
+  virtual const FoldedConv* folded_conv() const { return nullptr; }
 };
 
 using KernelFn = Status (*)(KernelContext& ctx, std::span<const TensorView> inputs,

@@ -75,7 +75,10 @@ struct ProgramOptions {
   /// CPU: let a linear/conv2d kernel apply the activation node after it (linear+relu), and
   /// let a matmul read its B operand straight from the tensor a slice (step 1, along one of
   /// its last two dims, read only by that matmul) cuts it from, with no copy (attention
-  /// over a KV cache's first N positions). Off, every node computes its own output: what a
+  /// over a KV cache's first N positions), and let a blocked depthwise conv2d make its input
+  /// from the 1x1 expansion conv2d before it band by band in cache, without that
+  /// expansion's output in memory (an inverted bottleneck; KILN_FUSE_EXPANSIONS=0 turns just
+  /// this off). Off, every node computes its own output: what a
   /// SessionOptions::observer needs to see the pre-activation value of such a node (`kiln
   /// compare` loads with false). A Session with an observer computes folded slices anyway.
   bool fuse_activations = true;

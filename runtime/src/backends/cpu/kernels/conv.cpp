@@ -744,6 +744,16 @@ Status conv2d_check(Inputs in, const TensorView& out, Attrs attrs, ConvCheck& ch
 }
 
 Status Conv2d(KernelContext& ctx, Inputs in, Outputs out, Attrs attrs) {
+  if (const FoldedConv* fc = ctx.folded_conv(); fc != nullptr) {
+    // Input 0 is the folded expansion's output: a shape without data, made by the kernel
+    // from the expansion's own inputs (checked here like this node's).
+    KILN_RETURN_IF_ERROR(check_io("conv2d", fc->inputs, out,
+                                  {.min_inputs = 2, .max_inputs = 3, .num_outputs = 1, .optional_inputs = 0b100}));
+    if (in.size() < 2) return invalid("conv2d", "expects 2 to 3 inputs, got ", in.size());
+    KILN_RETURN_IF_ERROR(check_io("conv2d", in.subspan(1), out,
+                                  {.min_inputs = 1, .max_inputs = 2, .num_outputs = 1, .optional_inputs = 0b10}));
+    return conv2d_blocked(ctx, in, out, attrs);
+  }
   KILN_RETURN_IF_ERROR(check_io("conv2d", in, out,
                                 {.min_inputs = 2, .max_inputs = 3, .num_outputs = 1, .optional_inputs = 0b100}));
   if (ctx.input_blocked(0) || ctx.output_blocked(0) || ctx.blocked_kernel()) return conv2d_blocked(ctx, in, out, attrs);

@@ -261,6 +261,7 @@ Plan make_plan(const Act& x, const ConvShape& s, const Act& y) {
 // One unit of work: image n, output pixels [p0, p1), block groups [q0, q1).
 struct Unit {
   std::int64_t n, p0, p1, q0, q1;
+  std::int64_t scratch_block_stride = 0;  // floats between a scratch's blocks; 0: 8 * (p1 - p0)
 };
 
 struct Run {
@@ -275,6 +276,7 @@ struct Run {
   bool direct;          // tiles write y themselves (blocked y, no plain residual)
   TileActivation tile_act;
   bool late_act;        // an activation the tiles leave to a pass over the output
+  bool scratch_act = false;  // tiles into a scratch apply tile_act too (PointwiseRows)
 };
 
 TileActivation tile_activation(FusedActivation act) {
@@ -387,7 +389,8 @@ DenseTileArgs block_group_args(const Run& r, const Unit& u, std::int64_t q, floa
     args.act = r.tile_act;
   } else {
     args.out = scratch;
-    args.out_block_stride = kBlock * (u.p1 - u.p0);
+    args.out_block_stride = u.scratch_block_stride > 0 ? u.scratch_block_stride : kBlock * (u.p1 - u.p0);
+    if (r.scratch_act) args.act = r.tile_act;
   }
   return args;
 }
@@ -739,6 +742,73 @@ Status conv2d_dense_on(const DenseKernels& kernels, const Act& x, const DenseWei
   });
   if (failed.load()) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory for the output tiles"));
   return Status::Ok();
+}
+
+namespace {
+
+class PointwiseRowsImpl final : public PointwiseRows {
+ public:
+  PointwiseRowsImpl(const DenseKernels& kernels, const Act& x, const PackedDense& w, const ConvShape& s,
+                    const Epilogue& e, std::unique_ptr<float[]> bias)
+      : x_(x), mid_{nullptr, x.n, s.out_channels, x.h, x.w, true}, s_(s), e_{e.bias, nullptr, e.act},
+        plan_(make_plan(x_, s_, mid_)), bias_(std::move(bias)),
+        run_{x_, w, s_, e_, mid_, plan_, kernels, bias_.get(), false, tile_activation(e.act), !tile_applies(e.act), true} {}
+
+  std::int64_t block_groups() const override { return run_.w.block_groups(); }
+  std::int64_t first_block(std::int64_t q) const override { return q * run_.w.width; }
+  std::int64_t width(std::int64_t q) const override {
+    return std::min<std::int64_t>(run_.w.width, run_.w.out_blocks - q * run_.w.width);
+  }
+  void run(std::int64_t n, std::int64_t q, std::int64_t r0, std::int64_t r1, float* out,
+           std::int64_t out_block_stride) const override {
+    if (r1 <= r0) return;
+    Unit u{n, r0 * x_.w, r1 * x_.w, q, q + 1, out_block_stride};
+    // Input blocks in slices when the group's weights outgrow L2, as run_unit does.
+    const PackedDense& w = run_.w;
+    const std::int64_t per_block = w.taps * 64 * w.width * static_cast<std::int64_t>(sizeof(float));
+    if (w.in_blocks * per_block <= kSplitWeightBytes) {
+      for (const Region& g : plan_.regions) run_region(run_, u, g, q, q + 1, out);
+    } else {
+      const std::int64_t slice = std::max<std::int64_t>(1, kSliceWeightBytes / per_block);
+      for (std::int64_t cb0 = 0; cb0 < w.in_blocks; cb0 += slice) {
+        const InputSlice part{cb0, std::min(w.in_blocks, cb0 + slice)};
+        for (const Region& g : plan_.regions) run_region(run_, u, g, q, q + 1, out, part);
+      }
+    }
+    if (run_.late_act) {
+      const std::int64_t floats = (r1 - r0) * x_.w * kBlock;
+      for (std::int64_t b = 0; b < width(q); ++b) apply_activation(e_.act, out + b * out_block_stride, floats);
+    }
+  }
+
+ private:
+  Act x_, mid_;
+  ConvShape s_;
+  Epilogue e_;
+  Plan plan_;
+  std::unique_ptr<float[]> bias_;
+  Run run_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<PointwiseRows>> pointwise_rows(const DenseKernels& kernels, const Act& x, const DenseWeights& weights,
+                                                      const ConvShape& s, const Epilogue& e) {
+  const auto& w = static_cast<const PackedDense&>(weights);
+  const ConvShape& p = w.shape;
+  if (s.kh != 1 || s.kw != 1 || s.stride_h != 1 || s.stride_w != 1 || s.pad_h != 0 || s.pad_w != 0 ||
+      s.dilation_h != 1 || s.dilation_w != 1 || s.groups != 1 || p.in_channels != s.in_channels ||
+      p.out_channels != s.out_channels || p.groups != 1 || p.kh != 1 || p.kw != 1 || x.c != s.in_channels ||
+      x.h < 1 || x.w < 1 || x.n < 0 || (x.data == nullptr && x.n > 0) || e.residual != nullptr) {
+    return Status(StatusCode::kInvalidInput, "[pointwise_rows] needs a 1x1 convolution of stride 1 without padding, "
+                                             "one group, no residual, and x of in_channels channels");
+  }
+  std::unique_ptr<float[]> bias(new (std::nothrow) float[static_cast<std::size_t>(w.out_blocks * kBlock)]());
+  if (bias == nullptr) return Status(StatusCode::kUnavailable, "[pointwise_rows] out of memory");
+  if (e.bias != nullptr) std::copy(e.bias, e.bias + s.out_channels, bias.get());
+  std::unique_ptr<PointwiseRows> rows(new (std::nothrow) PointwiseRowsImpl(kernels, x, w, s, e, std::move(bias)));
+  if (rows == nullptr) return Status(StatusCode::kUnavailable, "[pointwise_rows] out of memory");
+  return rows;
 }
 
 }  // namespace kiln::cpu::nchwc

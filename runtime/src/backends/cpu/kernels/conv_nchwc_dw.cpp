@@ -5,8 +5,15 @@
 // The rows go in bands of one (image, block): a plain input's rows a band reads are
 // packed into pixel vectors, likewise a plain residual's band, and a plain output band is
 // computed into pixel vectors and unpacked into its channel planes, each while in cache.
+//
+// conv2d_expand_depthwise makes its input itself: per (image, share of the output rows,
+// block group of the 1x1 expansion) it walks the rows in bands, computing the expanded rows
+// a band reads into a thread's buffer (PointwiseRows, conv_nchwc.cpp) that stays in L2,
+// keeping the rows the previous band shares with it, then runs the row kernel over them.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 #include <cstdlib>
 #include <memory>
@@ -17,6 +24,7 @@
 #endif
 
 #include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/conv_nchwc_kernels.h"
 #include "backends/cpu/kernels/nchwc.h"
 #include "backends/cpu/kernels/nchwc_impl.h"
 
@@ -183,6 +191,142 @@ Status conv2d_depthwise(const Act& x, const DepthwiseWeights& weights, const Con
   if (!ok) {
     return kernels::op_error(StatusCode::kUnavailable, "conv2d_depthwise", "cannot allocate ",
                              in_floats + out_floats + res_floats, " floats of scratch");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// A thread's expanded rows (conv2d_expand_depthwise), kept between calls and grown on
+// demand, 64-byte aligned.
+struct BandBuffer {
+  float* data = nullptr;
+  std::size_t capacity = 0;
+  BandBuffer() = default;
+  BandBuffer(const BandBuffer&) = delete;
+  BandBuffer& operator=(const BandBuffer&) = delete;
+  ~BandBuffer() { std::free(data); }
+  float* get(std::int64_t floats) {
+    const auto needed = static_cast<std::size_t>(std::max<std::int64_t>(floats, 16));
+    if (needed > capacity) {
+      std::free(data);
+      const std::size_t bytes = (needed * sizeof(float) + 63) / 64 * 64;
+      data = static_cast<float*>(std::aligned_alloc(64, bytes));
+      capacity = data != nullptr ? bytes / sizeof(float) : 0;
+    }
+    return data;
+  }
+};
+thread_local BandBuffer t_band;
+
+// The expanded rows of a band, all blocks of a block group: about this many bytes, so they
+// stay in L2 next to the input rows they are made from and the weights.
+constexpr std::int64_t kExpandBandBytes = 128 << 10;
+
+std::int64_t out_size(std::int64_t in, std::int64_t k, std::int64_t stride, std::int64_t pad, std::int64_t dilation) {
+  const std::int64_t span = in + 2 * pad - dilation * (k - 1) - 1;
+  return span < 0 ? -1 : span / stride + 1;
+}
+
+}  // namespace
+
+Status conv2d_expand_depthwise(const Act& x, const DenseWeights& ew, const ConvShape& es, const Epilogue& ee,
+                               const DepthwiseWeights& dw, const ConvShape& s, const Epilogue& e, const Act& y,
+                               ThreadPool& pool) {
+  const auto& w = static_cast<const PreparedDepthwise&>(dw);
+  const Act* res = e.residual;
+  const bool res_ok = res == nullptr || (res->blocked && res->n == y.n && res->c == y.c && res->h == y.h &&
+                                         res->w == y.w && (res->data != nullptr || res->n == 0));
+  if (!depthwise_supported(s) || es.out_channels != s.in_channels || !y.blocked || y.n != x.n || y.c != s.out_channels ||
+      y.h != out_size(x.h, s.kh, s.stride_h, s.pad_h, s.dilation_h) ||
+      y.w != out_size(x.w, s.kw, s.stride_w, s.pad_w, s.dilation_w) || (y.data == nullptr && y.n > 0) || !res_ok) {
+    return kernels::op_error(StatusCode::kInvalidInput, "conv2d_expand_depthwise",
+                             "needs a depthwise convolution of the expansion's channels into a blocked y of its "
+                             "output size (and a blocked residual of y's shape)");
+  }
+  KILN_ASSIGN_OR_RETURN(const std::unique_ptr<PointwiseRows> rows,
+                        pointwise_rows(dense_kernels(), x, ew, es, ee));
+  if (x.n == 0) return Status::Ok();
+  const std::int64_t channels = y.c, oh = y.h, ow = y.w, groups = rows->block_groups();
+  const std::int64_t span_h = (s.kh - 1) * s.dilation_h + 1, row_floats = x.w * kBlock;
+  // Output rows per band: the input rows they read, for every block of the widest group,
+  // within kExpandBandBytes.
+  std::int64_t widest = 1;
+  for (std::int64_t q = 0; q < groups; ++q) widest = std::max(widest, rows->width(q));
+  const std::int64_t cap_rows = std::max(span_h, kExpandBandBytes / (row_floats * 4 * widest));
+  const std::int64_t band = std::max<std::int64_t>(1, (cap_rows - span_h) / s.stride_h + 1);
+  const std::int64_t in_rows = std::min(x.h, (band - 1) * s.stride_h + span_h);
+  const std::int64_t block_stride = detail::whole_lines(in_rows * row_floats), buffer_floats = widest * block_stride;
+  const auto rows_kernel = detail::depthwise_kernels().rows;
+
+  detail::DepthwiseRows proto{};
+  const bool fused = in_register(e.act, proto);
+  proto.h = x.h;
+  proto.w = x.w;
+  proto.kh = s.kh;
+  proto.kw = s.kw;
+  proto.stride_h = s.stride_h;
+  proto.stride_w = s.stride_w;
+  proto.pad_h = s.pad_h;
+  proto.pad_w = s.pad_w;
+  proto.dilation_h = s.dilation_h;
+  proto.dilation_w = s.dilation_w;
+  proto.ow = ow;
+  detail::plan_depthwise_columns(proto);
+
+  // Items (image, row share, block group): each thread takes its share of the rows of every
+  // group, as conv2d_depthwise splits by rows (detail::split_by_rows), else whole groups.
+  const std::int64_t parts = detail::split_by_rows(pool, channels, x.h * x.w)
+                                 ? std::clamp<std::int64_t>(pool.num_threads(), 1, oh)
+                                 : 1;
+  const std::int64_t items = x.n * parts * groups;
+  std::atomic<bool> failed{false};
+  pool.parallel_for(items, 1, [&](std::int64_t first, std::int64_t last) {
+    float* buf = t_band.get(buffer_floats);
+    if (buf == nullptr) {
+      failed = true;
+      return;
+    }
+    for (std::int64_t i = first; i < last; ++i) {
+      const std::int64_t image = i / (parts * groups), part = i / groups % parts, q = i % groups;
+      const std::int64_t row0 = part * oh / parts, row1 = (part + 1) * oh / parts;
+      const std::int64_t width = rows->width(q), block0 = rows->first_block(q);
+      std::int64_t lo = 0, hi = 0;  // the expanded rows in buf
+      for (std::int64_t oy0 = row0; oy0 < row1; oy0 += band) {
+        const std::int64_t oy1 = std::min(row1, oy0 + band);
+        const std::int64_t r0 = std::clamp<std::int64_t>(oy0 * s.stride_h - s.pad_h, 0, x.h);
+        const std::int64_t r1 = std::clamp<std::int64_t>((oy1 - 1) * s.stride_h - s.pad_h + span_h, r0, x.h);
+        // Rows the previous band made and this one reads move to the front.
+        const std::int64_t keep = lo <= r0 && r0 < hi ? std::min(hi, r1) - r0 : 0;
+        if (keep > 0 && r0 > lo) {
+          for (std::int64_t b = 0; b < width; ++b) {
+            float* plane = buf + b * block_stride;
+            std::memmove(plane, plane + (r0 - lo) * row_floats, static_cast<std::size_t>(keep * row_floats) * sizeof(float));
+          }
+        }
+        rows->run(image, q, r0 + keep, r1, buf + keep * row_floats, block_stride);
+        lo = r0;
+        hi = r1;
+        for (std::int64_t b = 0; b < width; ++b) {
+          const std::int64_t block = block0 + b, lanes = detail::block_channels(channels, block);
+          alignas(32) float bias[kBlock];
+          for (std::int64_t l = 0; l < kBlock; ++l) bias[l] = e.bias != nullptr && l < lanes ? e.bias[block * kBlock + l] : 0.0f;
+          detail::DepthwiseRows a = proto;
+          a.bias = bias;
+          a.weights = w.block(block);
+          a.lanes = lanes;
+          a.input = detail::PlaneRows{buf + b * block_stride, r0};
+          a.residual = res == nullptr ? nullptr : res->data + image * res->image_floats() + (block * oh + oy0) * ow * kBlock;
+          a.output = y.data + image * y.image_floats() + (block * oh + oy0) * ow * kBlock;
+          rows_kernel(a, oy0, oy1);
+          if (!fused) apply_activation(e.act, a.output, (oy1 - oy0) * ow * kBlock);
+        }
+      }
+    }
+  });
+  if (failed.load()) {
+    return kernels::op_error(StatusCode::kUnavailable, "conv2d_expand_depthwise", "cannot allocate ", buffer_floats,
+                             " floats of expanded rows");
   }
   return Status::Ok();
 }

@@ -107,6 +107,30 @@ Status conv2d_winograd_on(const DenseKernels& kernels, const Act& x, const Winog
 Status check_conv_call(const char* op, const Act& x, const ConvShape& prepared, bool supported, const ConvShape& s,
                        const Epilogue& e, const Act& y);
 
+/// The rows of a 1x1 convolution (stride 1, no padding, one group) block group by block
+/// group into a caller's blocked buffer: how conv2d_expand_depthwise (nchwc.h) makes its
+/// depthwise convolution's input a band at a time, in cache (conv_nchwc.cpp). Made once
+/// per call; run() is safe on several threads at once.
+class PointwiseRows {
+ public:
+  virtual ~PointwiseRows() = default;
+  /// Block groups of the output channels (the weights' own grouping, DenseWeights), and
+  /// group q's first output block and block count.
+  virtual std::int64_t block_groups() const = 0;
+  virtual std::int64_t first_block(std::int64_t q) const = 0;
+  virtual std::int64_t width(std::int64_t q) const = 0;
+  /// Output rows [r0, r1) of image n, block group q: block b of the group (b < width(q))
+  /// at out + b * out_block_stride as [r1 - r0][x.w][8], bias and activation applied
+  /// (padded lanes: act(0), finite).
+  virtual void run(std::int64_t n, std::int64_t q, std::int64_t r0, std::int64_t r1, float* out,
+                   std::int64_t out_block_stride) const = 0;
+};
+/// PointwiseRows of x for weights `w` prepared for `s` (1x1, stride 1, no padding, dilation
+/// 1, groups 1; x.c == s.in_channels) with epilogue `e` (no residual). kInvalidInput for
+/// another shape, kUnavailable without memory.
+Result<std::unique_ptr<PointwiseRows>> pointwise_rows(const DenseKernels& kernels, const Act& x, const DenseWeights& w,
+                                                      const ConvShape& s, const Epilogue& e);
+
 /// prepare_dense with the block-group width chosen by the caller (1..kMaxWidth; tests and
 /// benchmarks), instead of dense_kernels().preferred_width.
 Result<std::unique_ptr<DenseWeights>> prepare_dense_width(const float* w, const ConvShape& s, int width);

@@ -173,8 +173,127 @@ void scale_channels(const nc::Act& x, const ChannelScale& s, float* dst, ThreadP
 
 }  // namespace
 
+namespace {
+
+// The contexts of conv2d_after_expansion's unfused path: the folded expansion's own (its
+// prepared weights and activation, its input's layout, a blocked output) and the depthwise
+// conv2d's without the fold.
+class ExpansionContext final : public KernelContext {
+ public:
+  ExpansionContext(KernelContext& base, const FoldedConv& fc) : base_(base), fc_(fc) {}
+  Result<TensorView> allocate_output(int index, DType dtype, std::span<const std::int64_t> shape) override {
+    return base_.allocate_output(index, dtype, shape);
+  }
+  ThreadPool& pool() override { return base_.pool(); }
+  const PreparedWeights* prepared_weights(int index) const override { return index == 1 ? fc_.prepared : nullptr; }
+  FusedActivation fused_activation() const override { return fc_.act; }
+  bool input_blocked(int index) const override { return index == 0 && fc_.input_blocked; }
+  bool output_blocked(int index) const override { return index == 0; }
+
+ private:
+  KernelContext& base_;
+  const FoldedConv& fc_;
+};
+
+class UnfoldedContext final : public KernelContext {
+ public:
+  explicit UnfoldedContext(KernelContext& base) : base_(base) {}
+  Result<TensorView> allocate_output(int index, DType dtype, std::span<const std::int64_t> shape) override {
+    return base_.allocate_output(index, dtype, shape);
+  }
+  ThreadPool& pool() override { return base_.pool(); }
+  const PackedB* packed_b(int index) const override { return base_.packed_b(index); }
+  const PreparedWeights* prepared_weights(int index) const override { return base_.prepared_weights(index); }
+  FusedActivation fused_activation() const override { return base_.fused_activation(); }
+  bool input_blocked(int index) const override { return base_.input_blocked(index); }
+  bool output_blocked(int index) const override { return base_.output_blocked(index); }
+  bool blocked_kernel() const override { return base_.blocked_kernel(); }
+  const TensorView* residual(bool* blocked) const override { return base_.residual(blocked); }
+  const TensorView* input_scale(bool* blocked) const override { return base_.input_scale(blocked); }
+
+ private:
+  KernelContext& base_;
+};
+
+bool same_conv(const nc::ConvShape& a, const nc::ConvShape& b) {
+  return a.in_channels == b.in_channels && a.out_channels == b.out_channels && a.groups == b.groups && a.kh == b.kh &&
+         a.kw == b.kw;
+}
+
+// A blocked conv2d whose input 0 the folded 1x1 expansion before it makes
+// (KernelContext::folded_conv; executor: fuse_expansions): both nodes' checks on logical
+// views, then nchwc::conv2d_expand_depthwise; when a prepared weight or a layout that
+// kernel needs is missing, the expansion into a scratch tensor and this conv2d on it.
+Status conv2d_after_expansion(KernelContext& ctx, const FoldedConv& fc, std::span<const TensorView> in,
+                              std::span<TensorView> out, std::span<const AttrValue> attrs) {
+  if (fc.inputs.size() < 2 || in.size() < 2 || out.size() != 1) {
+    return invalid("conv2d", "a folded expansion needs its x and weight, and this conv2d its weight");
+  }
+  const TensorView& ew = fc.inputs[1];
+  const TensorView& dw = in[1];
+  if (ew.rank != 4 || ew.dtype != DType::kF32 || dw.rank != 4 || dw.dtype != DType::kF32) {
+    return invalid("conv2d", "a folded expansion and its depthwise conv2d need 4-D f32 weights, got ", shape_text(ew),
+                   " and ", shape_text(dw));
+  }
+  KILN_ASSIGN_OR_RETURN(const BlockedOperand x0, blocked_operand("conv2d", "x", fc.inputs[0], fc.input_blocked, ew.shape[1]));
+  KILN_ASSIGN_OR_RETURN(const BlockedOperand mid, blocked_operand("conv2d", "x", in[0], ctx.input_blocked(0), ew.shape[0]));
+  KILN_ASSIGN_OR_RETURN(const BlockedOperand y, blocked_operand("conv2d", "out", out[0], ctx.output_blocked(0), dw.shape[0]));
+  ConvCheck echeck, dcheck;
+  std::vector<TensorView> logical(fc.inputs.begin(), fc.inputs.end());
+  logical[0] = x0.logical;
+  KILN_RETURN_IF_ERROR(conv2d_check(logical, mid.logical, fc.attrs, echeck));
+  logical.assign(in.begin(), in.end());
+  logical[0] = mid.logical;
+  KILN_RETURN_IF_ERROR(conv2d_check(logical, y.logical, attrs, dcheck));
+  bool residual_blocked = false;
+  const TensorView* rv = ctx.residual(&residual_blocked);
+  BlockedOperand residual;
+  if (rv != nullptr) {
+    KILN_ASSIGN_OR_RETURN(residual, blocked_operand("conv2d", "residual", *rv, residual_blocked, dw.shape[0]));
+    if (residual.logical.dtype != DType::kF32 || residual.act.n != y.act.n || residual.act.c != y.act.c ||
+        residual.act.h != y.act.h || residual.act.w != y.act.w) {
+      return invalid("conv2d", "residual.shape=", shape_text(residual.logical), " but out.shape=", shape_text(y.logical));
+    }
+  }
+  const auto* ep = static_cast<const ConvWeights*>(fc.prepared);
+  const auto* dp = static_cast<const ConvWeights*>(ctx.prepared_weights(1));
+  const nc::ConvShape& es = echeck.shape;
+  const nc::ConvShape& ds = dcheck.shape;
+  const bool fused = ep != nullptr && ep->nchwc_dense != nullptr && same_conv(ep->nchwc_shape, es) && dp != nullptr &&
+                     dp->nchwc_depthwise != nullptr && same_conv(dp->nchwc_shape, ds) && mid.act.blocked &&
+                     y.act.blocked && (rv == nullptr || residual.act.blocked) && es.kh == 1 && es.kw == 1 &&
+                     es.stride_h == 1 && es.stride_w == 1 && es.pad_h == 0 && es.pad_w == 0 && es.dilation_h == 1 &&
+                     es.dilation_w == 1 && es.groups == 1 && nc::depthwise_supported(ds);
+  if (fused) {
+    if (y.act.n * y.act.c * y.act.h * y.act.w == 0) return Status::Ok();
+    const nc::Epilogue ee{echeck.bias, nullptr, fc.act};
+    const nc::Epilogue de{dcheck.bias, rv != nullptr ? &residual.act : nullptr, ctx.fused_activation()};
+    return nc::conv2d_expand_depthwise(x0.act, *ep->nchwc_dense, es, ee, *dp->nchwc_depthwise, ds, de, y.act, ctx.pool());
+  }
+  // Unfused: the expansion's output in a scratch tensor (in this conv2d's input layout).
+  FloatBuffer scratch;
+  if (!scratch.alloc(mid.act.floats())) {
+    return op_error(StatusCode::kUnavailable, "conv2d", "cannot allocate the folded expansion's output");
+  }
+  TensorView mid_view[1] = {in[0]};
+  mid_view[0].data = scratch.data.get();
+  if (mid.act.blocked) {
+    ExpansionContext ectx(ctx, fc);
+    KILN_RETURN_IF_ERROR(conv2d_blocked(ectx, fc.inputs, mid_view, fc.attrs));
+  } else {
+    return op_error(StatusCode::kInternal, "conv2d", "a folded expansion's output must be blocked");
+  }
+  std::vector<TensorView> ins(in.begin(), in.end());
+  ins[0] = mid_view[0];
+  UnfoldedContext dctx(ctx);
+  return conv2d_blocked(dctx, ins, out, attrs);
+}
+
+}  // namespace
+
 Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in_span, std::span<TensorView> out,
                       std::span<const AttrValue> attrs) {
+  if (const FoldedConv* fc = ctx.folded_conv(); fc != nullptr) return conv2d_after_expansion(ctx, *fc, in_span, out, attrs);
   const TensorView& w = in_span[1];
   if (w.rank != 4 || w.dtype != DType::kF32 || attrs.size() < 4 || attrs[3].type != AttrType::kInt) {
     return invalid("conv2d", "a blocked conv2d needs a 4-D f32 weight and an int groups attribute");

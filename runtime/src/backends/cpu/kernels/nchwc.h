@@ -18,7 +18,8 @@
 // - reorders: to_blocked / to_plain (nchwc.cpp);
 // - dense and grouped convolution (conv_nchwc.cpp): conv2d_dense;
 // - Winograd for 3x3 stride-1 convolutions (conv_nchwc_winograd.cpp): conv2d_winograd;
-// - depthwise convolution (conv_nchwc_dw.cpp): conv2d_depthwise;
+// - depthwise convolution (conv_nchwc_dw.cpp): conv2d_depthwise, and conv2d_expand_depthwise
+//   (a 1x1 expansion computed band by band into it);
 // - pools (pool_nchwc.cpp): max_pool2d, avg_pool2d, adaptive_avg_pool2d, mean_hw.
 #pragma once
 
@@ -151,6 +152,18 @@ Status conv2d_winograd(const Act& x, const WinogradWeights& w, const ConvShape& 
                        ThreadPool& pool);
 Status conv2d_depthwise(const Act& x, const DepthwiseWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,
                         ThreadPool& pool);
+/// y = conv2d_depthwise(act(conv1x1(x) + bias)) without the 1x1 convolution's output: an
+/// inverted bottleneck's expansion and its depthwise convolution in one pass, the expanded
+/// rows made a band at a time into a thread's buffer that stays in L2 (the depthwise
+/// convolution reads them there instead of from memory; a thread's consecutive bands share
+/// their overlapping rows). x: the expansion's input, either layout; `ew`/`es`/`ee`: the
+/// expansion's weights prepared by prepare_dense for a 1x1, stride-1, unpadded, ungrouped
+/// `es` (es.out_channels == s.in_channels), its bias and activation (no residual); `dw`,
+/// `s`, `e`: the depthwise convolution's, as for conv2d_depthwise; y blocked (and a residual,
+/// if any). kInvalidInput for other shapes, kUnavailable without memory.
+Status conv2d_expand_depthwise(const Act& x, const DenseWeights& ew, const ConvShape& es, const Epilogue& ee,
+                               const DepthwiseWeights& dw, const ConvShape& s, const Epilogue& e, const Act& y,
+                               ThreadPool& pool);
 
 // ---------------------------------------------------------------------------------------
 // Pools (pool_nchwc.cpp). Same semantics as the plain kernels of the same op (pool.cpp,

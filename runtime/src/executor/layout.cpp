@@ -323,6 +323,7 @@ void fold_channel_scales(const fb::Program& p, const Bundle& bundle, std::uint32
     }
     if (k == 2) continue;
     mul.folded = true;
+    mul.folded_into = static_cast<std::int32_t>(r);
     conv.scale_mul = static_cast<std::int32_t>(m);
     conv.scale_operand = k;
     // x and s are read by the conv now: alive (and unchanged) until it runs.

@@ -443,7 +443,11 @@ void fuse_expansions(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
       continue;
     }
     ex.folded = true;
-    for (std::uint32_t r : chain) info.nodes[r].folded = true;
+    ex.folded_into = static_cast<std::int32_t>(d);
+    for (std::uint32_t r : chain) {
+      info.nodes[r].folded = true;
+      info.nodes[r].folded_into = static_cast<std::int32_t>(d);
+    }
     dw.expansion = static_cast<std::int32_t>(en);
     for (std::uint32_t v : ex.inputs) info.values[v].last_use = std::max(info.values[v].last_use, static_cast<std::int32_t>(d));
   }
@@ -482,7 +486,10 @@ class GatherLerpFusion {
       gl.weights = {top->w, bot->w, out_lerp->w};
       for (int j = 0; ok && j < 3; ++j) ok = weight_fits(gl.weights[static_cast<std::size_t>(j)], out, gl);
       if (!ok) continue;
-      for (std::uint32_t m : folded) info_.nodes[m].folded = true;
+      for (std::uint32_t m : folded) {
+        info_.nodes[m].folded = true;
+        info_.nodes[m].folded_into = static_cast<std::int32_t>(n);
+      }
       info_.nodes[n].gather_lerp = static_cast<std::int32_t>(info_.gather_lerps.size());
       // x, the index tensors and the weights are read by the final add now: alive (and
       // unchanged) until it runs.
@@ -803,6 +810,7 @@ void fold_slices(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
       continue;
     }
     slice.folded = true;
+    slice.folded_into = r;
     mm.b_slice = static_cast<std::int32_t>(n);
     info.values[x].last_use = std::max(info.values[x].last_use, r);
   }
@@ -1119,7 +1127,8 @@ std::vector<NodePlacement> Program::placement(std::uint32_t graph) const {
     pl.op = op_label(ni);
     pl.segment = ni.segment;
     pl.backend = ni.segment >= 0 && impl_->accelerator != nullptr ? backend_name() : "cpu";
-    pl.fused_away = ni.fused_away;
+    pl.fused_away = ni.fused_away && !ni.folded;
+    pl.folded_into = ni.folded ? ni.folded_into : -1;
     if (ni.in_blocked != 0 || ni.out_blocked != 0) {
       // The layout of input 0 and output 0 (a follower's operands share its output's).
       const char* in = (ni.in_blocked & 1u) != 0 ? "nchw8c" : "nchw";

@@ -68,6 +68,9 @@ struct NodeInfo {
   // node, and it reads B as a window of the slice's input (OperandWindow), with no copy.
   bool folded = false;
   std::int32_t b_slice = -1;
+  // A folded node (any fold below or above): the node that does its work instead
+  // (Program::placement's folded_into).
+  std::int32_t folded_into = -1;
   // Gather-lerp fusion (fuse_gather_lerps, program.cpp): this add computes bilinear
   // interpolation spelled as four index nodes and three lerps in one pass
   // (cpu::kernels::gather_lerp2, from GraphInfo::gather_lerps[gather_lerp]); the other ten

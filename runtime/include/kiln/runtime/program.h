@@ -100,6 +100,12 @@ struct NodePlacement {
   std::int32_t segment = -1;
   /// An activation whose work the node before does: it only passes the bytes on.
   bool fused_away = false;
+  /// A node folded into a later one, which does its work (and this node computes nothing,
+  /// unless an observer watches): a squeeze-excitation's mul into the conv after it, a slice
+  /// into the matmul reading it, a bilinear interpolation's gathers and lerps into its last
+  /// add, an inverted bottleneck's 1x1 expansion (and its activation) into the depthwise conv
+  /// after it. That node's index; -1 for every other node.
+  std::int32_t folded_into = -1;
   /// Where its tensors are blocked (the layout pass): "" when every input and output is
   /// plain; else e.g. "nchw8c" (all of them), "nchw -> nchw8c" (a conv reading the plain
   /// network input), "nchw8c -> nchw" (a pool feeding a flatten).

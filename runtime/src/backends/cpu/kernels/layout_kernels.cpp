@@ -215,6 +215,14 @@ class UnfoldedContext final : public KernelContext {
   KernelContext& base_;
 };
 
+// An expanded image smaller than this stays in L2 between the two convolutions anyway,
+// and there the fused kernel's bands cost more than they save: shufflenet_v2_x0_5's 48- and
+// 96-channel branches at 14x14 and 7x7 (38 and 19 KB) took 16 and 12 us fused against 10
+// and 8 us apart (2 threads; the whole network 4 % slower), while its 24 channels at 28x28
+// (75 KB) took 28 us fused against 37. Below it, the expansion runs into a scratch tensor
+// and the depthwise conv reads that, as if unfolded.
+constexpr std::int64_t kFoldMinImageBytes = 64 << 10;
+
 bool same_conv(const nc::ConvShape& a, const nc::ConvShape& b) {
   return a.in_channels == b.in_channels && a.out_channels == b.out_channels && a.groups == b.groups && a.kh == b.kh &&
          a.kw == b.kw;
@@ -223,7 +231,8 @@ bool same_conv(const nc::ConvShape& a, const nc::ConvShape& b) {
 // A blocked conv2d whose input 0 the folded 1x1 expansion before it makes
 // (KernelContext::folded_conv; executor: fuse_expansions): both nodes' checks on logical
 // views, then nchwc::conv2d_expand_depthwise; when a prepared weight or a layout that
-// kernel needs is missing, the expansion into a scratch tensor and this conv2d on it.
+// kernel needs is missing, or the expanded image is small (kFoldMinImageBytes), the
+// expansion into a scratch tensor and this conv2d on it.
 Status conv2d_after_expansion(KernelContext& ctx, const FoldedConv& fc, std::span<const TensorView> in,
                               std::span<TensorView> out, std::span<const AttrValue> attrs) {
   if (fc.inputs.size() < 2 || in.size() < 2 || out.size() != 1) {
@@ -264,7 +273,7 @@ Status conv2d_after_expansion(KernelContext& ctx, const FoldedConv& fc, std::spa
                      y.act.blocked && (rv == nullptr || residual.act.blocked) && es.kh == 1 && es.kw == 1 &&
                      es.stride_h == 1 && es.stride_w == 1 && es.pad_h == 0 && es.pad_w == 0 && es.dilation_h == 1 &&
                      es.dilation_w == 1 && es.groups == 1 && nc::depthwise_supported(ds);
-  if (fused) {
+  if (fused && mid.act.image_floats() * static_cast<std::int64_t>(sizeof(float)) >= kFoldMinImageBytes) {
     if (y.act.n * y.act.c * y.act.h * y.act.w == 0) return Status::Ok();
     const nc::Epilogue ee{echeck.bias, nullptr, fc.act};
     const nc::Epilogue de{dcheck.bias, rv != nullptr ? &residual.act : nullptr, ctx.fused_activation()};

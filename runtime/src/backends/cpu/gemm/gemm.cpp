@@ -20,6 +20,7 @@
 
 #include "backends/cpu/gemm/gemm_kernels.h"
 #include "backends/cpu/kernels/simd.h"
+#include "backends/cpu/scratch_buffer.h"
 #include "backends/cpu/thread_pool.h"
 
 namespace kiln::cpu {
@@ -83,33 +84,9 @@ const GemmKernels& select_kernels() {
   return scalar_kernels();
 }
 
-// A grow-only, 64-byte aligned float buffer; one per thread and purpose (thread_local).
-class Scratch {
- public:
-  Scratch() = default;
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() { std::free(data_); }
 
-  // Null when the allocation fails.
-  float* get(std::int64_t floats) {
-    const auto needed = static_cast<std::size_t>(std::max<std::int64_t>(floats, 16));
-    if (needed > capacity_) {
-      std::free(data_);
-      const std::size_t bytes = (needed * sizeof(float) + 63) / 64 * 64;
-      data_ = static_cast<float*>(std::aligned_alloc(64, bytes));
-      capacity_ = data_ != nullptr ? bytes / sizeof(float) : 0;
-    }
-    return data_;
-  }
-
- private:
-  float* data_ = nullptr;
-  std::size_t capacity_ = 0;
-};
-
-thread_local Scratch t_pack_a;  // per pool thread: one mc x kc block of A
-thread_local Scratch t_pack_b;  // per calling thread: packed B columns, or GEMV's x
+thread_local ScratchBuffer t_pack_a;  // per pool thread: one mc x kc block of A
+thread_local ScratchBuffer t_pack_b;  // per calling thread: packed B columns, or GEMV's x
 
 Status invalid(const std::string& message) {
   return Status(StatusCode::kInvalidInput, "[sgemm] " + message);

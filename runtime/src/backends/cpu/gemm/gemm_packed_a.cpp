@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backends/cpu/gemm/gemm_kernels.h"
+#include "backends/cpu/scratch_buffer.h"
 
 namespace kiln::cpu {
 namespace {
@@ -28,27 +29,8 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 
 Status invalid(const std::string& message) { return Status(StatusCode::kInvalidInput, "[sgemm_packed_a] " + message); }
 
-// A grow-only 64-byte aligned buffer per calling thread (the packed B block).
-struct PackBuffer {
-  float* data = nullptr;
-  std::size_t capacity = 0;
-  PackBuffer() = default;
-  PackBuffer(const PackBuffer&) = delete;
-  PackBuffer& operator=(const PackBuffer&) = delete;
-  ~PackBuffer() { std::free(data); }
-  float* get(std::int64_t floats) {
-    const auto needed = static_cast<std::size_t>(std::max<std::int64_t>(floats, 16));
-    if (needed > capacity) {
-      std::free(data);
-      const std::size_t bytes = (needed * sizeof(float) + 63) / 64 * 64;
-      data = static_cast<float*>(std::aligned_alloc(64, bytes));
-      capacity = data != nullptr ? bytes / sizeof(float) : 0;
-    }
-    return data;
-  }
-};
 
-thread_local PackBuffer t_pack;
+thread_local ScratchBuffer t_pack;  // per calling thread: the packed B block
 
 // Tasks: m_blocks row blocks (whole 6-row panels) x n_runs column runs (whole 16-column
 // panels), as even as whole panels allow.

@@ -27,6 +27,7 @@
 #include "backends/cpu/kernels/conv_nchwc_kernels.h"
 #include "backends/cpu/kernels/nchwc.h"
 #include "backends/cpu/kernels/nchwc_impl.h"
+#include "backends/cpu/scratch_buffer.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"  // 8-lane vectors in internal functions only
@@ -95,6 +96,32 @@ bool in_register(FusedActivation act, detail::DepthwiseRows& a) {
   return false;
 }
 
+// The row kernel's arguments every band of a call shares: the plane (h x w), the window,
+// the output width and its column plan; `fused`: whether the kernel applies `act` itself.
+detail::DepthwiseRows rows_proto(const ConvShape& s, std::int64_t h, std::int64_t w, std::int64_t ow,
+                                 FusedActivation act, bool& fused) {
+  detail::DepthwiseRows a{};
+  fused = in_register(act, a);
+  a.h = h;
+  a.w = w;
+  a.kh = s.kh;
+  a.kw = s.kw;
+  a.stride_h = s.stride_h;
+  a.stride_w = s.stride_w;
+  a.pad_h = s.pad_h;
+  a.pad_w = s.pad_w;
+  a.dilation_h = s.dilation_h;
+  a.dilation_w = s.dilation_w;
+  a.ow = ow;
+  detail::plan_depthwise_columns(a);
+  return a;
+}
+
+// Block `block`'s bias lanes (0 past `lanes` and without a bias).
+void block_bias(const Epilogue& e, std::int64_t block, std::int64_t lanes, float* bias) {
+  for (std::int64_t l = 0; l < kBlock; ++l) bias[l] = e.bias != nullptr && l < lanes ? e.bias[block * kBlock + l] : 0.0f;
+}
+
 }  // namespace
 
 bool depthwise_supported(const ConvShape& s) {
@@ -139,20 +166,8 @@ Status conv2d_depthwise(const Act& x, const DepthwiseWeights& weights, const Con
   const auto rows_kernel = detail::depthwise_kernels().rows;
   const detail::TileKernels& tiles = detail::tile_kernels();
 
-  detail::DepthwiseRows proto{};
-  const bool fused = in_register(e.act, proto);
-  proto.h = x.h;
-  proto.w = x.w;
-  proto.kh = s.kh;
-  proto.kw = s.kw;
-  proto.stride_h = s.stride_h;
-  proto.stride_w = s.stride_w;
-  proto.pad_h = s.pad_h;
-  proto.pad_w = s.pad_w;
-  proto.dilation_h = s.dilation_h;
-  proto.dilation_w = s.dilation_w;
-  proto.ow = ow;
-  detail::plan_depthwise_columns(proto);
+  bool fused = false;
+  const detail::DepthwiseRows proto = rows_proto(s, x.h, x.w, ow, e.act, fused);
 
   const bool ok = detail::for_each_band(
       pool, y.n, blocks, oh, band, ow * s.kh * s.kw, in_floats + out_floats + res_floats,
@@ -163,7 +178,7 @@ Status conv2d_depthwise(const Act& x, const DepthwiseWeights& weights, const Con
         float* res_buf = out_buf + out_floats;
         const std::int64_t lanes = detail::block_channels(channels, block), count = (oy1 - oy0) * ow;
         alignas(32) float bias[kBlock];
-        for (std::int64_t l = 0; l < kBlock; ++l) bias[l] = e.bias != nullptr && l < lanes ? e.bias[block * kBlock + l] : 0.0f;
+        block_bias(e, block, lanes, bias);
         detail::DepthwiseRows a = proto;
         a.bias = bias;
         a.weights = w.block(block);
@@ -197,27 +212,7 @@ Status conv2d_depthwise(const Act& x, const DepthwiseWeights& weights, const Con
 
 namespace {
 
-// A thread's expanded rows (conv2d_expand_depthwise), kept between calls and grown on
-// demand, 64-byte aligned.
-struct BandBuffer {
-  float* data = nullptr;
-  std::size_t capacity = 0;
-  BandBuffer() = default;
-  BandBuffer(const BandBuffer&) = delete;
-  BandBuffer& operator=(const BandBuffer&) = delete;
-  ~BandBuffer() { std::free(data); }
-  float* get(std::int64_t floats) {
-    const auto needed = static_cast<std::size_t>(std::max<std::int64_t>(floats, 16));
-    if (needed > capacity) {
-      std::free(data);
-      const std::size_t bytes = (needed * sizeof(float) + 63) / 64 * 64;
-      data = static_cast<float*>(std::aligned_alloc(64, bytes));
-      capacity = data != nullptr ? bytes / sizeof(float) : 0;
-    }
-    return data;
-  }
-};
-thread_local BandBuffer t_band;
+thread_local ScratchBuffer t_band;  // a thread's expanded rows (conv2d_expand_depthwise)
 
 // The expanded rows of a band, all blocks of a block group: about this many bytes, so they
 // stay in L2 next to the input rows they are made from and the weights.
@@ -259,20 +254,8 @@ Status conv2d_expand_depthwise(const Act& x, const DenseWeights& ew, const ConvS
   const std::int64_t block_stride = detail::whole_lines(in_rows * row_floats), buffer_floats = widest * block_stride;
   const auto rows_kernel = detail::depthwise_kernels().rows;
 
-  detail::DepthwiseRows proto{};
-  const bool fused = in_register(e.act, proto);
-  proto.h = x.h;
-  proto.w = x.w;
-  proto.kh = s.kh;
-  proto.kw = s.kw;
-  proto.stride_h = s.stride_h;
-  proto.stride_w = s.stride_w;
-  proto.pad_h = s.pad_h;
-  proto.pad_w = s.pad_w;
-  proto.dilation_h = s.dilation_h;
-  proto.dilation_w = s.dilation_w;
-  proto.ow = ow;
-  detail::plan_depthwise_columns(proto);
+  bool fused = false;
+  const detail::DepthwiseRows proto = rows_proto(s, x.h, x.w, ow, e.act, fused);
 
   // Items (image, row share, block group): each thread takes its share of the rows of every
   // group, as conv2d_depthwise splits by rows (detail::split_by_rows), else whole groups.
@@ -310,7 +293,7 @@ Status conv2d_expand_depthwise(const Act& x, const DenseWeights& ew, const ConvS
         for (std::int64_t b = 0; b < width; ++b) {
           const std::int64_t block = block0 + b, lanes = detail::block_channels(channels, block);
           alignas(32) float bias[kBlock];
-          for (std::int64_t l = 0; l < kBlock; ++l) bias[l] = e.bias != nullptr && l < lanes ? e.bias[block * kBlock + l] : 0.0f;
+          block_bias(e, block, lanes, bias);
           detail::DepthwiseRows a = proto;
           a.bias = bias;
           a.weights = w.block(block);

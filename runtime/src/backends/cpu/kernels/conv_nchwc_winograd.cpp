@@ -16,6 +16,7 @@
 #include <string>
 
 #include "backends/cpu/kernels/nchwc_impl.h"
+#include "backends/cpu/scratch_buffer.h"
 
 // 8-lane vectors in a non-AVX build: every function using them is internal (static or
 // always inlined), so the ABI note about passing them in registers does not apply.
@@ -317,29 +318,10 @@ struct Run {
   std::int64_t u_stride;
 };
 
-// A thread's buffers, grown on demand (64-byte aligned).
-struct Buffer {
-  float* data = nullptr;
-  std::size_t capacity = 0;
-  Buffer() = default;
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() { std::free(data); }
-  float* get(std::int64_t floats) {
-    const auto needed = static_cast<std::size_t>(std::max<std::int64_t>(floats, 16));
-    if (needed > capacity) {
-      std::free(data);
-      const std::size_t bytes = (needed * sizeof(float) + 63) / 64 * 64;
-      data = static_cast<float*>(std::aligned_alloc(64, bytes));
-      capacity = data != nullptr ? bytes / sizeof(float) : 0;
-    }
-    return data;
-  }
-};
-thread_local Buffer t_buffer;
+thread_local ScratchBuffer t_buffer;  // a thread's transforms and products
 // A run's whole U (kStreamed, tile groups that would each transform it again): the calling
 // thread's.
-thread_local Buffer t_run_u;
+thread_local ScratchBuffer t_run_u;
 
 // Row blocks of a group of `tiles` tiles: `count` even blocks of at most `rows`.
 struct RowBlocks {

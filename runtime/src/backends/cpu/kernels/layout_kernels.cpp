@@ -175,6 +175,20 @@ void scale_channels(const nc::Act& x, const ChannelScale& s, float* dst, ThreadP
 
 namespace {
 
+// conv2d's fused residual (KernelContext::residual) as an operand of y's shape; an empty
+// operand (act.data null) when there is none.
+Result<BlockedOperand> residual_operand(const KernelContext& ctx, const BlockedOperand& y) {
+  bool blocked = false;
+  const TensorView* rv = ctx.residual(&blocked);
+  if (rv == nullptr) return BlockedOperand{};
+  KILN_ASSIGN_OR_RETURN(const BlockedOperand residual, blocked_operand("conv2d", "residual", *rv, blocked, y.act.c));
+  if (residual.logical.dtype != DType::kF32 || residual.act.n != y.act.n || residual.act.c != y.act.c ||
+      residual.act.h != y.act.h || residual.act.w != y.act.w) {
+    return invalid("conv2d", "residual.shape=", shape_text(residual.logical), " but out.shape=", shape_text(y.logical));
+  }
+  return residual;
+}
+
 // The contexts of conv2d_after_expansion's unfused path: the folded expansion's own (its
 // prepared weights and activation, its input's layout, a blocked output) and the depthwise
 // conv2d's without the fold.
@@ -254,16 +268,8 @@ Status conv2d_after_expansion(KernelContext& ctx, const FoldedConv& fc, std::spa
   logical.assign(in.begin(), in.end());
   logical[0] = mid.logical;
   KILN_RETURN_IF_ERROR(conv2d_check(logical, y.logical, attrs, dcheck));
-  bool residual_blocked = false;
-  const TensorView* rv = ctx.residual(&residual_blocked);
-  BlockedOperand residual;
-  if (rv != nullptr) {
-    KILN_ASSIGN_OR_RETURN(residual, blocked_operand("conv2d", "residual", *rv, residual_blocked, dw.shape[0]));
-    if (residual.logical.dtype != DType::kF32 || residual.act.n != y.act.n || residual.act.c != y.act.c ||
-        residual.act.h != y.act.h || residual.act.w != y.act.w) {
-      return invalid("conv2d", "residual.shape=", shape_text(residual.logical), " but out.shape=", shape_text(y.logical));
-    }
-  }
+  const TensorView* rv = ctx.residual(nullptr);
+  KILN_ASSIGN_OR_RETURN(const BlockedOperand residual, residual_operand(ctx, y));
   const auto* ep = static_cast<const ConvWeights*>(fc.prepared);
   const auto* dp = static_cast<const ConvWeights*>(ctx.prepared_weights(1));
   const nc::ConvShape& es = echeck.shape;
@@ -310,16 +316,8 @@ Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in_span, s
   const std::int64_t groups = attrs[3].i;
   KILN_ASSIGN_OR_RETURN(BlockedOperand x, blocked_operand("conv2d", "x", in_span[0], ctx.input_blocked(0), w.shape[1] * groups));
   KILN_ASSIGN_OR_RETURN(const BlockedOperand y, blocked_operand("conv2d", "out", out[0], ctx.output_blocked(0), w.shape[0]));
-  bool residual_blocked = false;
-  const TensorView* rv = ctx.residual(&residual_blocked);
-  BlockedOperand residual;
-  if (rv != nullptr) {
-    KILN_ASSIGN_OR_RETURN(residual, blocked_operand("conv2d", "residual", *rv, residual_blocked, w.shape[0]));
-    if (residual.logical.dtype != DType::kF32 || residual.act.n != y.act.n || residual.act.c != y.act.c ||
-        residual.act.h != y.act.h || residual.act.w != y.act.w) {
-      return invalid("conv2d", "residual.shape=", shape_text(residual.logical), " but out.shape=", shape_text(y.logical));
-    }
-  }
+  const TensorView* rv = ctx.residual(nullptr);
+  KILN_ASSIGN_OR_RETURN(const BlockedOperand residual, residual_operand(ctx, y));
   // A fused channel scale (conv(x * s)): scaled weights per image when they are smaller than
   // an image of x (the usual squeeze-excitation before a 1x1 projection), else x * s into a
   // scratch copy that every path below reads instead of x.

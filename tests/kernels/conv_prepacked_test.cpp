@@ -529,5 +529,111 @@ TEST(Conv2dPrepacked, FusedInputScaleConvolvesTheScaledInput) {
                                   "the fused input scale's shape [2, 19, 1, 1] is not [2 or 1, 20, 1, 1]"));
 }
 
+// conv2d with the 1x1 expansion making its input folded into it (KernelContext::folded_conv,
+// the executor's fuse_expansions): input 0 arrives as a blocked shape without data, and the
+// kernel makes it from the folded conv's own inputs. An expanded image of 64 KiB or more
+// runs the fused kernel, a smaller one the expansion into scratch; both give what the two
+// convs give one after the other. Folded inputs that do not fit are clear errors.
+class FoldContext : public PoolContext {
+ public:
+  using PoolContext::PoolContext;
+  bool input_blocked(int index) const override { return index == 0; }
+  bool output_blocked(int index) const override { return index == 0; }
+  const FoldedConv* folded_conv() const override { return folded; }
+  const FoldedConv* folded = nullptr;
+};
+
+TensorView shape_only(Shape shape) {
+  TensorView v;
+  v.rank = static_cast<int>(shape.size());
+  for (std::size_t d = 0; d < shape.size(); ++d) v.shape[d] = shape[d];
+  return v;
+}
+
+TEST(Conv2dPrepacked, FoldedExpansionMakesTheDepthwiseInput) {
+  if (!nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels";
+  std::mt19937 rng(93);
+  constexpr std::int64_t n = 2, cin = 12, cexp = 20;
+  const AttrList a1 = AttrList().ints({1, 1}).ints({0, 0}).ints({1, 1}).i(1);
+  Tensor ew = Tensor::random(DType::kF32, {cexp, cin, 1, 1}, rng, -0.5, 0.5), eb = Tensor::random(DType::kF32, {cexp}, rng);
+  Tensor dw = Tensor::random(DType::kF32, {cexp, 1, 3, 3}, rng, -1.0, 1.0), db = Tensor::random(DType::kF32, {cexp}, rng);
+  auto e_made = prepare_weights(OpKind::Conv2d, 1, ew.view(), a1.span(), /*blocked=*/true);
+  ASSERT_TRUE(e_made.ok()) << e_made.status().message();
+  // 9x9 (an expanded image of 7.8 KB: scratch) and 40x40 at stride 1 and 2 (154 KB: fused).
+  for (const auto& [hw, stride] : {std::pair<std::int64_t, std::int64_t>{9, 1}, {40, 1}, {40, 2}}) {
+    const AttrList ad = AttrList().ints({stride, stride}).ints({1, 1}).ints({1, 1}).i(cexp);
+    auto d_made = prepare_weights(OpKind::Conv2d, 1, dw.view(), ad.span(), /*blocked=*/true);
+    ASSERT_TRUE(d_made.ok()) << d_made.status().message();
+    const std::int64_t oh = (hw + 2 - 3) / stride + 1;
+    Tensor x = Tensor::random(DType::kF32, {n, cin, hw, hw}, rng);
+    // The two convs one after the other, plain: relu6(expand(x)), then the depthwise conv + relu.
+    Tensor mid(DType::kF32, {n, cexp, hw, hw}), want(DType::kF32, {n, cexp, oh, oh});
+    {
+      PoolContext ctx(1);
+      ctx.act = FusedActivation::kRelu6;
+      std::vector<TensorView> o{mid.view()};
+      ASSERT_TRUE(testing::run_views(OpKind::Conv2d, {x.view(), ew.view(), eb.view()}, o, a1, &ctx).ok());
+      ctx.act = FusedActivation::kRelu;
+      std::vector<TensorView> o2{want.view()};
+      ASSERT_TRUE(testing::run_views(OpKind::Conv2d, {mid.view(), dw.view(), db.view()}, o2, ad, &ctx).ok());
+    }
+    Tensor xb(DType::kF32, {n, 2, hw, hw, nchwc::kBlock});
+    ThreadPool one(1);
+    nchwc::to_blocked(x.as<float>(), xb.as<float>(), n, cin, hw * hw, one);
+    for (int threads : {1, 2}) {
+      FoldContext ctx(threads);
+      ctx.prepared = d_made->get();
+      ctx.act = FusedActivation::kRelu;
+      const std::vector<TensorView> folded_in{xb.view(), ew.view(), eb.view()};
+      FoldedConv fc;
+      fc.inputs = folded_in;
+      fc.attrs = a1.span();
+      fc.prepared = e_made->get();
+      fc.input_blocked = true;
+      fc.act = FusedActivation::kRelu6;
+      ctx.folded = &fc;
+      Tensor out(DType::kF32, {n, 3, oh, oh, nchwc::kBlock});
+      std::vector<TensorView> ov{out.view()};
+      const Status st = testing::run_views(OpKind::Conv2d, {shape_only({n, 3, hw, hw, nchwc::kBlock}), dw.view(), db.view()},
+                                           ov, ad, &ctx);
+      ASSERT_TRUE(st.ok()) << st.message();
+      EXPECT_TRUE(out.canary_intact());
+      std::vector<float> plain(static_cast<std::size_t>(n * cexp * oh * oh));
+      nchwc::to_plain(out.as<float>(), plain.data(), n, cexp, oh * oh, ctx.pool());
+      for (std::size_t i = 0; i < plain.size(); ++i) {
+        ASSERT_NEAR(plain[i], want.as<float>()[i], 1e-5 + 1e-5 * std::abs(want.as<float>()[i]))
+            << hw << "x" << hw << " stride " << stride << ", " << threads << " threads, at " << i;
+      }
+    }
+  }
+
+  // Folded inputs that do not fit: the folded x without data, an expansion of 28 channels
+  // for a depthwise input of 24 (3 blocks), a depthwise weight of another channel count.
+  const AttrList ad = AttrList().ints({1, 1}).ints({1, 1}).ints({1, 1}).i(cexp);
+  auto d_made = prepare_weights(OpKind::Conv2d, 1, dw.view(), ad.span(), /*blocked=*/true);
+  ASSERT_TRUE(d_made.ok());
+  Tensor xb(DType::kF32, {n, 2, 6, 6, nchwc::kBlock}), wide(DType::kF32, {28, cin, 1, 1}), dw16(DType::kF32, {16, 1, 3, 3});
+  FoldContext ctx(1);
+  ctx.prepared = d_made->get();
+  auto run_folded = [&](const TensorView& x0, const Tensor& e_weight, const Tensor& d_weight) {
+    const std::vector<TensorView> folded_in{x0, e_weight.view(), testing::absent()};
+    FoldedConv fc;
+    fc.inputs = folded_in;
+    fc.attrs = a1.span();
+    fc.prepared = e_made->get();
+    fc.input_blocked = true;
+    ctx.folded = &fc;
+    Tensor out(DType::kF32, {n, 3, 6, 6, nchwc::kBlock});
+    std::vector<TensorView> ov{out.view()};
+    return testing::run_views(OpKind::Conv2d, {shape_only({n, 3, 6, 6, nchwc::kBlock}), d_weight.view(), testing::absent()},
+                              ov, ad, &ctx);
+  };
+  EXPECT_TRUE(testing::fails_with(run_folded(shape_only({n, 2, 6, 6, nchwc::kBlock}), ew, dw), StatusCode::kInvalidBundle,
+                                  "conv2d", "inputs[0] has shape [2, 2, 6, 6, 8] but no data"));
+  EXPECT_TRUE(testing::fails_with(run_folded(xb.view(), wide, dw), StatusCode::kInvalidBundle, "conv2d",
+                                  "x holds 3 channel blocks, not the 4 of 28 channels"));
+  EXPECT_TRUE(testing::fails_with(run_folded(xb.view(), ew, dw16), StatusCode::kInvalidBundle, "conv2d"));
+}
+
 }  // namespace
 }  // namespace kiln::cpu

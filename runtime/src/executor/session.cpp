@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <iterator>
 #include <new>
+#include <optional>
 
 #include <unistd.h>
 
@@ -101,6 +102,31 @@ class KernelCtx final : public KernelContext {
 };
 
 }  // namespace
+
+// The FoldedConv of a depthwise conv2d's folded expansion `en`: its input views, attributes
+// (evaluated now when the plan could not), prepared weights and activation.
+struct Session::Impl::FoldedExpansion {
+  FoldedConv conv;
+  TensorView inputs[3];
+  NodeAttrs attrs;
+
+  Status bind(const Session::Impl& s, const Frame& f, std::size_t en) {
+    const NodeInfo& ex = f.info->nodes[en];
+    const std::size_t count = std::min<std::size_t>(ex.inputs.size(), 3);
+    for (std::size_t k = 0; k < count; ++k) inputs[k] = f.views[ex.inputs[k]];
+    const NodeAttrs* ex_attrs = &f.plan->attrs[en];
+    if (!f.plan->attrs_ready[en]) {
+      KILN_RETURN_IF_ERROR(read_attrs(s.p, *f.graph->nodes()->Get(static_cast<flatbuffers::uoffset_t>(en)), s.symbols, attrs));
+      ex_attrs = &attrs;
+    }
+    conv.inputs = {inputs, count};
+    conv.attrs = ex_attrs->values;
+    conv.prepared = ex.prepared;
+    conv.input_blocked = f.info->values[ex.inputs[0]].blocked;
+    conv.act = ex.fused_act;
+    return Status::Ok();
+  }
+};
 
 Session::Impl::Impl(const Program& program_, SessionOptions o)
     : program(program_), p(program_.bundle().program()), prog(ProgramInternals::of(program_)), pool(o.threads < 1 ? 1 : o.threads),
@@ -316,26 +342,11 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
     ctx.set_input_scale(&f.views[sv], f.info->values[sv].blocked);
   }
   // The folded 1x1 expansion (NodeInfo::expansion) computed nothing: the kernel makes its
-  // output from the expansion's inputs.
-  FoldedConv folded;
-  TensorView folded_in[3];
-  NodeAttrs folded_attrs;
+  // output from the expansion's inputs (built only for such a node: every node passes here).
+  std::optional<FoldedExpansion> folded;
   if (ni.expansion >= 0 && !options.observer) {
-    const auto en = static_cast<std::size_t>(ni.expansion);
-    const NodeInfo& ex = f.info->nodes[en];
-    const std::size_t count = std::min<std::size_t>(ex.inputs.size(), 3);
-    for (std::size_t k = 0; k < count; ++k) folded_in[k] = f.views[ex.inputs[k]];
-    const NodeAttrs* ex_attrs = &f.plan->attrs[en];
-    if (!f.plan->attrs_ready[en]) {
-      KILN_RETURN_IF_ERROR(read_attrs(p, *f.graph->nodes()->Get(static_cast<flatbuffers::uoffset_t>(en)), symbols, folded_attrs));
-      ex_attrs = &folded_attrs;
-    }
-    folded.inputs = {folded_in, count};
-    folded.attrs = ex_attrs->values;
-    folded.prepared = ex.prepared;
-    folded.input_blocked = f.info->values[ex.inputs[0]].blocked;
-    folded.act = ex.fused_act;
-    ctx.set_folded_conv(&folded);
+    KILN_RETURN_IF_ERROR(folded.emplace().bind(*this, f, static_cast<std::size_t>(ni.expansion)));
+    ctx.set_folded_conv(&folded->conv);
   }
   const auto t0 = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const Status st = ni.gather_lerp >= 0 && !options.observer ? run_gather_lerp(f, ni, ctx, out[0]) : ni.kernel(ctx, ins, out, attrs->values);

@@ -188,6 +188,7 @@ struct Session::Impl {
   // for (updated, or made again into `slot`).
   Result<GraphPlan*> replan_entry(std::span<const CallArg> args, std::unique_ptr<GraphPlan>& slot);
   Status run_node(Frame& f, std::uint32_t n);
+  struct FoldedExpansion;  // session.cpp: what run_node gives a depthwise conv2d's kernel
   Status run_segment(Frame& f, std::uint32_t s);
   Status slice_window(const Frame& f, std::uint32_t n, TensorView& b, OperandWindow& window);
   Status run_gather_lerp(Frame& f, const NodeInfo& ni, KernelContext& ctx, TensorView& out);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -253,11 +254,17 @@ Command add_run(CLI::App& app) {
     args.insert(args.end(), o->inputs.begin(), o->inputs.end());
     auto inputs = parse_inputs((*program)->bundle().program(), args);
     if (!inputs.ok()) return report_error(inputs.status(), o->json);
-    Session session(**program, {.threads = o->threads, .max_memory_bytes = o->max_memory});
-    if (!o->state_dir.empty()) KILN_RETURN_IF_ERROR_CLI(load_state(session, o->state_dir), o->json);
-    auto result = session.run(*inputs);
+    auto session = std::make_unique<Session>(**program, SessionOptions{.threads = o->threads, .max_memory_bytes = o->max_memory});
+    if (!o->state_dir.empty()) KILN_RETURN_IF_ERROR_CLI(load_state(*session, o->state_dir), o->json);
+    auto result = session->run(*inputs);
     if (!result.ok()) return report_error(result.status(), o->json);
-    if (!o->state_dir.empty()) KILN_RETURN_IF_ERROR_CLI(save_state(session, o->state_dir), o->json);
+    if (!o->state_dir.empty()) KILN_RETURN_IF_ERROR_CLI(save_state(*session, o->state_dir), o->json);
+    // The outputs are the result's own copies: the model's memory (its weights, the arena)
+    // goes back before they are written, so that the code writing them does not add to
+    // the run's peak.
+    session.reset();
+    program->reset();
+    inputs->clear();
     nlohmann::ordered_json outs = nlohmann::ordered_json::array();
     std::vector<std::pair<std::string, const HostTensor*>> files;
     for (std::size_t i = 0; i < result->outputs.size(); ++i) {

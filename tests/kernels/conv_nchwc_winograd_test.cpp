@@ -17,17 +17,21 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/kernels/conv_nchwc_winograd.h"
 #include "backends/cpu/kernels/nchwc.h"
+#include "backends/cpu/scratch_buffer.h"
 #include "backends/cpu/thread_pool.h"
 
 namespace kiln::cpu::nchwc {
@@ -677,6 +681,112 @@ TEST(NchwcWinograd, ErrorOnResnetLayersStaysSmall) {
       EXPECT_LT(max_mag, kMagTolerance / 4);
     }
   }
+}
+
+// KernelContext::workspace: a run given memory takes its threads' buffers (and the U it
+// makes for the run) from the workspace's end, smaller buffers when that is what fits,
+// and its own buffers when nothing fits or the workspace is not 64-byte aligned. Outputs
+// match a run without one (bit for bit on the SIMD tables; the portable one, compiled for
+// any CPU, may contract other products into FMAs when the tile groups change size).
+TEST(NchwcWinograd, AWorkspaceHoldsTheBuffersAndChangesNoOutput) {
+  const float canary = std::bit_cast<float>(0x7fc0beefu);  // a NaN no kernel writes
+  const Case cases[] = {
+      {1, 64, 64, 28, 28, 1, 1},    // several tile groups at 2 threads: a U made for the run
+      {1, 128, 128, 14, 14, 1, 1},  // streamed U, per pass
+      {2, 13, 17, 9, 11, 1, 1},     // partial blocks, a batch
+  };
+  std::uint32_t seed = 900;
+  for (const Case& c : cases) {
+    for (bool blocked : {true, false}) {
+      for (int threads : {1, 2}) {
+        for (WinogradTile tile : {WinogradTile::kF4, WinogradTile::kF2}) {
+          SCOPED_TRACE(describe(c, {.in_blocked = blocked, .out_blocked = blocked, .threads = threads}) +
+                       (tile == WinogradTile::kF4 ? " F(4x4)" : " F(2x2)"));
+          std::mt19937 rng(seed++);
+          const std::int64_t oh = out_h(c), ow = out_w(c);
+          const std::vector<float> x = uniform(rng, c.n * c.cin * c.h * c.w), w = uniform(rng, c.cout * c.cin * 9);
+          const std::vector<float> bias = uniform(rng, c.cout), y0(static_cast<std::size_t>(c.n * c.cout * oh * ow));
+          const ConvShape s = shape_of(c);
+          auto prepared = prepare_winograd_width(w.data(), s, winograd_kernels().preferred_width((c.cout + 7) / 8),
+                                                 WinogradWeightMode::kStreamed);
+          ASSERT_TRUE(prepared.ok());
+          const Stored xs(x, c.n, c.cin, c.h, c.w, blocked);
+          Epilogue e;
+          e.bias = bias.data();
+          e.act = FusedActivation::kRelu;
+          // y of a run with `workspace`; `ws` keeps what the run left in it.
+          auto run = [&](std::span<std::byte> workspace) {
+            Stored ys(y0, c.n, c.cout, oh, ow, blocked);
+            const Status st = conv2d_winograd_tile(winograd_kernels(), tile, xs.act(), **prepared, s, e, ys.act(),
+                                                   pool_for(threads), workspace);
+            EXPECT_TRUE(st.ok()) << st.message();
+            std::vector<float> y(static_cast<std::size_t>(ys.act().floats()));
+            std::copy(ys.act().data, ys.act().data + ys.act().floats(), y.begin());
+            return y;
+          };
+          const std::vector<float> want = run({});
+          auto same = [&](const std::vector<float>& got) {
+            if (got.size() != want.size()) return false;
+            for (std::size_t i = 0; i < got.size(); ++i) {
+              if (!(std::abs(got[i] - want[i]) <= 1e-5f * (1.0f + std::abs(want[i])))) return false;
+            }
+            return true;
+          };
+          const std::size_t big = 16u << 20;
+          std::vector<float> ws(big / 4 + 16, canary);
+          auto* base = reinterpret_cast<std::byte*>(ws.data());
+          base += (64 - reinterpret_cast<std::uintptr_t>(base) % 64) % 64;
+          auto untouched_from = [&](std::size_t size) {  // bytes from the start still the canary
+            std::size_t k = 0;
+            while (k < size / 4 && std::bit_cast<std::uint32_t>(reinterpret_cast<float*>(base)[k]) == 0x7fc0beefu) ++k;
+            return k * 4;
+          };
+          auto reset = [&] { std::fill(ws.begin(), ws.end(), canary); };
+          // A large workspace: used from its end, the output unchanged.
+          EXPECT_TRUE(same(run({base, big})));
+          const std::size_t used = big - untouched_from(big);
+          EXPECT_GT(used, 0u) << "the run used its own buffers";
+          EXPECT_EQ(used % 64, 0u);
+          // Exactly that much.
+          reset();
+          EXPECT_TRUE(same(run({base, used})));
+          // Less: smaller buffers or the run's own, never a byte outside.
+          for (std::size_t size : {used - 64, used / 2, used / 4}) {
+            reset();
+            std::vector<float> before(ws.begin() + static_cast<std::ptrdiff_t>(size / 4 + 16), ws.end());
+            EXPECT_TRUE(same(run({base, size}))) << "workspace of " << size << " bytes";
+            EXPECT_TRUE(std::equal(before.begin(), before.end(), ws.begin() + static_cast<std::ptrdiff_t>(size / 4 + 16),
+                                   [](float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }))
+                << "bytes past a workspace of " << size << " changed";
+          }
+          // Too small for anything, or misaligned: untouched.
+          reset();
+          EXPECT_TRUE(same(run({base, 1024})));
+          EXPECT_EQ(untouched_from(big), big);
+          EXPECT_TRUE(same(run({base + 4, big - 64})));
+          EXPECT_EQ(untouched_from(big), big);
+        }
+      }
+    }
+  }
+}
+
+TEST(WorkspaceSlots, EachBodyGetsItsOwnSlotItsThreadsFirst) {
+  std::vector<float> memory(3 * 32);
+  WorkspaceSlots slots(memory.data(), 32, 3);
+  float* a = slots.acquire(1);
+  EXPECT_EQ(a, memory.data() + 32);
+  float* b = slots.acquire(1);  // taken: the next one
+  EXPECT_EQ(b, memory.data() + 64);
+  float* c = slots.acquire(7);  // 7 % 3 = 1, then 2, then 0
+  EXPECT_EQ(c, memory.data());
+  EXPECT_EQ(slots.acquire(0), nullptr);  // all taken
+  slots.release(a);
+  EXPECT_EQ(slots.acquire(0), memory.data() + 32);
+  slots.release(nullptr);  // nothing
+  WorkspaceSlots none(nullptr, 32, 4);
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(none.acquire(0), nullptr);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "kiln/format/kiln_generated.h"
 #include "kiln/runtime/program.h"
 #include "backends/cpu/kernels/nchwc.h"
+#include "executor/plan.h"
 
 namespace kiln {
 namespace {
@@ -418,6 +419,65 @@ namespace {
 // runs the blocked kernels, converting at its edges ("nchw (blocked kernel)"), and gives
 // what the plain program and eager execution give, with a residual add fused into it, on
 // the Winograd shape (3x3, 64 channels) and the direct one (3x1, stride 2).
+// A Winograd conv2d runs its per-thread buffers in the arena's free bytes at that node
+// (GraphPlan::workspace): the stretch holds no tensor alive there, and the run gives what
+// eager execution gives. A stem with a large output leaves room in the arena for the
+// smaller layers after it.
+TEST(LayoutPass, WinogradConvsWorkInTheArenasFreeBytes) {
+  if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
+  const Tensor stem = Tensor::randn({64, 3, 3, 3}, 41) * 0.3;
+  const Tensor c1 = Tensor::randn({64, 64, 3, 3}, 42) * 0.05, c2 = Tensor::randn({64, 64, 3, 3}, 43) * 0.05;
+  const Tensor d1 = Tensor::randn({64, 64, 3, 3}, 44) * 0.05;
+  auto model = [&](Tensor x) {
+    Tensor s = relu(conv2d(x, stem, Tensor(), {1, 1}, {1, 1}));
+    Tensor p = max_pool2d(s, {2, 2}, {2, 2});
+    Tensor b = relu(p + conv2d(relu(conv2d(p, c1, Tensor(), {1, 1}, {1, 1})), c2, Tensor(), {1, 1}, {1, 1}));
+    return mean(relu(conv2d(b, d1, Tensor(), {1, 1}, {1, 1})), {2, 3}, false);
+  };
+  const Tensor x = Tensor::randn({1, 3, 56, 56}, 45);
+  auto ep = export_program(model, {input("x", x)});
+  ASSERT_TRUE(ep.ok()) << ep.status().message();
+  const auto program = testing::load_exported(*ep);
+  ASSERT_NE(program, nullptr);
+  const std::uint32_t g = program->bundle().program().entry_graph();
+  auto plan = plan_graph(*program, g, {}, {}, /*entry=*/true);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const GraphPlan& gp = **plan;
+  const GraphInfo& info = ProgramInternals::of(*program).graphs[g];
+  std::vector<std::int32_t> producer(info.values.size(), -1);
+  for (std::size_t n = 0; n < info.nodes.size(); ++n) {
+    for (std::uint32_t v : info.nodes[n].outputs) producer[v] = static_cast<std::int32_t>(n);
+  }
+  int with_workspace = 0;
+  for (std::size_t n = 0; n < info.nodes.size(); ++n) {
+    if (!info.nodes[n].workspace) continue;
+    ASSERT_EQ(gp.workspace.size(), info.nodes.size());
+    const auto [at, bytes] = gp.workspace[n];
+    if (bytes == 0) continue;
+    ++with_workspace;
+    EXPECT_EQ(at % 64, 0u);
+    EXPECT_LE(at + bytes, gp.arena_bytes);
+    for (std::size_t v = 0; v < info.values.size(); ++v) {
+      if (gp.offset[v] < 0 || producer[v] < 0) continue;
+      const auto first = static_cast<std::size_t>(producer[v]);
+      const auto last = static_cast<std::size_t>(std::max(info.values[v].last_use, producer[v]));
+      if (n < first || n > last) continue;
+      const auto begin = static_cast<std::uint64_t>(gp.offset[v]), end = begin + gp.reserved[v];
+      EXPECT_TRUE(end <= at || begin >= at + bytes)
+          << "node " << n << "'s workspace [" << at << ", +" << bytes << ") overlaps value " << v << " [" << begin
+          << ", " << end << ") alive over nodes " << first << ".." << last;
+    }
+  }
+  // All four convs (3x3, stride 1) hold Winograd weights; each has free bytes at its node.
+  EXPECT_EQ(with_workspace, 4);
+  for (int threads : {1, 2}) {
+    Session s(*program, {.threads = threads});
+    auto r = s.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    expect_close(floats_of(r->outputs[0].tensor), model(x).to_vector<float>(), 1e-4f, "threads " + std::to_string(threads));
+  }
+}
+
 TEST(LayoutPass, APlainConvBetweenPermutesRunsTheBlockedKernels) {
   if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
   const Tensor w3 = Tensor::randn({72, 64, 3, 3}, 21) * 0.05, b3 = Tensor::randn({72}, 22);

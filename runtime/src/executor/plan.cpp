@@ -413,6 +413,33 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const s
     plan.reserved[v] = buffers[static_cast<std::size_t>(buffer_of[v])].bytes;
   }
   plan.arena_bytes = mp.arena_bytes;
+  // Working memory: per node that asks, the largest gap between the places of the buffers
+  // alive at that node (its inputs and outputs among them). The places are the reserved
+  // ones, which update_plan keeps, so the gaps hold for every plan it reuses.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> live;
+  for (std::size_t n = 0; n < nn; ++n) {
+    const NodeInfo& ni = info.nodes[n];
+    if (!ni.workspace || ni.folded || ni.segment >= 0) continue;
+    live.clear();
+    for (std::size_t b = 0; b < buffers.size(); ++b) {
+      if (buffers[b].first <= static_cast<std::int32_t>(n) && buffers[b].last >= static_cast<std::int32_t>(n)) {
+        live.emplace_back(mp.offsets[b], mp.offsets[b] + std::max<std::uint64_t>(buffers[b].bytes, 1));
+      }
+    }
+    std::sort(live.begin(), live.end());
+    std::pair<std::uint64_t, std::uint64_t> best{0, 0};
+    std::uint64_t at = 0;
+    auto gap = [&](std::uint64_t end) {
+      if (end > at && end - at > best.second) best = {at, end - at};
+    };
+    for (const auto& [begin, end] : live) {
+      gap(begin);
+      at = std::max(at, (end + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment);
+    }
+    gap(plan.arena_bytes);
+    if (plan.workspace.empty()) plan.workspace.assign(nn, {0, 0});
+    plan.workspace[n] = best;
+  }
 }
 
 }  // namespace

@@ -60,6 +60,10 @@ struct GraphPlan {
   /// The arena the planned tensors need (saturates at UINT64_MAX when a tensor's size does
   /// not fit in 64 bits), and what they would take without reuse.
   std::uint64_t arena_bytes = 0, naive_bytes = 0;
+  /// Per node whose kernel can use working memory (NodeInfo::workspace): the largest stretch
+  /// of the arena no planned tensor occupies while the node runs, as {offset, bytes} (64-byte
+  /// aligned; bytes 0: none). Empty when no node asks. KernelContext::workspace.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> workspace;
   /// The planned tensor with the most bytes, -1 if none: what a memory-limit error names.
   std::int32_t largest = -1;
   std::uint64_t largest_bytes = 0;

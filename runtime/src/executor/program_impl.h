@@ -38,6 +38,7 @@ struct NodeInfo {
   const cpu::PackedB* packed_b = nullptr;  // input 1 (a constant weight) packed at load
   const cpu::PreparedWeights* prepared = nullptr;  // input 1 prepared at load (cpu::prepare_weights)
   bool blocked_weights = false;                     // `prepared` is for the blocked (NCHW8c) kernels
+  bool workspace = false;  // its kernel can use free arena bytes as working memory (GraphPlan::workspace)
   // A conv2d whose input and output are plain but that runs the blocked kernels anyway,
   // converting at its edges (KernelContext::blocked_kernel): a dense conv with a spatial
   // kernel and enough channels between layout-sensitive ops (a conv3d's taps between their

@@ -68,6 +68,8 @@ class KernelCtx final : public KernelContext {
   }
   void set_folded_conv(const FoldedConv* folded) { folded_ = folded; }
   const FoldedConv* folded_conv() const override { return folded_; }
+  void set_workspace(std::span<std::byte> bytes) { workspace_ = bytes; }
+  std::span<std::byte> workspace() const override { return workspace_; }
   bool output_blocked(int index) const override { return index >= 0 && index < 32 && (out_blocked_ >> index & 1u) != 0; }
   const OperandWindow* operand_window(int index) const override { return index == 1 ? window1_ : nullptr; }
   const cpu::PackedB* packed_b(int index) const override { return index == 1 ? packed_b1_ : nullptr; }
@@ -99,6 +101,7 @@ class KernelCtx final : public KernelContext {
   const TensorView* scale_ = nullptr;
   bool scale_blocked_ = false;
   const FoldedConv* folded_ = nullptr;
+  std::span<std::byte> workspace_;
 };
 
 }  // namespace
@@ -347,6 +350,14 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
   if (ni.expansion >= 0 && !options.observer) {
     KILN_RETURN_IF_ERROR(folded.emplace().bind(*this, f, static_cast<std::size_t>(ni.expansion)));
     ctx.set_folded_conv(&folded->conv);
+  }
+  // KILN_KERNEL_WORKSPACE=0: kernels use their own buffers only (to measure the difference).
+  static const bool workspace_enabled = [] {
+    const char* v = std::getenv("KILN_KERNEL_WORKSPACE");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  if (workspace_enabled && !f.plan->workspace.empty() && f.plan->workspace[n].second > 0 && f.arena != nullptr) {
+    ctx.set_workspace({reinterpret_cast<std::byte*>(f.arena + f.plan->workspace[n].first), f.plan->workspace[n].second});
   }
   const auto t0 = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const Status st = ni.gather_lerp >= 0 && !options.observer ? run_gather_lerp(f, ni, ctx, out[0]) : ni.kernel(ctx, ins, out, attrs->values);
@@ -670,6 +681,7 @@ Status Session::Impl::run_graph(std::uint32_t called, std::span<const CallArg> a
   f.heap_size.assign(f.views.size(), 0);
   HeapRelease release{*this, f};
   KILN_ASSIGN_OR_RETURN(std::uint8_t* base, arena_for(f, plan->arena_bytes));
+  f.arena = base;
   arena_used[plan->graph] = std::max(arena_used[plan->graph], plan->arena_bytes);
   if (entry) {
     stats.arena_bytes = plan->arena_bytes;

@@ -149,6 +149,7 @@ struct Session::Impl {
     const GraphInfo* info = nullptr;
     const fb::Graph* graph = nullptr;
     std::uint32_t graph_id = 0;
+    std::uint8_t* arena = nullptr;  // the plan's arena (GraphPlan::offset, workspace)
     std::vector<TensorView> views;
     std::vector<std::unique_ptr<std::uint8_t[]>> heap;  // per value, when sized at run time
     std::vector<std::size_t> heap_size;                 // bytes of heap[v]

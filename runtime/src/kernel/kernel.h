@@ -14,6 +14,7 @@
 // KernelContext::allocate_output once it knows the size.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -120,6 +121,12 @@ class KernelContext {
   /// conv2d with the 1x1 convolution making its input folded into it (FoldedConv); its
   /// input 0 then has a shape and no data. Null when nothing was folded.
   virtual const FoldedConv* folded_conv() const { return nullptr; }
+  /// Bytes the kernel may use as working memory while it runs (64-byte aligned; empty when
+  /// there are none): a stretch of the planned arena that no tensor occupies during this
+  /// node (GraphPlan::workspace), so a kernel's buffers cost no memory of their own. It
+  /// holds nothing from one call to the next. Kernels fall back to their own buffers when
+  /// it is too small.
+  virtual std::span<std::byte> workspace() const { return {}; }
 };
 
 using KernelFn = Status (*)(KernelContext& ctx, std::span<const TensorView> inputs,

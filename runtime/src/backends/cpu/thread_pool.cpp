@@ -42,6 +42,7 @@ bool spin_until(Done done) {
 
 // The pool whose parallel_for body the current thread is running, to run nested calls inline.
 thread_local const ThreadPool* t_running_pool = nullptr;
+thread_local int t_worker_index = 0;  // ThreadPool::thread_index
 
 
 class RunningPoolScope {
@@ -157,8 +158,11 @@ bool ThreadPool::wait_for_job(std::uint32_t seen) {
   return !stop_;
 }
 
+int ThreadPool::thread_index() { return t_worker_index; }
+
 void ThreadPool::worker_loop(int index) {
   RunningPoolScope scope(this);
+  t_worker_index = index;
   std::uint32_t seen = 0;
   while (wait_for_job(seen)) {
     seen = job_generation_.load(std::memory_order_acquire);

@@ -79,6 +79,10 @@ class ThreadPool {
 
   /// Threads that run a parallel_for body, the caller included (>= 1).
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+  /// The calling thread's index among the threads that run bodies: i on worker i (of the
+  /// pool it belongs to), 0 on any thread that is not a pool's worker (a caller). Kernels
+  /// use it to give each thread the same part of a buffer from call to call.
+  static int thread_index();
 
   /// Calls fn(begin, end) on disjoint chunks that cover [0, n) exactly once, on the workers
   /// and the calling thread, and returns when all chunks are done. Chunks hold at least

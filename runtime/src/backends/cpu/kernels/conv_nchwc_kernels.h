@@ -97,9 +97,6 @@ const DenseKernels& dense_kernels();
 /// conv2d_dense on the kernels of a given ISA (tests compare every table the CPU runs).
 Status conv2d_dense_on(const DenseKernels& kernels, const Act& x, const DenseWeights& w, const ConvShape& s,
                        const Epilogue& e, const Act& y, ThreadPool& pool);
-/// conv2d_winograd on the kernels of a given ISA.
-Status conv2d_winograd_on(const DenseKernels& kernels, const Act& x, const WinogradWeights& w, const ConvShape& s,
-                          const Epilogue& e, const Act& y, ThreadPool& pool);
 
 /// The checks both convolutions make (messages "[op] ..."): weights `prepared` for the
 /// same channels, groups and kernel as `s`, a shape the kernel `supported`, x and y (and

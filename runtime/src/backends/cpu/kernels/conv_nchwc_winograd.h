@@ -75,8 +75,10 @@
 // resnet18's 56x56 and 28x28 layers, ~1.5% of the network) and it loses at 14x14 and 7x7.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "backends/cpu/kernels/conv_nchwc_kernels.h"
 #include "backends/cpu/kernels/nchwc.h"
@@ -184,11 +186,15 @@ const WinogradKernels& winograd_kernels();
 /// conv2d_winograd on a given ISA's kernels (tests compare every table the CPU runs), with
 /// the tile size the cost rule picks (winograd_tile).
 Status conv2d_winograd_on(const WinogradKernels& kernels, const Act& x, const WinogradWeights& w, const ConvShape& s,
-                          const Epilogue& e, const Act& y, ThreadPool& pool);
+                          const Epilogue& e, const Act& y, ThreadPool& pool, std::span<std::byte> workspace = {});
 /// The same with a given tile size. The weights hold one transform, made by their first
 /// run for the tile size it asks: a later run asking the other one runs the one made.
+/// `workspace` (64-byte aligned, as conv2d_winograd's): the threads' buffers, one per
+/// thread that can have work, then the run's transformed weights when it makes them, as
+/// far as it holds them; the rest comes from the threads' own buffers.
 Status conv2d_winograd_tile(const WinogradKernels& kernels, WinogradTile tile, const Act& x, const WinogradWeights& w,
-                            const ConvShape& s, const Epilogue& e, const Act& y, ThreadPool& pool);
+                            const ConvShape& s, const Epilogue& e, const Act& y, ThreadPool& pool,
+                            std::span<std::byte> workspace = {});
 
 /// Where a run's transformed weights U come from.
 enum class WinogradWeightMode {

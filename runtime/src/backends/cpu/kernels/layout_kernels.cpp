@@ -375,7 +375,7 @@ Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in_span, s
       }
       Status st;
       if (winograd) {
-        st = nc::conv2d_winograd(xa, *prepared->nchwc_winograd, s, e, ya, ctx.pool());
+        st = nc::conv2d_winograd(xa, *prepared->nchwc_winograd, s, e, ya, ctx.pool(), ctx.workspace());
       } else if (dense != nullptr) {
         st = nc::conv2d_dense(xa, *dense, s, e, ya, ctx.pool());
       } else if (prepared->nchwc_depthwise != nullptr) {

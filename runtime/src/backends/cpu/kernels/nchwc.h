@@ -23,8 +23,10 @@
 // - pools (pool_nchwc.cpp): max_pool2d, avg_pool2d, adaptive_avg_pool2d, mean_hw.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/thread_pool.h"
@@ -147,9 +149,11 @@ bool winograd_preferred(const ConvShape& s, std::int64_t n, std::int64_t oh, std
 /// Winograd's weights (w as for prepare_dense; conv_nchwc_winograd.h: the kernels packed,
 /// transformed per run by default). kUnavailable without memory.
 Result<std::unique_ptr<WinogradWeights>> prepare_winograd(const float* w, const ConvShape& s);
-/// Same contract as conv2d_dense.
+/// Same contract as conv2d_dense. `workspace` (KernelContext::workspace, 64-byte aligned):
+/// memory the run may use for its per-thread buffers and transformed weights instead of
+/// its own; what it does not cover comes from the threads' own buffers.
 Status conv2d_winograd(const Act& x, const WinogradWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,
-                       ThreadPool& pool);
+                       ThreadPool& pool, std::span<std::byte> workspace = {});
 Status conv2d_depthwise(const Act& x, const DepthwiseWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,
                         ThreadPool& pool);
 /// y = conv2d_depthwise(act(conv1x1(x) + bias)) without the 1x1 convolution's output: an

@@ -610,6 +610,7 @@ json placement_json(const Program& program) {
       json j{{"node", n.node}, {"op", n.op}, {"backend", n.backend}, {"where", n.where}};
       if (n.segment >= 0) j["segment"] = n.segment;
       if (n.fused_away) j["fused_away"] = true;
+      if (n.fused_into >= 0) j["fused_into"] = n.fused_into;
       if (n.folded_into >= 0) j["folded_into"] = n.folded_into;
       if (!n.layout.empty()) j["layout"] = n.layout;
       nodes.push_back(std::move(j));
@@ -633,7 +634,7 @@ void print_placement(std::ostream& os, const json& j) {
     for (const auto& n : g["nodes"]) {
       std::string runs = n["backend"].get<std::string>();
       if (n.contains("segment")) runs += " segment " + std::to_string(n["segment"].get<int>());
-      if (n.contains("fused_away")) runs = "fused into node " + std::to_string(n["node"].get<int>() - 1);
+      if (n.contains("fused_into")) runs = "fused into node " + std::to_string(n["fused_into"].get<int>());
       if (n.contains("folded_into")) runs = "folded into node " + std::to_string(n["folded_into"].get<int>());
       char line[160];
       const std::string layout = n.contains("layout") ? n["layout"].get<std::string>() : "";

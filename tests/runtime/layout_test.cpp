@@ -214,6 +214,23 @@ TEST(LayoutPass, ResidualAddsAndTheirActivationRunInTheConvEpilogue) {
   EXPECT_EQ(ops["add"], 0);
   EXPECT_EQ(ops["conv2d+relu"], 3);
   EXPECT_EQ(ops["conv2d"], 1);  // the first block's second conv: its add went into the downsample
+  // Placement names the conv doing each fused node's work (a relu after a fused add: two
+  // nodes back, not the add before it).
+  const auto placement = program->placement(program->bundle().program().entry_graph());
+  int fused = 0;
+  for (const NodePlacement& n : placement) {
+    if (!n.fused_away) {
+      EXPECT_EQ(n.fused_into, -1) << "node " << n.node;
+      continue;
+    }
+    ++fused;
+    ASSERT_GE(n.fused_into, 0) << "node " << n.node;
+    ASSERT_LT(n.fused_into, static_cast<std::int32_t>(n.node));
+    EXPECT_EQ(placement[static_cast<std::size_t>(n.fused_into)].op.rfind("conv2d", 0), 0u)
+        << "node " << n.node << " (" << n.op << ") fused into node " << n.fused_into << " ("
+        << placement[static_cast<std::size_t>(n.fused_into)].op << ")";
+  }
+  EXPECT_EQ(fused, 7);  // 5 relus and 2 adds
   const auto unfused = testing::load_exported(*ep, {.fuse_activations = false});
   Session su(*unfused, {.threads = 1, .profile = true});
   auto ru = su.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
@@ -346,7 +363,7 @@ TEST(LayoutPass, ExpansionsFoldIntoTheDepthwiseConvAfterThem) {
   const Tensor e3 = Tensor::randn({24, 20, 1, 1}, 72) * 0.2, d3 = Tensor::randn({24, 1, 3, 3}, 73) * 0.3;
   const Tensor e4 = Tensor::randn({24, 20, 1, 1}, 74) * 0.2, d4 = Tensor::randn({24, 1, 3, 3}, 75) * 0.3;
   auto model = [&](Tensor x) {
-    Tensor a = relu(conv2d(x, w0, b0, {1, 1}, {1, 1}));
+    Tensor a = relu(conv2d(x, w0, b0, {2, 2}, {1, 1}));  // strided: no Winograd workspace
     // Folded: relu6 expansion -> 3x3 stride-2 depthwise -> projection.
     Tensor h = clamp(conv2d(a, e1, eb1), 0.0, 6.0);
     Tensor b = conv2d(clamp(conv2d(h, d1, db1, {2, 2}, {1, 1}, {1, 1}, 44), 0.0, 6.0), p1);
@@ -359,7 +376,7 @@ TEST(LayoutPass, ExpansionsFoldIntoTheDepthwiseConvAfterThem) {
     Tensor z = conv2d(conv2d(c, e4, Tensor(), {2, 2}), d4, Tensor(), {1, 1}, {1, 1}, {1, 1}, 24);
     return mean(v, {2, 3}, false) + mean(z, {2, 3}, false);
   };
-  const Tensor x = Tensor::randn({2, 3, 23, 21}, 76);
+  const Tensor x = Tensor::randn({2, 3, 45, 41}, 76);
   auto ep = export_program(model, {input("x", x, {Dim("batch", 1, 8)})});
   ASSERT_TRUE(ep.ok()) << ep.status().message();
   const auto program = testing::load_exported(*ep);
@@ -367,7 +384,7 @@ TEST(LayoutPass, ExpansionsFoldIntoTheDepthwiseConvAfterThem) {
   ASSERT_NE(program, nullptr);
   ASSERT_NE(unfused, nullptr);
   for (std::int64_t batch : {2, 1, 3}) {
-    const Tensor xb = Tensor::randn({batch, 3, 23, 21}, 80 + static_cast<std::uint64_t>(batch));
+    const Tensor xb = Tensor::randn({batch, 3, 45, 41}, 80 + static_cast<std::uint64_t>(batch));
     const std::vector<float> want = model(xb).to_vector<float>();
     const std::vector<HostValue> in{HostValue::of(testing::host_tensor(xb))};
     for (int threads : {1, 2, 3}) {
@@ -399,12 +416,20 @@ TEST(LayoutPass, ExpansionsFoldIntoTheDepthwiseConvAfterThem) {
     std::memcpy(f.data(), obs.outputs[0].data.data(), obs.outputs[0].data.size());
     expanded.push_back(std::move(f));
   };
+  o.profile = true;
   Session so(*program, o);
   auto ro = so.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
   ASSERT_TRUE(ro.ok()) << ro.status().message();
   expect_close(floats_of(ro->outputs[0].tensor), model(x).to_vector<float>(), 1e-4f, "observed run");
   ASSERT_EQ(expanded.size(), 1u);
-  const Tensor a = relu(conv2d(x, w0, b0, {1, 1}, {1, 1}));
+  // Observed, the expansions ran on their own, and the profile says so.
+  std::map<std::string, int> observed_ops;
+  for (const RunStats::Op& op : so.last_stats().ops) ++observed_ops[op.op];
+  EXPECT_EQ(observed_ops["conv1x1>conv2d+clamp"], 0);
+  EXPECT_EQ(observed_ops["conv1x1>conv2d+hardswish"], 0);
+  EXPECT_EQ(observed_ops["conv2d+clamp"], 2);  // the expansion and its depthwise conv
+  EXPECT_EQ(observed_ops["conv2d+hardswish"], 1);
+  const Tensor a = relu(conv2d(x, w0, b0, {2, 2}, {1, 1}));
   expect_close(expanded[0], clamp(conv2d(a, e1, eb1), 0.0, 6.0).to_vector<float>(), 1e-4f, "observed expansion");
 }
 
@@ -414,16 +439,10 @@ TEST(LayoutPass, ExpansionsFoldIntoTheDepthwiseConvAfterThem) {
 namespace kiln {
 namespace {
 
-// A dense conv with a spatial kernel between layout-sensitive ops (a conv3d's taps between
-// their permutes, as the importer writes them): its input and output stay plain, but it
-// runs the blocked kernels, converting at its edges ("nchw (blocked kernel)"), and gives
-// what the plain program and eager execution give, with a residual add fused into it, on
-// the Winograd shape (3x3, 64 channels) and the direct one (3x1, stride 2).
-// A Winograd conv2d runs its per-thread buffers in the arena's free bytes at that node
-// (GraphPlan::workspace): the stretch holds no tensor alive there, and the run gives what
-// eager execution gives. A stem with a large output leaves room in the arena for the
-// smaller layers after it.
-TEST(LayoutPass, WinogradConvsWorkInTheArenasFreeBytes) {
+// A Winograd conv2d runs its per-thread buffers in arena bytes planned for it
+// (GraphPlan::workspace, alive at that node only): they overlap no tensor alive there, the
+// convs of one stage get the same offset, and the run gives what eager execution gives.
+TEST(LayoutPass, WinogradConvsWorkInArenaBytesPlannedForThem) {
   if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
   const Tensor stem = Tensor::randn({64, 3, 3, 3}, 41) * 0.3;
   const Tensor c1 = Tensor::randn({64, 64, 3, 3}, 42) * 0.05, c2 = Tensor::randn({64, 64, 3, 3}, 43) * 0.05;
@@ -449,12 +468,14 @@ TEST(LayoutPass, WinogradConvsWorkInTheArenasFreeBytes) {
     for (std::uint32_t v : info.nodes[n].outputs) producer[v] = static_cast<std::int32_t>(n);
   }
   int with_workspace = 0;
+  std::vector<std::uint64_t> offsets;
   for (std::size_t n = 0; n < info.nodes.size(); ++n) {
     if (!info.nodes[n].workspace) continue;
     ASSERT_EQ(gp.workspace.size(), info.nodes.size());
     const auto [at, bytes] = gp.workspace[n];
     if (bytes == 0) continue;
     ++with_workspace;
+    offsets.push_back(at);
     EXPECT_EQ(at % 64, 0u);
     EXPECT_LE(at + bytes, gp.arena_bytes);
     for (std::size_t v = 0; v < info.values.size(); ++v) {
@@ -468,8 +489,10 @@ TEST(LayoutPass, WinogradConvsWorkInTheArenasFreeBytes) {
           << ", " << end << ") alive over nodes " << first << ".." << last;
     }
   }
-  // All four convs (3x3, stride 1) hold Winograd weights; each has free bytes at its node.
-  EXPECT_EQ(with_workspace, 4);
+  // All four convs (3x3, stride 1) take Winograd; the three after the pool share an offset.
+  ASSERT_EQ(with_workspace, 4);
+  EXPECT_EQ(offsets[1], offsets[2]);
+  EXPECT_EQ(offsets[2], offsets[3]);
   for (int threads : {1, 2}) {
     Session s(*program, {.threads = threads});
     auto r = s.run(std::vector<HostValue>{HostValue::of(testing::host_tensor(x))});
@@ -478,6 +501,11 @@ TEST(LayoutPass, WinogradConvsWorkInTheArenasFreeBytes) {
   }
 }
 
+// A dense conv with a spatial kernel between layout-sensitive ops (a conv3d's taps between
+// their permutes, as the importer writes them): its input and output stay plain, but it
+// runs the blocked kernels, converting at its edges ("nchw (blocked kernel)"), and gives
+// what the plain program and eager execution give, with a residual add fused into it, on
+// the Winograd shape (3x3, 64 channels) and the direct one (3x1, stride 2).
 TEST(LayoutPass, APlainConvBetweenPermutesRunsTheBlockedKernels) {
   if (!cpu::nchwc::kernels_available()) GTEST_SKIP() << "this build has no blocked kernels yet";
   const Tensor w3 = Tensor::randn({72, 64, 3, 3}, 21) * 0.05, b3 = Tensor::randn({72}, 22);

@@ -70,6 +70,7 @@ struct Planner {
   bool entry;
   bool device_state;
   std::span<const std::int64_t> headroom;  // plan_graph's `headroom` (empty: none)
+  int threads;                              // plan_graph's `threads`
   std::vector<std::uint64_t> bytes;    // per value with a planned shape
   std::vector<std::uint64_t> reserve;  // per value: the bytes its place must hold (>= bytes)
 
@@ -403,50 +404,50 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const s
     plan.arena_bytes = std::numeric_limits<std::uint64_t>::max();
     return;
   }
+  // Working memory (NodeInfo::workspace): what the node's kernel asks for at these shapes
+  // on the session's threads, a buffer alive at that node only. The planner places the
+  // largest buffers first, at the lowest offset free over their lifetime: these, alive at
+  // one node each, mostly land on the same offset, so a kernel's per-thread buffers keep
+  // their addresses (and their cores' caches) from one node to the next.
+  std::vector<std::pair<std::size_t, std::size_t>> workspace_buffer;  // node, buffer
+  for (std::size_t n = 0; n < nn; ++n) {
+    const NodeInfo& ni = info.nodes[n];
+    if (!ni.workspace || ni.folded || ni.segment >= 0 || !plan.attrs_ready[n] || ni.outputs.empty()) continue;
+    std::vector<TensorView> ins;
+    bool known = !plan.dynamic[ni.outputs[0]];
+    for (std::uint32_t v : ni.inputs) {
+      known = known && !plan.dynamic[v];
+      ins.push_back(plan.views[v]);
+    }
+    if (!known) continue;
+    const bool plain_residual = ni.residual >= 0 && !info.values[static_cast<std::size_t>(ni.residual)].blocked;
+    const std::uint64_t want =
+        cpu::workspace_bytes(ni.op, ni.prepared, ins, plan.views[ni.outputs[0]], plan.attrs[n].values,
+                             (ni.in_blocked & 1u) != 0 || ni.blocked_kernel, (ni.out_blocked & 1u) != 0 || ni.blocked_kernel,
+                             plain_residual, threads);
+    if (want == 0 || want >= kUnplannableBytes) continue;
+    workspace_buffer.emplace_back(n, buffers.size());
+    buffers.push_back({want, static_cast<std::int32_t>(n), static_cast<std::int32_t>(n)});
+  }
   std::vector<BufferRequest> requests;
   requests.reserve(buffers.size());
   for (const Buffer& b : buffers) requests.push_back({b.bytes, b.first, b.last});
   const MemoryPlan mp = plan_memory(requests);
+  if (!workspace_buffer.empty()) plan.workspace.assign(nn, {0, 0});
+  for (const auto& [n, b] : workspace_buffer) plan.workspace[n] = {mp.offsets[b], buffers[b].bytes};
   for (std::size_t v = 0; v < nv; ++v) {
     if (buffer_of[v] < 0) continue;
     plan.offset[v] = static_cast<std::int64_t>(mp.offsets[static_cast<std::size_t>(buffer_of[v])]);
     plan.reserved[v] = buffers[static_cast<std::size_t>(buffer_of[v])].bytes;
   }
   plan.arena_bytes = mp.arena_bytes;
-  // Working memory: per node that asks, the largest gap between the places of the buffers
-  // alive at that node (its inputs and outputs among them). The places are the reserved
-  // ones, which update_plan keeps, so the gaps hold for every plan it reuses.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> live;
-  for (std::size_t n = 0; n < nn; ++n) {
-    const NodeInfo& ni = info.nodes[n];
-    if (!ni.workspace || ni.folded || ni.segment >= 0) continue;
-    live.clear();
-    for (std::size_t b = 0; b < buffers.size(); ++b) {
-      if (buffers[b].first <= static_cast<std::int32_t>(n) && buffers[b].last >= static_cast<std::int32_t>(n)) {
-        live.emplace_back(mp.offsets[b], mp.offsets[b] + std::max<std::uint64_t>(buffers[b].bytes, 1));
-      }
-    }
-    std::sort(live.begin(), live.end());
-    std::pair<std::uint64_t, std::uint64_t> best{0, 0};
-    std::uint64_t at = 0;
-    auto gap = [&](std::uint64_t end) {
-      if (end > at && end - at > best.second) best = {at, end - at};
-    };
-    for (const auto& [begin, end] : live) {
-      gap(begin);
-      at = std::max(at, (end + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment);
-    }
-    gap(plan.arena_bytes);
-    if (plan.workspace.empty()) plan.workspace.assign(nn, {0, 0});
-    plan.workspace[n] = best;
-  }
 }
 
 }  // namespace
 
 Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint32_t g, std::span<const std::int64_t> symbols,
                                               std::span<const std::uint8_t> bound, bool entry, bool device_state,
-                                              std::span<const std::int64_t> headroom) {
+                                              std::span<const std::int64_t> headroom, int threads) {
   const Program::Impl& prog = ProgramInternals::of(program);
   const fb::Program& p = program.bundle().program();
   auto plan = std::make_unique<GraphPlan>();
@@ -463,7 +464,7 @@ Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint3
   plan->attrs_ready.assign(nn, 0);
   plan->reserved.assign(nv, 0);
   plan->attr_symbols.resize(nn);
-  Planner planner{program, p, info, *p.graphs()->Get(g), g, symbols, bound, *plan, entry, device_state, headroom, {}, {}};
+  Planner planner{program, p, info, *p.graphs()->Get(g), g, symbols, bound, *plan, entry, device_state, headroom, threads, {}, {}};
   KILN_RETURN_IF_ERROR(planner.plan_shapes());
   KILN_RETURN_IF_ERROR(planner.plan_attrs());
   planner.find_segment_io();

@@ -60,9 +60,10 @@ struct GraphPlan {
   /// The arena the planned tensors need (saturates at UINT64_MAX when a tensor's size does
   /// not fit in 64 bits), and what they would take without reuse.
   std::uint64_t arena_bytes = 0, naive_bytes = 0;
-  /// Per node whose kernel can use working memory (NodeInfo::workspace): the largest stretch
-  /// of the arena no planned tensor occupies while the node runs, as {offset, bytes} (64-byte
-  /// aligned; bytes 0: none). Empty when no node asks. KernelContext::workspace.
+  /// Per node whose kernel can use working memory (NodeInfo::workspace): the arena bytes
+  /// planned for it, alive at that node only, as {offset, bytes} (64-byte aligned; bytes 0:
+  /// none), as much as cpu::workspace_bytes asks. Empty when no node asks.
+  /// KernelContext::workspace.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> workspace;
   /// The planned tensor with the most bytes, -1 if none: what a memory-limit error names.
   std::int32_t largest = -1;
@@ -104,9 +105,12 @@ std::optional<std::uint64_t> checked_nbytes(DType dtype, std::span<const std::in
 /// tensor with room for the larger of its sizes under `symbols` and under `headroom`, so
 /// that update_plan can reuse the plan for symbol values up to those (a decoder's next
 /// positions). The shapes, attributes and decisions are those of `symbols`.
+///
+/// `threads`: the threads the kernels will run on (the Session's pool), for the working
+/// memory they ask (GraphPlan::workspace).
 Result<std::unique_ptr<GraphPlan>> plan_graph(const Program& program, std::uint32_t g, std::span<const std::int64_t> symbols,
                                               std::span<const std::uint8_t> bound, bool entry = false, bool device_state = false,
-                                              std::span<const std::int64_t> headroom = {});
+                                              std::span<const std::int64_t> headroom = {}, int threads = 1);
 
 /// Re-evaluates `plan` for new values of symbols already bound in it (the same `bound`):
 /// the shapes and attributes that mention a changed symbol. Returns false, leaving `plan`

@@ -270,6 +270,7 @@ void fuse_activations(const fb::Program& p, std::uint32_t g, GraphInfo& info) {
     if (!cpu::kernel_fuses(producer.op, kind)) continue;
     producer.fused_act = kind;
     act.fused_away = true;
+    act.fused_into = static_cast<std::int32_t>(n);
     act.alias_ok = true;
     act.inplace_ok = false;
   }
@@ -339,6 +340,7 @@ void fuse_residual_adds(const fb::Program& p, std::uint32_t g, GraphInfo& info) 
     }
     conv.residual = static_cast<std::int32_t>(s);
     add.fused_away = true;
+    add.fused_into = n;
     add.alias_ok = true;
     add.inplace_ok = false;
     add.alias_input = k;
@@ -353,6 +355,7 @@ void fuse_residual_adds(const fb::Program& p, std::uint32_t g, GraphInfo& info) 
     if (kind == cpu::FusedActivation::kNone || !cpu::kernel_fuses(conv.op, kind)) continue;
     conv.fused_act = kind;
     act.fused_away = true;
+    act.fused_into = n;
     act.alias_ok = true;
     act.inplace_ok = false;
   }
@@ -641,6 +644,7 @@ class ActivationPatterns {
       for (std::uint32_t c : chain) {
         NodeInfo& ni = info_.nodes[c];
         ni.fused_away = true;
+        ni.fused_into = static_cast<std::int32_t>(n);
         ni.alias_ok = true;
         ni.inplace_ok = false;
         // Alias the operand that is x or an earlier node of the pattern (all share x's bytes).
@@ -1153,6 +1157,7 @@ std::vector<NodePlacement> Program::placement(std::uint32_t graph) const {
     pl.segment = ni.segment;
     pl.backend = ni.segment >= 0 && impl_->accelerator != nullptr ? backend_name() : "cpu";
     pl.fused_away = ni.fused_away && !ni.folded;
+    pl.fused_into = pl.fused_away ? ni.fused_into : -1;
     pl.folded_into = ni.folded ? ni.folded_into : -1;
     if (ni.in_blocked != 0 || ni.out_blocked != 0) {
       // The layout of input 0 and output 0 (a follower's operands share its output's).

@@ -48,6 +48,7 @@ struct NodeInfo {
   // and the activation node after it is `fused_away` (its output aliases this one's).
   cpu::FusedActivation fused_act = cpu::FusedActivation::kNone;
   bool fused_away = false;
+  std::int32_t fused_into = -1;  // fused_away: the node whose kernel does this one's work
   // Residual fusion (fuse_residual_adds): this conv2d adds value `residual` to its output
   // before the activation (y = act(conv + bias + residual)), and the add node after it is
   // fused_away, its output sharing this node's bytes through its input `alias_input`.
@@ -84,12 +85,13 @@ struct NodeInfo {
 };
 
 // The op's name, with "+relu" (etc.) when an activation was fused into it: how profiles
-// and Program::placement name a node.
-inline std::string op_label(const NodeInfo& ni) {
+// and Program::placement name a node. `folds` false: as a run with an observer executes it,
+// without the nodes folded into it (those then run on their own).
+inline std::string op_label(const NodeInfo& ni, bool folds = true) {
   std::string name(op_info(ni.op).name);
-  if (ni.gather_lerp >= 0) return "index+lerp";
-  if (ni.scale_mul >= 0) name = "mul+" + name;
-  if (ni.expansion >= 0) name = "conv1x1>" + name;
+  if (folds && ni.gather_lerp >= 0) return "index+lerp";
+  if (folds && ni.scale_mul >= 0) name = "mul+" + name;
+  if (folds && ni.expansion >= 0) name = "conv1x1>" + name;
   if (ni.residual >= 0) name += "+add";
   if (ni.fused_act != cpu::FusedActivation::kNone) name = name + "+" + cpu::activation_name(ni.fused_act);
   return name;

@@ -363,8 +363,8 @@ Status Session::Impl::run_node(Frame& f, std::uint32_t n) {
   const Status st = ni.gather_lerp >= 0 && !options.observer ? run_gather_lerp(f, ni, ctx, out[0]) : ni.kernel(ctx, ins, out, attrs->values);
   if (options.profile) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    // With an observer a gather-lerp add ran as the plain add it is.
-    stats.ops.push_back({ni.gather_lerp >= 0 && options.observer ? std::string(op_info(ni.op).name) : op_label(ni),
+    // With an observer the nodes folded into this one ran on their own: the label leaves them out.
+    stats.ops.push_back({op_label(ni, /*folds=*/!options.observer),
                          debug_location(p, ni.debug).text(), ms});
   }
   if (!st.ok()) {
@@ -894,11 +894,11 @@ Status Session::Impl::sync_states(const GraphPlan& plan) {
 Result<std::unique_ptr<GraphPlan>> Session::Impl::plan_for_state(std::uint32_t g, bool entry,
                                                                  std::span<const std::int64_t> headroom) {
   const bool device_state = entry && prog.accelerator && !options.observer && !state.empty();
-  KILN_ASSIGN_OR_RETURN(auto made, plan_graph(program, g, symbols, bound, entry, device_state, headroom));
+  KILN_ASSIGN_OR_RETURN(auto made, plan_graph(program, g, symbols, bound, entry, device_state, headroom, pool.num_threads()));
   if (!made->device_state_of.empty()) {
     KILN_ASSIGN_OR_RETURN(const bool kept, prepare_device_states(*made));
     if (!kept) {
-      KILN_ASSIGN_OR_RETURN(made, plan_graph(program, g, symbols, bound, entry, false, headroom));
+      KILN_ASSIGN_OR_RETURN(made, plan_graph(program, g, symbols, bound, entry, false, headroom, pool.num_threads()));
     }
   }
   return made;

@@ -98,8 +98,11 @@ struct NodePlacement {
   std::string backend;
   /// The accelerator segment (consecutive nodes run as one submission); -1 on the CPU.
   std::int32_t segment = -1;
-  /// An activation whose work the node before does: it only passes the bytes on.
+  /// An activation (or residual add, or a node of an activation pattern) whose work an
+  /// earlier node's kernel does: it only passes the bytes on.
   bool fused_away = false;
+  /// That earlier node (fused_away); -1 for every other node.
+  std::int32_t fused_into = -1;
   /// A node folded into a later one, which does its work (and this node computes nothing,
   /// unless an observer watches): a squeeze-excitation's mul into the conv after it, a slice
   /// into the matmul reading it, a bilinear interpolation's gathers and lerps into its last

@@ -53,6 +53,15 @@ class PreparedWeights {
 Result<std::unique_ptr<PreparedWeights>> prepare_weights(OpKind op, int index, const TensorView& weight,
                                                          std::span<const AttrValue> attrs, bool blocked = false);
 
+/// Bytes of working memory the kernel of `op` uses for these arguments on `threads` threads
+/// when its caller lends them (KernelContext::workspace; the executor plans them:
+/// GraphPlan::workspace), 0 when it uses none. `in` and `out` need only their shapes (and
+/// constant data); the flags say which of x and y are NCHW8c and whether a fused residual
+/// is stored plain. Today: conv2d on the blocked Winograd kernel.
+std::uint64_t workspace_bytes(OpKind op, const PreparedWeights* prepared, std::span<const TensorView> in,
+                              const TensorView& out, std::span<const AttrValue> attrs, bool in_blocked, bool out_blocked,
+                              bool plain_residual, int threads);
+
 /// A run of `count` elements from element `offset` (C order) of a tensor.
 struct ElementRange {
   std::int64_t offset = 0;

@@ -8,6 +8,7 @@
 #include "backends/cpu/kernels/conv_nchwc_kernels.h"
 #include "backends/cpu/kernels/simd.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/layout_kernels.h"
 
 namespace kiln::cpu {
 namespace {
@@ -81,6 +82,15 @@ Result<std::unique_ptr<PreparedWeights>> prepare_weights(OpKind op, int index, c
                                                          std::span<const AttrValue> attrs, bool blocked) {
   if (op == OpKind::Conv2d && index == 1) return kernels::conv2d_prepare(weight, attrs, blocked);
   return std::unique_ptr<PreparedWeights>();
+}
+
+std::uint64_t workspace_bytes(OpKind op, const PreparedWeights* prepared, std::span<const TensorView> in,
+                              const TensorView& out, std::span<const AttrValue> attrs, bool in_blocked, bool out_blocked,
+                              bool plain_residual, int threads) {
+  if (op == OpKind::Conv2d) {
+    return kernels::conv2d_workspace_bytes(prepared, in, out, attrs, in_blocked, out_blocked, plain_residual, threads);
+  }
+  return 0;
 }
 
 bool updates_in_place(OpKind op) { return op == OpKind::IndexPut; }

@@ -524,6 +524,18 @@ void output_transform(const Run& r, std::int64_t g0, std::int64_t g1, std::int64
   }
 }
 
+// What a run's buffers depend on besides its schedule.
+struct BufferGeometry {
+  const PackedWinograd* w;
+  int values, side;  // transformed values per tile, output tile side
+  bool x_blocked;
+  std::int64_t x_w;
+  bool direct;  // the output transform writes y itself
+  std::int64_t tiles_w;
+};
+
+BufferGeometry geometry_of(const Run& r) { return {&r.w, r.values, r.side, r.x.blocked, r.x.w, r.direct, r.tiles_w}; }
+
 // A unit's buffer: V of `tiles` tiles, M and (streamed) U of `pass` block groups, the
 // rows of a plain input packed as blocks, the output scratch (a run's tile row and a
 // finished row). In floats, with the parts' strides.
@@ -531,25 +543,61 @@ struct UnitBuffer {
   std::int64_t v_xi, m_xi, u_xi, rows_floats, scratch_floats, floats;
 };
 
-UnitBuffer unit_buffer(const Run& r, std::int64_t tiles, std::int64_t pass, bool streamed) {
-  const PackedWinograd& w = r.w;
+UnitBuffer unit_buffer(const BufferGeometry& g, std::int64_t tiles, std::int64_t pass, bool streamed) {
+  const PackedWinograd& w = *g.w;
   UnitBuffer b;
   b.v_xi = xi_stride(tiles * w.in_blocks * kBlock);
   b.m_xi = xi_stride(tiles * pass * w.width * kBlock);
   b.u_xi = streamed ? xi_stride(pass * w.width * 64 * w.in_blocks) : 0;
-  b.rows_floats = r.x.blocked ? 0 : r.in_side * r.x.w * kBlock;
-  b.scratch_floats = r.direct ? 0 : (r.side + 1) * r.side * (r.tiles_w + 1) * kBlock;
-  b.floats = r.values * (b.v_xi + b.m_xi + b.u_xi) + b.rows_floats + b.scratch_floats;
+  b.rows_floats = g.x_blocked ? 0 : (g.side + 2) * g.x_w * kBlock;
+  b.scratch_floats = g.direct ? 0 : (g.side + 1) * g.side * (g.tiles_w + 1) * kBlock;
+  b.floats = g.values * (b.v_xi + b.m_xi + b.u_xi) + b.rows_floats + b.scratch_floats;
   return b;
 }
 
 // The largest unit's buffer under `sched` (xi_stride grows with its argument: the most
 // tiles a group holds, the longest pass a chunk makes), rounded to 64 bytes.
-std::int64_t max_unit_floats(const Run& r, const Schedule& sched, bool streamed) {
-  const std::int64_t qs = r.w.block_groups();
+std::int64_t max_unit_floats(const BufferGeometry& g, const Schedule& sched, bool streamed) {
+  const std::int64_t qs = g.w->block_groups();
   const std::int64_t tiles = ceil_div(sched.tiles, sched.groups);
   const std::int64_t pass = std::min(sched.pass_groups, ceil_div(qs, sched.chunks));
-  return (unit_buffer(r, tiles, pass, streamed).floats + 15) / 16 * 16;
+  return (unit_buffer(g, tiles, pass, streamed).floats + 15) / 16 * 16;
+}
+
+// A run's memory: its schedule, whether it makes a U for the run (kStreamed, several tile
+// groups, a small U: transformed once over the pool instead of by every tile group), and
+// one buffer (slot) per thread that can have work. `shrink`: make_schedule's.
+struct BufferLayout {
+  Schedule sched;
+  bool run_u = false;
+  std::int64_t slot_floats = 0, u_floats = 0;
+  int slots = 0;
+  std::uint64_t slot_bytes() const { return static_cast<std::uint64_t>(slot_floats * slots) * 4; }
+  std::uint64_t bytes() const { return slot_bytes() + (run_u ? static_cast<std::uint64_t>(u_floats) * 4 : 0); }
+};
+
+BufferLayout buffer_layout(const BufferGeometry& g, std::int64_t cin, std::int64_t tiles, int threads, bool whole,
+                           int shrink) {
+  const PackedWinograd& w = *g.w;
+  BufferLayout l;
+  const Schedule first = make_schedule(g.values, cin, tiles, w.block_groups(), w.width, threads, !whole);
+  l.run_u = !whole && first.groups > 1 && g.values * w.u_stride * 4 <= kRunUBytes;
+  l.u_floats = (g.values * w.u_stride + 15) / 16 * 16;
+  const bool streamed = !whole && !l.run_u;
+  l.sched = make_schedule(g.values, cin, tiles, w.block_groups(), w.width, threads, streamed, shrink);
+  l.slot_floats = max_unit_floats(g, l.sched, streamed);
+  l.slots = static_cast<int>(std::min<std::int64_t>(threads, l.sched.groups * l.sched.chunks));
+  return l;
+}
+
+// The same without a U for the run (no memory for one): streamed per pass.
+BufferLayout streamed_layout(const BufferGeometry& g, std::int64_t cin, std::int64_t tiles, int threads) {
+  const PackedWinograd& w = *g.w;
+  BufferLayout l;
+  l.sched = make_schedule(g.values, cin, tiles, w.block_groups(), w.width, threads, true);
+  l.slot_floats = max_unit_floats(g, l.sched, true);
+  l.slots = static_cast<int>(std::min<std::int64_t>(threads, l.sched.groups * l.sched.chunks));
+  return l;
 }
 
 // One unit: tile group g, block groups of chunk `chunk`, in `slot` (at least
@@ -561,7 +609,7 @@ bool run_unit(const Run& r, std::int64_t g, std::int64_t chunk, float* slot) {
   const std::int64_t q0 = chunk * qs / r.sched.chunks, q1 = (chunk + 1) * qs / r.sched.chunks;
   const std::int64_t b1 = std::min(w.out_blocks, q1 * w.width);
   const std::int64_t pass = std::min(r.sched.pass_groups, q1 - q0);
-  const UnitBuffer ub = unit_buffer(r, tiles, pass, r.u == nullptr);
+  const UnitBuffer ub = unit_buffer(geometry_of(r), tiles, pass, r.u == nullptr);
   const std::int64_t v_xi = ub.v_xi, m_xi = ub.m_xi, u_xi = ub.u_xi, rows_floats = ub.rows_floats;
   const bool streamed = r.u == nullptr;
   float* buf = slot != nullptr ? slot : t_buffer.get(ub.floats);
@@ -725,54 +773,29 @@ Status conv2d_winograd_tile(const WinogradKernels& kernels, WinogradTile wanted,
           e.act != FusedActivation::kNone && tile_act == TileActivation::kNone,
           whole ? w.u(0, 0) : nullptr,
           w.u_stride};
-  // kStreamed: several tile groups would each transform every block group again; a small
-  // U is transformed once for the run instead (over the pool; then the cached schedule).
-  const bool want_run_u = !whole && sched.groups > 1 && values * w.u_stride * 4 <= kRunUBytes;
-  const std::int64_t u_floats = (values * w.u_stride + 15) / 16 * 16;
-  // The memory: the threads' buffers (slots, one per thread that can have work) and the
-  // run's U, from the workspace when it holds them (with smaller buffers if need be), else
-  // from the threads' own buffers.
-  struct Layout {
-    Schedule sched;
-    bool run_u = false;
-    std::int64_t slot_floats = 0;
-    int slots = 0;
-    std::uint64_t slot_bytes() const { return static_cast<std::uint64_t>(slot_floats * slots) * 4; }
-  };
-  auto layout = [&](bool run_u, int shrink) {
-    Layout l;
-    l.run_u = run_u;
-    l.sched = make_schedule(values, s.in_channels, tiles, w.block_groups(), w.width, pool.num_threads(),
-                            !whole && !run_u, shrink);
-    l.slot_floats = max_unit_floats(run, l.sched, !whole && !run_u);
-    l.slots = static_cast<int>(std::min<std::int64_t>(pool.num_threads(), l.sched.groups * l.sched.chunks));
-    return l;
-  };
+  // The memory: the threads' buffers (slots) and the U made for the run, from the
+  // workspace when it holds them (with smaller buffers if need be), else from the threads'
+  // own buffers.
+  const BufferGeometry geometry = geometry_of(run);
   const bool aligned = reinterpret_cast<std::uintptr_t>(workspace.data()) % 64 == 0;
   const std::uint64_t ws_bytes = aligned ? workspace.size() : 0;
-  auto needs = [&](const Layout& l) {
-    return l.slot_bytes() + (l.run_u ? static_cast<std::uint64_t>(u_floats) * 4 : 0);
-  };
-  Layout chosen = layout(want_run_u, 0);
-  for (int shrink = 1; ws_bytes > 0 && needs(chosen) > ws_bytes && shrink <= kMaxShrink; ++shrink) {
-    Layout smaller = layout(want_run_u, shrink);
-    if (needs(smaller) <= ws_bytes) chosen = smaller;
+  BufferLayout chosen = buffer_layout(geometry, s.in_channels, tiles, pool.num_threads(), whole, 0);
+  for (int shrink = 1; ws_bytes > 0 && chosen.bytes() > ws_bytes && shrink <= kMaxShrink; ++shrink) {
+    const BufferLayout smaller = buffer_layout(geometry, s.in_channels, tiles, pool.num_threads(), whole, shrink);
+    if (smaller.bytes() <= ws_bytes) chosen = smaller;
   }
   // Nothing fits: the first layout, its slots in the workspace if they fit there.
-  if (needs(chosen) > ws_bytes) chosen = layout(want_run_u, 0);
+  if (chosen.bytes() > ws_bytes) chosen = buffer_layout(geometry, s.in_channels, tiles, pool.num_threads(), whole, 0);
   const bool slots_in_ws = ws_bytes > 0 && chosen.slot_bytes() <= ws_bytes;
-  const bool u_in_ws = ws_bytes > 0 && needs(chosen) <= ws_bytes;
-  // Carved from the workspace's end (the slots, then U; all multiples of 64 bytes): the
-  // top of the arena is where the free stretches of consecutive layers coincide, so a
-  // thread's buffer keeps its address, in its core's cache, from one layer to the next
-  // (resnet18 at 2 threads: ~4 % faster than carving from the start, as fast as the
-  // threads' own buffers). Thread t takes slot t when it is free.
-  const std::uint64_t used = u_in_ws ? needs(chosen) : slots_in_ws ? chosen.slot_bytes() : 0;
-  float* const carved =
-      used > 0 ? reinterpret_cast<float*>(workspace.data() + (workspace.size() - used) / 64 * 64) : nullptr;
-  float* slot_base = slots_in_ws ? carved : nullptr;
+  const bool u_in_ws = ws_bytes > 0 && chosen.bytes() <= ws_bytes;
+  // Carved from the workspace's start, the slots first (all multiples of 64 bytes): a
+  // workspace the executor planned for this node (GraphPlan::workspace) starts where the
+  // planner put every such node's (the arena's lowest free offset), so thread t's buffer
+  // (slot t) keeps its address, in its core's cache, from one layer to the next.
+  float* const carved = slots_in_ws ? reinterpret_cast<float*>(workspace.data()) : nullptr;
+  float* slot_base = carved;
   if (chosen.run_u) {
-    float* run_u = u_in_ws ? carved + chosen.slot_floats * chosen.slots : t_run_u.get(u_floats);
+    float* run_u = u_in_ws ? carved + chosen.slot_floats * chosen.slots : t_run_u.get(chosen.u_floats);
     if (run_u != nullptr) {
       const auto fn = kernels.transforms[static_cast<int>(tile)].weights;
       pool.parallel_for(w.block_groups(), 1, [&](std::int64_t q0, std::int64_t q1) {
@@ -783,7 +806,7 @@ Status conv2d_winograd_tile(const WinogradKernels& kernels, WinogradTile wanted,
       });
       run.u = run_u;
     } else {  // no memory for it: streamed after all, in the threads' own buffers
-      chosen = layout(false, 0);
+      chosen = streamed_layout(geometry, s.in_channels, tiles, pool.num_threads());
       slot_base = nullptr;
     }
   }
@@ -800,6 +823,20 @@ Status conv2d_winograd_tile(const WinogradKernels& kernels, WinogradTile wanted,
   });
   if (failed.load()) return Status(StatusCode::kUnavailable, kOp + std::string("out of memory for the tile buffers"));
   return Status::Ok();
+}
+
+std::uint64_t winograd_workspace_bytes(const WinogradWeights& weights, const ConvShape& s, const Act& x, const Act& y,
+                                       bool plain_residual, int threads) {
+  const auto& w = static_cast<const PackedWinograd&>(weights);
+  if (x.n <= 0 || y.h <= 0 || y.w <= 0 || threads < 1) return 0;
+  // kCached: the first run makes the whole U for the tile it asks (winograd_tile's).
+  WinogradTile tile = winograd_tile(s, y.n, y.h, y.w, threads);
+  const bool whole = w.mode == WinogradWeightMode::kCached;
+  if (WinogradTile made = tile; whole && w.made(&made)) tile = made;  // a later run: the tile made
+  const int side = winograd_out_side(tile);
+  const std::int64_t tiles_w = ceil_div(y.w, side), tiles = x.n * ceil_div(y.h, side) * tiles_w;
+  const BufferGeometry g{&w, winograd_values(tile), side, x.blocked, x.w, y.blocked && !plain_residual, tiles_w};
+  return buffer_layout(g, s.in_channels, tiles, threads, whole, 0).bytes();
 }
 
 // ---------------------------------------------------------------------------------------

@@ -306,6 +306,26 @@ Status conv2d_after_expansion(KernelContext& ctx, const FoldedConv& fc, std::spa
 
 }  // namespace
 
+std::uint64_t conv2d_workspace_bytes(const PreparedWeights* prepared_weights, std::span<const TensorView> in,
+                                     const TensorView& out, std::span<const AttrValue> attrs, bool in_blocked,
+                                     bool out_blocked, bool plain_residual, int threads) {
+  const auto* prepared = static_cast<const ConvWeights*>(prepared_weights);
+  if (prepared == nullptr || prepared->nchwc_winograd == nullptr || in.size() < 2) return 0;
+  const TensorView& w = in[1];
+  if (w.rank != 4 || attrs.size() < 4 || attrs[3].type != AttrType::kInt) return 0;
+  auto x = blocked_operand("conv2d", "x", in[0], in_blocked, w.shape[1] * attrs[3].i);
+  auto y = blocked_operand("conv2d", "out", out, out_blocked, w.shape[0]);
+  if (!x.ok() || !y.ok()) return 0;
+  // conv2d_blocked's choice: the same checks, the same cost rule.
+  std::vector<TensorView> logical(in.begin(), in.end());
+  logical[0] = x->logical;
+  ConvCheck check;
+  if (!conv2d_check(logical, y->logical, attrs, check).ok() || !same_conv(prepared->nchwc_shape, check.shape)) return 0;
+  const nc::ConvShape& s = check.shape;
+  if (!nc::winograd_supported(s) || !nc::winograd_preferred(s, y->act.n, y->act.h, y->act.w, threads)) return 0;
+  return nc::winograd_workspace_bytes(*prepared->nchwc_winograd, s, x->act, y->act, plain_residual, threads);
+}
+
 Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in_span, std::span<TensorView> out,
                       std::span<const AttrValue> attrs) {
   if (const FoldedConv* fc = ctx.folded_conv(); fc != nullptr) return conv2d_after_expansion(ctx, *fc, in_span, out, attrs);

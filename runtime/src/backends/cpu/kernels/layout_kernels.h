@@ -31,6 +31,12 @@ Status run_plain(KernelFn plain, KernelContext& ctx, std::span<const TensorView>
 /// weights prepared at load (ConvWeights::nchwc_*), else the plain kernel via run_plain.
 Status conv2d_blocked(KernelContext& ctx, std::span<const TensorView> in, std::span<TensorView> out,
                       std::span<const AttrValue> attrs);
+/// The workspace conv2d_blocked would use for these arguments on `threads` threads
+/// (nchwc::winograd_workspace_bytes when it takes Winograd; else 0). Only shapes, the
+/// constant weight and attributes are read.
+std::uint64_t conv2d_workspace_bytes(const PreparedWeights* prepared, std::span<const TensorView> in,
+                                     const TensorView& out, std::span<const AttrValue> attrs, bool in_blocked,
+                                     bool out_blocked, bool plain_residual, int threads);
 /// max_pool2d, avg_pool2d, adaptive_avg_pool2d or mean (over H and W) with a blocked input
 /// or output.
 Status pool_blocked(OpKind op, KernelFn plain, KernelContext& ctx, std::span<const TensorView> in,

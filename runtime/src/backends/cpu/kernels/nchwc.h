@@ -154,6 +154,12 @@ Result<std::unique_ptr<WinogradWeights>> prepare_winograd(const float* w, const 
 /// its own; what it does not cover comes from the threads' own buffers.
 Status conv2d_winograd(const Act& x, const WinogradWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,
                        ThreadPool& pool, std::span<std::byte> workspace = {});
+/// The workspace a conv2d_winograd run with these arguments on `threads` threads uses whole
+/// (its threads' buffers and the transformed weights it makes for the run): what a caller
+/// that lends memory (GraphPlan::workspace) reserves for it. Only x's and y's extents and
+/// layouts matter; `plain_residual`: a residual is fused and stored plain.
+std::uint64_t winograd_workspace_bytes(const WinogradWeights& w, const ConvShape& s, const Act& x, const Act& y,
+                                       bool plain_residual, int threads);
 Status conv2d_depthwise(const Act& x, const DepthwiseWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,
                         ThreadPool& pool);
 /// y = conv2d_depthwise(act(conv1x1(x) + bias)) without the 1x1 convolution's output: an

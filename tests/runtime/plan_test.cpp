@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "executor/memory_plan.h"
 #include "executor/plan.h"
 #include "kiln/export/serialize.h"
 #include "kiln/runtime/program.h"
@@ -60,6 +61,31 @@ Chain chain_program(Expr size_of_b) {
   p.outputs.push_back({"e", false, DType::kF32, {S0}, {}});
   p.outputs.push_back({"r", false, DType::kF32, {S0}, {}});
   return out;
+}
+
+// plan_memory keeps the smaller of two greedy placements. Largest first puts A (short-lived)
+// at 0, M1 at 0, and then the long-lived L above A: M2 no longer fits beside them (360
+// units). Longest-lived first puts L at 0 and everything else above it: 310 units, the
+// most bytes alive at one step (L + M1 + M2).
+TEST(PlanMemory, ShortLivedBuffersPackAboveALongLivedOne) {
+  constexpr std::uint64_t u = kArenaAlignment;
+  const std::vector<BufferRequest> requests = {
+      {200 * u, 0, 0},  // A
+      {100 * u, 0, 2},  // L
+      {150 * u, 1, 1},  // M1
+      {60 * u, 1, 1},   // M2
+  };
+  const MemoryPlan mp = plan_memory(requests);
+  EXPECT_EQ(mp.arena_bytes, 310 * u);
+  EXPECT_EQ(mp.naive_bytes, 510 * u);
+  for (std::size_t a = 0; a < requests.size(); ++a) {
+    EXPECT_LE(mp.offsets[a] + requests[a].bytes, mp.arena_bytes);
+    for (std::size_t b = a + 1; b < requests.size(); ++b) {
+      const bool together = requests[a].first <= requests[b].last && requests[b].first <= requests[a].last;
+      const bool apart = mp.offsets[a] + requests[a].bytes <= mp.offsets[b] || mp.offsets[b] + requests[b].bytes <= mp.offsets[a];
+      EXPECT_TRUE(!together || apart) << "requests " << a << " and " << b << " overlap";
+    }
+  }
 }
 
 TEST(PlanGraph, ReshapesAndElementwiseOpsShareOneBuffer) {

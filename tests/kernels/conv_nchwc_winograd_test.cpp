@@ -771,6 +771,49 @@ TEST(NchwcWinograd, AWorkspaceHoldsTheBuffersAndChangesNoOutput) {
   }
 }
 
+// winograd_workspace_bytes: what a run takes from a workspace as large as it asks (its
+// threads' buffers, and the U it makes for the run), and 0 for a layer whose per-thread
+// buffers are small enough to stay the threads' own (in their cores' L2).
+TEST(NchwcWinograd, WorkspaceBytesAreWhatARunTakes) {
+  const float canary = std::bit_cast<float>(0x7fc0beefu);
+  struct Layer {
+    Case c;
+    int threads;
+    bool planned;
+  };
+  const Layer layers[] = {
+      {{1, 256, 256, 14, 14, 1, 1}, 2, true},  // resnet's 256@14: ~1.2 MB a thread
+      {{1, 64, 64, 56, 56, 1, 1}, 2, true},    // resnet's 64@56, with a U for the run
+      {{1, 16, 64, 13, 13, 1, 1}, 2, false},   // a small expand conv: its own buffers
+  };
+  for (const Layer& layer : layers) {
+    const Case& c = layer.c;
+    SCOPED_TRACE(describe(c, {.threads = layer.threads}));
+    std::mt19937 rng(77);
+    const std::vector<float> w = uniform(rng, c.cout * c.cin * 9), x = uniform(rng, c.n * c.cin * c.h * c.w);
+    const ConvShape s = shape_of(c);
+    auto prepared = prepare_winograd(w.data(), s);
+    ASSERT_TRUE(prepared.ok());
+    const Stored xs(x, c.n, c.cin, c.h, c.w, true);
+    Stored ys(std::vector<float>(static_cast<std::size_t>(c.n * c.cout * out_h(c) * out_w(c))), c.n, c.cout, out_h(c),
+              out_w(c), true);
+    const std::uint64_t bytes = winograd_workspace_bytes(**prepared, s, xs.act(), ys.act(), false, layer.threads);
+    EXPECT_EQ(bytes > 0, layer.planned) << bytes;
+    if (bytes == 0) continue;
+    EXPECT_EQ(bytes % 64, 0u);
+    // A run given exactly that much uses it, from its start, and nothing past it.
+    std::vector<float> ws(bytes / 4 + 64, canary);
+    auto* base = reinterpret_cast<std::byte*>(ws.data());
+    const std::size_t skip = (64 - reinterpret_cast<std::uintptr_t>(base) % 64) % 64;
+    base += skip;
+    ASSERT_TRUE(conv2d_winograd(xs.act(), **prepared, s, {}, ys.act(), pool_for(layer.threads), {base, bytes}).ok());
+    EXPECT_NE(std::bit_cast<std::uint32_t>(reinterpret_cast<float*>(base)[0]), 0x7fc0beefu) << "slot 0 unused";
+    for (std::size_t k = (skip + bytes) / 4; k < ws.size(); ++k) {
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(ws[k]), 0x7fc0beefu) << "float " << k << " past the workspace";
+    }
+  }
+}
+
 TEST(WorkspaceSlots, EachBodyGetsItsOwnSlotItsThreadsFirst) {
   std::vector<float> memory(3 * 32);
   WorkspaceSlots slots(memory.data(), 32, 3);

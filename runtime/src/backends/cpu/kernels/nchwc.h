@@ -156,8 +156,10 @@ Status conv2d_winograd(const Act& x, const WinogradWeights& w, const ConvShape& 
                        ThreadPool& pool, std::span<std::byte> workspace = {});
 /// The workspace a conv2d_winograd run with these arguments on `threads` threads uses whole
 /// (its threads' buffers and the transformed weights it makes for the run): what a caller
-/// that lends memory (GraphPlan::workspace) reserves for it. Only x's and y's extents and
-/// layouts matter; `plain_residual`: a residual is fused and stored plain.
+/// that lends memory (GraphPlan::workspace) reserves for it; 0 when a thread's buffer is
+/// small enough to stay in its core's L2 from layer to layer (it is then the thread's own).
+/// Only x's and y's extents and layouts matter; `plain_residual`: a residual is fused and
+/// stored plain.
 std::uint64_t winograd_workspace_bytes(const WinogradWeights& w, const ConvShape& s, const Act& x, const Act& y,
                                        bool plain_residual, int threads);
 Status conv2d_depthwise(const Act& x, const DepthwiseWeights& w, const ConvShape& s, const Epilogue& e, const Act& y,

@@ -1,9 +1,13 @@
 // Indexing (embedding, gather, index_select, index) and data-dependent kernels (nonzero,
 // masked_select, item).
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "backends/cpu/kernels/kernels.h"
 #include "kernel_testutil.h"
 
 namespace kiln::cpu::testing {
@@ -235,6 +239,131 @@ TEST(IndexKernel, LargeGathersOnEveryThreadCount) {
       EXPECT_TRUE(out.canary_intact());
     }
   }
+}
+
+// gather_lerp2 (the executor's fused bilinear interpolation, executor/program.cpp): out =
+// top + (bottom - top) * w2, top = g0 + (g1 - g0) * w0, bottom = g2 + (g3 - g2) * w1, each g
+// a gather on x's last two dims. The separable path (upsampling: one row index per output
+// row, one column index per output column) and the general one (taken when the gathers do
+// not share their row index tensors) against a double reference, on 1 and 2 threads; then
+// every check a program that lied about its shapes would reach.
+struct LerpCase {
+  Tensor x, ya, yc, xa, xc, w0, w2;
+  std::int64_t oh, ow;
+};
+
+LerpCase lerp_case(std::mt19937& rng) {
+  LerpCase c;
+  const std::int64_t h = 6, w = 7;
+  c.oh = 11, c.ow = 13;
+  c.x = Tensor::random(DType::kF32, {2, 3, h, w}, rng);
+  c.ya = Tensor(DType::kI64, {c.oh, 1});
+  c.yc = Tensor(DType::kI64, {c.oh, 1});
+  c.w2 = Tensor(DType::kF32, {c.oh, 1});
+  for (std::int64_t by = 0; by < c.oh; ++by) {
+    const double src = (static_cast<double>(by) + 0.5) * h / static_cast<double>(c.oh) - 0.5;
+    const auto lo = static_cast<std::int64_t>(std::max(0.0, std::floor(src)));
+    c.ya.set(by, static_cast<double>(lo));
+    c.yc.set(by, static_cast<double>(std::min(lo + 1, h - 1)));
+    c.w2.set(by, std::max(0.0, src - static_cast<double>(lo)));
+  }
+  c.xa = Tensor(DType::kI64, {1, c.ow});
+  c.xc = Tensor(DType::kI64, {1, c.ow});
+  c.w0 = Tensor(DType::kF32, {1, c.ow});
+  for (std::int64_t bx = 0; bx < c.ow; ++bx) {
+    const double src = (static_cast<double>(bx) + 0.5) * w / static_cast<double>(c.ow) - 0.5;
+    const auto lo = static_cast<std::int64_t>(std::max(0.0, std::floor(src)));
+    c.xa.set(bx, static_cast<double>(lo));
+    c.xc.set(bx, static_cast<double>(std::min(lo + 1, w - 1)));
+    c.w0.set(bx, std::max(0.0, src - static_cast<double>(lo)));
+  }
+  return c;
+}
+
+std::vector<double> lerp_reference(const LerpCase& c) {
+  const Shape& xs = c.x.shape();
+  std::vector<double> out;
+  for (std::int64_t p = 0; p < xs[0] * xs[1]; ++p) {
+    for (std::int64_t by = 0; by < c.oh; ++by) {
+      for (std::int64_t bx = 0; bx < c.ow; ++bx) {
+        auto g = [&](const Tensor& r, const Tensor& col) {
+          return c.x.at((p * xs[2] + static_cast<std::int64_t>(r.at(by))) * xs[3] + static_cast<std::int64_t>(col.at(bx)));
+        };
+        const double top = g(c.ya, c.xa) + (g(c.ya, c.xc) - g(c.ya, c.xa)) * c.w0.at(bx);
+        const double bottom = g(c.yc, c.xa) + (g(c.yc, c.xc) - g(c.yc, c.xa)) * c.w0.at(bx);
+        out.push_back(top + (bottom - top) * c.w2.at(by));
+      }
+    }
+  }
+  return out;
+}
+
+TEST(GatherLerp2Kernel, SeparableAndGeneralPathsMatchTheReference) {
+  std::mt19937 rng(2024);
+  const LerpCase c = lerp_case(rng);
+  const std::vector<double> want = lerp_reference(c);
+  const std::int64_t dims[] = {2, 3};
+  const Tensor ya_copy = Tensor::of(DType::kI64, c.ya.shape(), c.ya.values());
+  for (bool separable : {true, false}) {
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(separable ? "separable" : "general") + ", threads " + std::to_string(threads));
+      const TensorView g0[] = {c.ya.view(), c.xa.view()}, g1[] = {(separable ? c.ya : ya_copy).view(), c.xc.view()};
+      const TensorView g2[] = {c.yc.view(), c.xa.view()}, g3[] = {c.yc.view(), c.xc.view()};
+      Tensor out(DType::kF32, {2, 3, c.oh, c.ow});
+      TensorView ov = out.view();
+      PoolContext ctx(threads);
+      const Status st = kernels::gather_lerp2(ctx, c.x.view(), dims, {g0, g1, g2, g3}, {c.w0.view(), c.w0.view(), c.w2.view()}, ov);
+      ASSERT_TRUE(st.ok()) << st.message();
+      EXPECT_TRUE(all_close(out, want, 1e-5, 1e-6));
+      EXPECT_TRUE(out.canary_intact());
+    }
+  }
+}
+
+TEST(GatherLerp2Kernel, ShapesThatDisagreeAtRunTimeAreTheBundlesError) {
+  std::mt19937 rng(7);
+  const LerpCase c = lerp_case(rng);
+  const std::int64_t dims[] = {2, 3};
+  const TensorView g0[] = {c.ya.view(), c.xa.view()}, g1[] = {c.ya.view(), c.xc.view()};
+  const TensorView g2[] = {c.yc.view(), c.xa.view()};
+  Tensor out(DType::kF32, {2, 3, c.oh, c.ow});
+  TensorView ov = out.view();
+  TestContext ctx;
+  // A gather whose column index has one column fewer.
+  const Tensor narrow(DType::kI64, {1, c.ow - 1});
+  const TensorView g3_narrow[] = {c.yc.view(), narrow.view()};
+  EXPECT_TRUE(fails_with(kernels::gather_lerp2(ctx, c.x.view(), dims, {g0, g1, g2, g3_narrow}, {c.w0.view(), c.w0.view(), c.w2.view()}, ov),
+                         StatusCode::kInvalidBundle, "index", "have index shapes that differ at run time"));
+  const TensorView g3[] = {c.yc.view(), c.xc.view()};
+  // An output of another shape.
+  Tensor small(DType::kF32, {2, 3, c.oh, c.ow - 1});
+  TensorView sv = small.view();
+  EXPECT_TRUE(fails_with(kernels::gather_lerp2(ctx, c.x.view(), dims, {g0, g1, g2, g3}, {c.w0.view(), c.w0.view(), c.w2.view()}, sv),
+                         StatusCode::kInvalidBundle, "index", "out.shape=[2, 3, 11, 12] does not match the gathers of x.shape=[2, 3, 6, 7]"));
+  // A weight of a higher rank than the output, and one that does not broadcast.
+  const Tensor deep(DType::kF32, {1, 1, 1, 1, c.ow});
+  EXPECT_TRUE(fails_with(kernels::gather_lerp2(ctx, c.x.view(), dims, {g0, g1, g2, g3}, {deep.view(), c.w0.view(), c.w2.view()}, ov),
+                         StatusCode::kInvalidBundle, "index", "a fused bilinear interpolation's weight of rank 5 for out.shape=[2, 3, 11, 13]"));
+  const Tensor odd(DType::kF32, {1, 5});
+  EXPECT_TRUE(fails_with(kernels::gather_lerp2(ctx, c.x.view(), dims, {g0, g1, g2, g3}, {c.w0.view(), odd.view(), c.w2.view()}, ov),
+                         StatusCode::kInvalidBundle, "index", "weight.shape=[1, 5] does not broadcast over the index dims"));
+  const Tensor per_plane(DType::kF32, {3, 1, 1});  // sized along x's channels, before the indexed dims
+  EXPECT_TRUE(fails_with(kernels::gather_lerp2(ctx, c.x.view(), dims, {g0, g1, g2, g3}, {c.w0.view(), c.w0.view(), per_plane.view()}, ov),
+                         StatusCode::kInvalidBundle, "index", "does not broadcast over the index dims"));
+  // An index out of range: the index kernel's own check.
+  Tensor far = Tensor::of(DType::kI64, c.xc.shape(), c.xc.values());
+  far.set(4, 7.0);
+  const TensorView g3_far[] = {c.yc.view(), far.view()};
+  const Status st = kernels::gather_lerp2(ctx, c.x.view(), dims, {g0, g1, g2, g3_far}, {c.w0.view(), c.w0.view(), c.w2.view()}, ov);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("7"), std::string::npos) << st.message();
+  // Not f32, or dims that are not x's last ones: an inconsistent program.
+  const Tensor xi(DType::kI32, {2, 3, 6, 7});
+  EXPECT_EQ(kernels::gather_lerp2(ctx, xi.view(), dims, {g0, g1, g2, g3}, {c.w0.view(), c.w0.view(), c.w2.view()}, ov).code(),
+            StatusCode::kInternal);
+  const std::int64_t early[] = {1, 2};
+  EXPECT_EQ(kernels::gather_lerp2(ctx, c.x.view(), early, {g0, g1, g2, g3}, {c.w0.view(), c.w0.view(), c.w2.view()}, ov).code(),
+            StatusCode::kInternal);
 }
 
 TEST(NonzeroKernel, AllocatesIndicesOfNonzeroElements) {

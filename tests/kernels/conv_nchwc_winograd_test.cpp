@@ -781,23 +781,25 @@ TEST(NchwcWinograd, WorkspaceBytesAreWhatARunTakes) {
     Case c;
     int threads;
     bool planned;
+    bool blocked = true;
   };
   const Layer layers[] = {
-      {{1, 256, 256, 14, 14, 1, 1}, 2, true},  // resnet's 256@14: ~1.2 MB a thread
-      {{1, 64, 64, 56, 56, 1, 1}, 2, true},    // resnet's 64@56, with a U for the run
-      {{1, 16, 64, 13, 13, 1, 1}, 2, false},   // a small expand conv: its own buffers
+      {{1, 256, 256, 14, 14, 1, 1}, 2, true},         // resnet's 256@14: ~1.2 MB a thread
+      {{1, 64, 64, 56, 56, 1, 1}, 2, true},           // resnet's 64@56, with a U for the run
+      {{1, 16, 64, 13, 13, 1, 1}, 2, false},          // a small expand conv: its own buffers
+      {{3, 256, 256, 14, 14, 1, 1}, 1, true, false},  // plain x and y (a blocked-kernel conv)
   };
   for (const Layer& layer : layers) {
     const Case& c = layer.c;
-    SCOPED_TRACE(describe(c, {.threads = layer.threads}));
+    SCOPED_TRACE(describe(c, {.in_blocked = layer.blocked, .out_blocked = layer.blocked, .threads = layer.threads}));
     std::mt19937 rng(77);
     const std::vector<float> w = uniform(rng, c.cout * c.cin * 9), x = uniform(rng, c.n * c.cin * c.h * c.w);
     const ConvShape s = shape_of(c);
     auto prepared = prepare_winograd(w.data(), s);
     ASSERT_TRUE(prepared.ok());
-    const Stored xs(x, c.n, c.cin, c.h, c.w, true);
+    const Stored xs(x, c.n, c.cin, c.h, c.w, layer.blocked);
     Stored ys(std::vector<float>(static_cast<std::size_t>(c.n * c.cout * out_h(c) * out_w(c))), c.n, c.cout, out_h(c),
-              out_w(c), true);
+              out_w(c), layer.blocked);
     const std::uint64_t bytes = winograd_workspace_bytes(**prepared, s, xs.act(), ys.act(), false, layer.threads);
     EXPECT_EQ(bytes > 0, layer.planned) << bytes;
     if (bytes == 0) continue;

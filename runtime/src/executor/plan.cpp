@@ -423,8 +423,7 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const s
     const bool plain_residual = ni.residual >= 0 && !info.values[static_cast<std::size_t>(ni.residual)].blocked;
     const std::uint64_t want =
         cpu::workspace_bytes(ni.op, ni.prepared, ins, plan.views[ni.outputs[0]], plan.attrs[n].values,
-                             (ni.in_blocked & 1u) != 0 || ni.blocked_kernel, (ni.out_blocked & 1u) != 0 || ni.blocked_kernel,
-                             plain_residual, threads);
+                             (ni.in_blocked & 1u) != 0, (ni.out_blocked & 1u) != 0, plain_residual, threads);
     if (want == 0 || want >= kUnplannableBytes) continue;
     workspace_buffer.emplace_back(n, buffers.size());
     buffers.push_back({want, static_cast<std::int32_t>(n), static_cast<std::int32_t>(n)});

@@ -403,6 +403,37 @@ TEST_F(ZipReader, HugeDirectoriesAreRefusedBeforeTheyAreRead) {
       << zeros.status().message();
 }
 
+// A file that shrinks after it was opened (rewritten in place, truncated by another
+// process): a member read then finds its bytes or its local header gone, and says so.
+TEST_F(ZipReader, AFileThatShrinksAfterOpeningGivesErrorsNotGarbage) {
+  std::string big(200000, ' ');  // random: deflate cannot shrink it below the cut
+  std::mt19937 rng(5);
+  for (char& c : big) c = static_cast<char>(rng() & 0xFF);
+  for (bool stored : {true, false}) {
+    SCOPED_TRACE(stored ? "stored" : "deflated");
+    const std::string path = (dir_ / (stored ? "shrinks_stored.zip" : "shrinks_deflated.zip")).string();
+    ASSERT_TRUE(testing::write_zip(path, {{"a", big}, {"b", "small"}}, stored));
+    auto zip = ZipArchive::open(path);
+    ASSERT_TRUE(zip.ok()) << zip.status().message();
+    EXPECT_EQ(read_member(**zip, "b"), "small");
+    // Cut inside member a's data: its local header is still there, its bytes are not.
+    ASSERT_EQ(::truncate(path.c_str(), 1000), 0);
+    auto a = (*zip)->read("a", 1 << 20);
+    ASSERT_FALSE(a.ok());
+    EXPECT_EQ(a.status().code(), StatusCode::kInvalidBundle);
+    EXPECT_EQ(a.status().message(), "'" + path + "': archive member 'a' is corrupt: its bytes cannot be read");
+    // Cut before every local header.
+    ASSERT_EQ(::truncate(path.c_str(), 10), 0);
+    for (const char* name : {"a", "b"}) {
+      auto r = (*zip)->read(name, 1 << 20);
+      ASSERT_FALSE(r.ok()) << name;
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidBundle);
+      EXPECT_NE(r.status().message().find("is corrupt: its local header at offset"), std::string::npos)
+          << r.status().message();
+    }
+  }
+}
+
 TEST_F(ZipReader, AStoredNestedZipIsReadInPlaceFromAFileAndFromMemory) {
   const std::string inner = testing::zip_bytes({{"archive/data.pkl", "pickle"}, {"archive/data/0", "weights"}});
   const std::string path = (dir_ / "outer.zip").string();

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -95,6 +96,33 @@ TEST(ThreadPoolTest, EachThreadRunsItsOwnShareFirst) {
     ASSERT_GE(worker_first, 10) << "call " << call;
   }
   EXPECT_GT(worker_calls, 0) << "the worker ran no chunk in 200 calls";
+}
+
+// thread_index: 0 on the caller (and on any thread that is no pool's worker), i on worker
+// i, whichever chunks each thread ends up running.
+TEST(ThreadPoolTest, ThreadIndexNamesTheCallerAndEachWorker) {
+  EXPECT_EQ(ThreadPool::thread_index(), 0);
+  ThreadPool pool(4);
+  std::mutex mu;
+  std::set<std::pair<std::thread::id, int>> seen;
+  for (int round = 0; round < 20; ++round) {
+    pool.parallel_for(64, 1, [&](std::int64_t, std::int64_t) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      std::lock_guard<std::mutex> lock(mu);
+      seen.emplace(std::this_thread::get_id(), ThreadPool::thread_index());
+    });
+  }
+  std::set<int> indices;
+  std::map<std::thread::id, int> index_of;
+  for (const auto& [id, index] : seen) {
+    EXPECT_TRUE(index_of.emplace(id, index).second || index_of[id] == index) << "a thread with two indices";
+    indices.insert(index);
+    EXPECT_EQ(index == 0, id == std::this_thread::get_id());
+  }
+  EXPECT_EQ(indices.size(), index_of.size());  // one index per thread
+  for (int index : indices) EXPECT_TRUE(index >= 0 && index < 4) << index;
+  std::thread other([] { EXPECT_EQ(ThreadPool::thread_index(), 0); });
+  other.join();
 }
 
 TEST(ThreadPoolTest, ManyBackToBackCallsAllComplete) {

@@ -696,78 +696,83 @@ TEST(NchwcWinograd, AWorkspaceHoldsTheBuffersAndChangesNoOutput) {
       {2, 13, 17, 9, 11, 1, 1},     // partial blocks, a batch
   };
   std::uint32_t seed = 900;
+  struct Variant {
+    bool blocked;
+    int threads;
+    WinogradTile tile;
+  };
+  const Variant variants[] = {{true, 2, WinogradTile::kF4},
+                              {false, 1, WinogradTile::kF2},
+                              {false, 2, WinogradTile::kF4},
+                              {true, 1, WinogradTile::kF2}};
   for (const Case& c : cases) {
-    for (bool blocked : {true, false}) {
-      for (int threads : {1, 2}) {
-        for (WinogradTile tile : {WinogradTile::kF4, WinogradTile::kF2}) {
-          SCOPED_TRACE(describe(c, {.in_blocked = blocked, .out_blocked = blocked, .threads = threads}) +
-                       (tile == WinogradTile::kF4 ? " F(4x4)" : " F(2x2)"));
-          std::mt19937 rng(seed++);
-          const std::int64_t oh = out_h(c), ow = out_w(c);
-          const std::vector<float> x = uniform(rng, c.n * c.cin * c.h * c.w), w = uniform(rng, c.cout * c.cin * 9);
-          const std::vector<float> bias = uniform(rng, c.cout), y0(static_cast<std::size_t>(c.n * c.cout * oh * ow));
-          const ConvShape s = shape_of(c);
-          auto prepared = prepare_winograd_width(w.data(), s, winograd_kernels().preferred_width((c.cout + 7) / 8),
-                                                 WinogradWeightMode::kStreamed);
-          ASSERT_TRUE(prepared.ok());
-          const Stored xs(x, c.n, c.cin, c.h, c.w, blocked);
-          Epilogue e;
-          e.bias = bias.data();
-          e.act = FusedActivation::kRelu;
-          // y of a run with `workspace`; `ws` keeps what the run left in it.
-          auto run = [&](std::span<std::byte> workspace) {
-            Stored ys(y0, c.n, c.cout, oh, ow, blocked);
-            const Status st = conv2d_winograd_tile(winograd_kernels(), tile, xs.act(), **prepared, s, e, ys.act(),
-                                                   pool_for(threads), workspace);
-            EXPECT_TRUE(st.ok()) << st.message();
-            std::vector<float> y(static_cast<std::size_t>(ys.act().floats()));
-            std::copy(ys.act().data, ys.act().data + ys.act().floats(), y.begin());
-            return y;
-          };
-          const std::vector<float> want = run({});
-          auto same = [&](const std::vector<float>& got) {
-            if (got.size() != want.size()) return false;
-            for (std::size_t i = 0; i < got.size(); ++i) {
-              if (!(std::abs(got[i] - want[i]) <= 1e-5f * (1.0f + std::abs(want[i])))) return false;
-            }
-            return true;
-          };
-          const std::size_t big = 16u << 20;
-          std::vector<float> ws(big / 4 + 16, canary);
-          auto* base = reinterpret_cast<std::byte*>(ws.data());
-          base += (64 - reinterpret_cast<std::uintptr_t>(base) % 64) % 64;
-          auto written_to = [&] {  // bytes up to the last one the run changed, in 64-byte lines
-            std::size_t k = big / 4;
-            while (k > 0 && std::bit_cast<std::uint32_t>(reinterpret_cast<float*>(base)[k - 1]) == 0x7fc0beefu) --k;
-            return (k * 4 + 63) / 64 * 64;
-          };
-          auto reset = [&] { std::fill(ws.begin(), ws.end(), canary); };
-          // A large workspace: used from its start, the output unchanged.
-          EXPECT_TRUE(same(run({base, big})));
-          const std::size_t used = written_to();
-          EXPECT_GT(used, 0u) << "the run used its own buffers";
-          EXPECT_LT(used, big);
-          // Exactly that much.
-          reset();
-          EXPECT_TRUE(same(run({base, used})));
-          EXPECT_LE(written_to(), used);
-          // Less: smaller buffers or the run's own, never a byte outside.
-          for (std::size_t size : {used - 64, used / 2, used / 4}) {
-            reset();
-            std::vector<float> before(ws.begin() + static_cast<std::ptrdiff_t>(size / 4 + 16), ws.end());
-            EXPECT_TRUE(same(run({base, size}))) << "workspace of " << size << " bytes";
-            EXPECT_TRUE(std::equal(before.begin(), before.end(), ws.begin() + static_cast<std::ptrdiff_t>(size / 4 + 16),
-                                   [](float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }))
-                << "bytes past a workspace of " << size << " changed";
-          }
-          // Too small for anything, or misaligned: untouched.
-          reset();
-          EXPECT_TRUE(same(run({base, 1024})));
-          EXPECT_EQ(written_to(), 0u);
-          EXPECT_TRUE(same(run({base + 4, big - 64})));
-          EXPECT_EQ(written_to(), 0u);
+    for (const auto& [blocked, threads, tile] : variants) {
+      SCOPED_TRACE(describe(c, {.in_blocked = blocked, .out_blocked = blocked, .threads = threads}) +
+                   (tile == WinogradTile::kF4 ? " F(4x4)" : " F(2x2)"));
+      std::mt19937 rng(seed++);
+      const std::int64_t oh = out_h(c), ow = out_w(c);
+      const std::vector<float> x = uniform(rng, c.n * c.cin * c.h * c.w), w = uniform(rng, c.cout * c.cin * 9);
+      const std::vector<float> bias = uniform(rng, c.cout), y0(static_cast<std::size_t>(c.n * c.cout * oh * ow));
+      const ConvShape s = shape_of(c);
+      auto prepared = prepare_winograd_width(w.data(), s, winograd_kernels().preferred_width((c.cout + 7) / 8),
+                                             WinogradWeightMode::kStreamed);
+      ASSERT_TRUE(prepared.ok());
+      const Stored xs(x, c.n, c.cin, c.h, c.w, blocked);
+      Epilogue e;
+      e.bias = bias.data();
+      e.act = FusedActivation::kRelu;
+      // y of a run with `workspace`; `ws` keeps what the run left in it.
+      auto run = [&](std::span<std::byte> workspace) {
+        Stored ys(y0, c.n, c.cout, oh, ow, blocked);
+        const Status st = conv2d_winograd_tile(winograd_kernels(), tile, xs.act(), **prepared, s, e, ys.act(),
+                                               pool_for(threads), workspace);
+        EXPECT_TRUE(st.ok()) << st.message();
+        std::vector<float> y(static_cast<std::size_t>(ys.act().floats()));
+        std::copy(ys.act().data, ys.act().data + ys.act().floats(), y.begin());
+        return y;
+      };
+      const std::vector<float> want = run({});
+      auto same = [&](const std::vector<float>& got) {
+        if (got.size() != want.size()) return false;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          if (!(std::abs(got[i] - want[i]) <= 1e-5f * (1.0f + std::abs(want[i])))) return false;
         }
+        return true;
+      };
+      const std::size_t big = 4u << 20;
+      std::vector<float> ws(big / 4 + 16, canary);
+      auto* base = reinterpret_cast<std::byte*>(ws.data());
+      base += (64 - reinterpret_cast<std::uintptr_t>(base) % 64) % 64;
+      auto written_to = [&] {  // bytes up to the last one the run changed, in 64-byte lines
+        std::size_t k = big / 4;
+        while (k > 0 && std::bit_cast<std::uint32_t>(reinterpret_cast<float*>(base)[k - 1]) == 0x7fc0beefu) --k;
+        return (k * 4 + 63) / 64 * 64;
+      };
+      auto reset = [&] { std::fill(ws.begin(), ws.end(), canary); };
+      // A large workspace: used from its start, the output unchanged.
+      EXPECT_TRUE(same(run({base, big})));
+      const std::size_t used = written_to();
+      EXPECT_GT(used, 0u) << "the run used its own buffers";
+      EXPECT_LT(used, big);
+      // Exactly that much.
+      reset();
+      EXPECT_TRUE(same(run({base, used})));
+      EXPECT_LE(written_to(), used);
+      // Less: smaller buffers or the run's own, never a byte outside.
+      for (std::size_t size : {used - 64, used / 2, used / 4}) {
+        reset();
+        std::vector<float> before(ws.begin() + static_cast<std::ptrdiff_t>(size / 4 + 16), ws.end());
+        EXPECT_TRUE(same(run({base, size}))) << "workspace of " << size << " bytes";
+        EXPECT_TRUE(std::equal(before.begin(), before.end(), ws.begin() + static_cast<std::ptrdiff_t>(size / 4 + 16),
+                               [](float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }))
+            << "bytes past a workspace of " << size << " changed";
       }
+      // Too small for anything, or misaligned: untouched.
+      reset();
+      EXPECT_TRUE(same(run({base, 1024})));
+      EXPECT_EQ(written_to(), 0u);
+      EXPECT_TRUE(same(run({base + 4, big - 64})));
+      EXPECT_EQ(written_to(), 0u);
     }
   }
 }

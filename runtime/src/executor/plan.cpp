@@ -405,10 +405,10 @@ void Planner::plan_buffers(const std::vector<std::uint8_t>& device_only, const s
     return;
   }
   // Working memory (NodeInfo::workspace): what the node's kernel asks for at these shapes
-  // on the session's threads, a buffer alive at that node only. The planner places the
-  // largest buffers first, at the lowest offset free over their lifetime: these, alive at
-  // one node each, mostly land on the same offset, so a kernel's per-thread buffers keep
-  // their addresses (and their cores' caches) from one node to the next.
+  // on the session's threads, a buffer alive at that node only. plan_memory puts each
+  // buffer at the lowest offset free over its lifetime: these, alive at one node each and
+  // among the largest, mostly land on the same offset, so a kernel's per-thread buffers
+  // keep their addresses (and their cores' caches) from one node to the next.
   std::vector<std::pair<std::size_t, std::size_t>> workspace_buffer;  // node, buffer
   for (std::size_t n = 0; n < nn; ++n) {
     const NodeInfo& ni = info.nodes[n];

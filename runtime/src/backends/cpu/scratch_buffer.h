@@ -40,8 +40,9 @@ class ScratchBuffer {
 /// `count` (at most 32) buffers of `stride` floats each, from `base` (64-byte aligned), for
 /// the bodies of one parallel_for: a body takes one for its chunk (acquire) and gives it
 /// back (release). A pool runs at most num_threads() bodies at once, so with that many
-/// slots acquire always finds one; a thread tries the slot it had last first (its data is
-/// likely still in that core's cache).
+/// slots acquire always finds one; a thread tries the slot of its pool index first
+/// (ThreadPool::thread_index), the one it had in the layer before, still in its core's
+/// cache.
 class WorkspaceSlots {
  public:
   WorkspaceSlots() = default;
